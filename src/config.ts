@@ -1,0 +1,43 @@
+import { z } from 'zod';
+
+const int = (min: number, max: number) => z.coerce.number().int().min(min).max(max);
+
+/** Every setting of the service, from the environment, validated once at boot. */
+export const configSchema = z.object({
+  PORT: int(0, 65535).default(8080),
+  HOST: z.string().min(1).default('127.0.0.1'),
+  DATABASE_URL: z
+    .string()
+    .regex(/^mysql2?:\/\//, 'must be a mysql://user:pass@host:port/db URL (unset it for embedded SQLite)')
+    .optional(),
+  SQLITE_PATH: z.string().min(1).default('./data/rollcall.sqlite'),
+  GROUP_SIZE: int(8, 65536).refine((n) => n % 8 === 0, 'must be a multiple of 8').default(8192),
+  DB_POOL_SIZE: int(1, 500).default(10),
+  BODY_LIMIT: z.string().regex(/^\d+(b|kb|mb)$/i, 'must look like 512kb or 2mb').default('2mb'),
+  TX_RETRIES: int(0, 50).default(8),
+  ACK_GROUP_COMMIT: z.enum(['on', 'off']).default('on'),
+  ACK_GROUP_COMMIT_WINDOW_MS: int(0, 50).default(2),
+  ACK_GROUP_COMMIT_MAX_IDS: int(1, 1_000_000).default(20_000),
+  LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
+  SHUTDOWN_TIMEOUT_MS: int(0, 600_000).default(10_000),
+});
+
+export type Config = z.infer<typeof configSchema>;
+
+export class ConfigError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = new.target.name;
+  }
+}
+
+/** Parses settings; an invalid value stops the process with a message naming the key. */
+export function loadConfig(env: Record<string, string | undefined> = process.env): Config {
+  const present = Object.fromEntries(Object.entries(env).filter(([, value]) => value !== undefined && value !== ''));
+  const parsed = configSchema.safeParse(present);
+  if (!parsed.success) {
+    const lines = parsed.error.issues.map((issue) => `  ${issue.path.join('.')}: ${issue.message}`);
+    throw new ConfigError(`invalid configuration:\n${lines.join('\n')}`);
+  }
+  return parsed.data;
+}

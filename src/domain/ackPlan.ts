@@ -1,0 +1,174 @@
+import { BatchRecord, Outcome } from './batch';
+import { Bitfield } from './bitfield';
+import { formatItemId, ItemRef, parseItemId } from './itemId';
+
+export type RejectReason = 'malformed' | 'unknown_batch' | 'unknown_group' | 'index_out_of_range';
+
+export interface Rejection {
+  id: string;
+  reason: RejectReason;
+}
+
+/** One ack request as received: its parsed items and the IDs already rejected as malformed. */
+export interface AckCall {
+  outcome: Outcome;
+  items: ItemRef[];
+  malformed: Rejection[];
+}
+
+/** A group row as stored: bits are null while all zero. */
+export interface GroupRecord {
+  batchId: string;
+  id: string;
+  size: number;
+  pending: number;
+  succeededBits: Buffer | null;
+  failedBits: Buffer | null;
+}
+
+export interface CallResult {
+  acked: number;
+  duplicates: number;
+  rejected: Rejection[];
+  completedBatchIds: string[];
+}
+
+export interface AckPlan {
+  results: CallResult[];
+  groupWrites: GroupRecord[];
+  batchWrites: BatchRecord[];
+}
+
+export const groupKey = (batchId: string, groupId: string): string => `${batchId}:${groupId}`;
+
+/** Working copy of a group while a plan is made; bitfields are decoded on first touch. */
+class GroupWork {
+  private succeeded: Bitfield | null = null;
+  private failed: Bitfield | null = null;
+  changed = false;
+  pending: number;
+
+  constructor(readonly stored: GroupRecord) {
+    this.pending = stored.pending;
+  }
+
+  /** Applies one outcome to one item; returns whether anything changed and whether it was pending. */
+  apply(index: number, outcome: Outcome): 'new' | 'retry_won' | 'duplicate' {
+    const succeeded = (this.succeeded ??= Bitfield.from(this.stored.succeededBits, this.stored.size));
+    if (succeeded.has(index)) return 'duplicate';
+    const failed = (this.failed ??= Bitfield.from(this.stored.failedBits, this.stored.size));
+    const wasFailed = failed.has(index);
+    if (outcome === 'failed') {
+      if (wasFailed) return 'duplicate';
+      failed.set(index);
+    } else {
+      succeeded.set(index);
+      if (wasFailed) failed.clear(index);
+    }
+    this.changed = true;
+    if (wasFailed) return 'retry_won';
+    this.pending -= 1;
+    return 'new';
+  }
+
+  toRecord(): GroupRecord {
+    return {
+      ...this.stored,
+      pending: this.pending,
+      succeededBits: this.succeeded ? orNull(this.succeeded) : this.stored.succeededBits,
+      failedBits: this.failed ? orNull(this.failed) : this.stored.failedBits,
+    };
+  }
+}
+
+function orNull(field: Bitfield): Buffer | null {
+  return field.isEmpty() ? null : field.toBuffer();
+}
+
+/**
+ * Applies ack calls, in order, to the locked rows they touch. Pure: the caller loaded `batches`
+ * and `groups` inside one transaction and writes `groupWrites` and `batchWrites` back in it.
+ * Completion is attributed to the one call whose item left a sealed batch with no open group;
+ * after that the batch is frozen and every later ack of it is a duplicate.
+ */
+export function planAcks(
+  calls: AckCall[],
+  batches: ReadonlyMap<string, BatchRecord>,
+  groups: ReadonlyMap<string, GroupRecord>,
+  now: number,
+): AckPlan {
+  const batchWork = new Map<string, BatchRecord>();
+  const groupWork = new Map<string, GroupWork>();
+  const changedBatches = new Set<string>();
+
+  const results = calls.map((call) => {
+    const result: CallResult = { acked: 0, duplicates: 0, rejected: [...call.malformed], completedBatchIds: [] };
+    for (const item of call.items) {
+      const stored = batches.get(item.batchId);
+      if (!stored) {
+        result.rejected.push({ id: formatItemId(item), reason: 'unknown_batch' });
+        continue;
+      }
+      const key = groupKey(item.batchId, item.groupId);
+      const storedGroup = groups.get(key);
+      if (!storedGroup) {
+        result.rejected.push({ id: formatItemId(item), reason: 'unknown_group' });
+        continue;
+      }
+      if (item.index >= storedGroup.size) {
+        result.rejected.push({ id: formatItemId(item), reason: 'index_out_of_range' });
+        continue;
+      }
+      let batch = batchWork.get(item.batchId);
+      if (!batch) batchWork.set(item.batchId, (batch = { ...stored }));
+      if (batch.state === 'complete') {
+        result.duplicates += 1;
+        continue;
+      }
+      let group = groupWork.get(key);
+      if (!group) groupWork.set(key, (group = new GroupWork(storedGroup)));
+      const effect = group.apply(item.index, call.outcome);
+      if (effect === 'duplicate') {
+        result.duplicates += 1;
+        continue;
+      }
+      result.acked += 1;
+      changedBatches.add(batch.id);
+      batch.updatedAt = now;
+      if (effect === 'retry_won') {
+        batch.failed -= 1;
+        batch.succeeded += 1;
+        continue;
+      }
+      if (call.outcome === 'failed') batch.failed += 1;
+      else batch.succeeded += 1;
+      if (group.pending === 0) {
+        batch.openGroups -= 1;
+        if (batch.state === 'sealed' && batch.openGroups === 0) {
+          batch.state = 'complete';
+          batch.completedAt = now;
+          result.completedBatchIds.push(batch.id);
+        }
+      }
+    }
+    return result;
+  });
+
+  return {
+    results,
+    groupWrites: [...groupWork.values()].filter((g) => g.changed).map((g) => g.toRecord()),
+    batchWrites: [...changedBatches].map((id) => batchWork.get(id) as BatchRecord),
+  };
+}
+
+/** Turns the IDs of one ack request into a call: parsed items plus the malformed ones, in order. */
+export function callFromIds(ids: readonly string[], outcome: Outcome): AckCall {
+  const items: ItemRef[] = [];
+  const malformed: Rejection[] = [];
+  for (const id of ids) {
+    const ref = parseItemId(id);
+    if (ref) items.push(ref);
+    else malformed.push({ id, reason: 'malformed' });
+  }
+  return { outcome, items, malformed };
+}

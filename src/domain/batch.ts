@@ -1,0 +1,86 @@
+export type BatchState = 'open' | 'sealed' | 'complete';
+export type Outcome = 'succeeded' | 'failed';
+
+/** A batch as the service knows it; times are epoch milliseconds. */
+export interface BatchRecord {
+  id: string;
+  state: BatchState;
+  userKey: string | null;
+  metadata: Record<string, unknown> | null;
+  callbackUrl: string | null;
+  total: number;
+  succeeded: number;
+  failed: number;
+  /** Groups that still have at least one item without an outcome. */
+  openGroups: number;
+  createdAt: number;
+  updatedAt: number;
+  sealedAt: number | null;
+  completedAt: number | null;
+}
+
+/** The Batch object of the HTTP contract. */
+export interface BatchView {
+  id: string;
+  state: BatchState;
+  outcome: Outcome | null;
+  userKey: string | null;
+  metadata: Record<string, unknown> | null;
+  callbackUrl: string | null;
+  total: number;
+  succeeded: number;
+  failed: number;
+  pending: number;
+  createdAt: string;
+  updatedAt: string;
+  sealedAt: string | null;
+  completedAt: string | null;
+}
+
+const iso = (ms: number | null): string | null => (ms === null ? null : new Date(ms).toISOString());
+
+export function batchOutcome(batch: Pick<BatchRecord, 'state' | 'failed'>): Outcome | null {
+  if (batch.state !== 'complete') return null;
+  return batch.failed === 0 ? 'succeeded' : 'failed';
+}
+
+export function toBatchView(batch: BatchRecord): BatchView {
+  return {
+    id: batch.id,
+    state: batch.state,
+    outcome: batchOutcome(batch),
+    userKey: batch.userKey,
+    metadata: batch.metadata,
+    callbackUrl: batch.callbackUrl,
+    total: batch.total,
+    succeeded: batch.succeeded,
+    failed: batch.failed,
+    pending: batch.total - batch.succeeded - batch.failed,
+    createdAt: iso(batch.createdAt) as string,
+    updatedAt: iso(batch.updatedAt) as string,
+    sealedAt: iso(batch.sealedAt),
+    completedAt: iso(batch.completedAt),
+  };
+}
+
+/**
+ * Seals an open batch in memory. A batch whose groups all have outcomes (or that has none) is
+ * complete at once; the caller writes the result in the transaction that holds the batch row.
+ */
+export function sealed(batch: BatchRecord, now: number): BatchRecord {
+  const complete = batch.openGroups === 0;
+  return {
+    ...batch,
+    state: complete ? 'complete' : 'sealed',
+    sealedAt: now,
+    completedAt: complete ? now : null,
+    updatedAt: now,
+  };
+}
+
+/** Splits `count` new items into group sizes of at most `groupSize`. */
+export function groupSizes(count: number, groupSize: number): number[] {
+  const sizes: number[] = [];
+  for (let left = count; left > 0; left -= groupSize) sizes.push(Math.min(left, groupSize));
+  return sizes;
+}

@@ -1,0 +1,71 @@
+/**
+ * Typed errors with a stable `code`. The HTTP layer maps them to status codes in one place
+ * (src/http/errorHandler.ts); nothing else decides a status.
+ */
+export abstract class RollcallError extends Error {
+  abstract readonly code: string;
+  abstract readonly status: number;
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = new.target.name;
+  }
+}
+
+export class InvalidRequestError extends RollcallError {
+  readonly code = 'invalid_request';
+  readonly status = 400;
+}
+
+export class PayloadTooLargeError extends RollcallError {
+  readonly code = 'payload_too_large';
+  readonly status = 413;
+}
+
+export class BatchNotFoundError extends RollcallError {
+  readonly code = 'batch_not_found';
+  readonly status = 404;
+  constructor(batchId: string) {
+    super(`batch ${batchId} does not exist`);
+  }
+}
+
+export class BatchNotOpenError extends RollcallError {
+  readonly code = 'batch_not_open';
+  readonly status = 409;
+  constructor(batchId: string, state: string) {
+    super(`batch ${batchId} is ${state}; items can only be added to an open batch`);
+  }
+}
+
+export class ExpectedItemsMismatchError extends RollcallError {
+  readonly code = 'expected_items_mismatch';
+  readonly status = 409;
+  constructor(expected: number, total: number) {
+    super(`expectedItems is ${expected} but the batch holds ${total} items; the batch stays open`);
+  }
+}
+
+export class IdempotencyConflictError extends RollcallError {
+  readonly code = 'idempotency_key_reused';
+  readonly status = 409;
+  constructor(key: string) {
+    super(`Idempotency-Key ${JSON.stringify(key)} was already used for an add with another count`);
+  }
+}
+
+export class RouteNotFoundError extends RollcallError {
+  readonly code = 'not_found';
+  readonly status = 404;
+}
+
+/** The database does not answer (refused, lost, pool exhausted): the caller may retry later. */
+export class UnavailableError extends RollcallError {
+  readonly code = 'unavailable';
+  readonly status = 503;
+}
+
+/** Turns whatever a `catch` caught into an Error, keeping the original as `cause`. */
+export function toError(caught: unknown): Error {
+  if (caught instanceof Error) return caught;
+  return new Error(typeof caught === 'string' ? caught : 'non-error thrown', { cause: caught });
+}

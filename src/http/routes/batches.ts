@@ -1,0 +1,52 @@
+import { Router } from 'express';
+import { addItems } from '../../service/addItems';
+import { deleteBatch } from '../../service/deleteBatch';
+import { openBatch } from '../../service/openBatch';
+import { getBatch, listBatches } from '../../service/readBatches';
+import { sealBatch } from '../../service/sealBatch';
+import { ServiceDeps } from '../../service/deps';
+import { addItemsBody, createBatchBody, idempotencyKeyHeader, listQuery, sealBody } from '../schemas';
+import { parse } from '../validate';
+
+/** Producer and reader routes of /v1/batches: parse, call one use case, shape the reply. */
+export function batchRoutes(deps: ServiceDeps): Router {
+  const router = Router();
+
+  router.post('/v1/batches', async (req, res) => {
+    const input = parse(createBatchBody, req.body ?? {}, 'body');
+    const batch = await openBatch(deps, {
+      userKey: input.userKey ?? undefined,
+      metadata: input.metadata ?? undefined,
+      callbackUrl: input.callbackUrl ?? undefined,
+    });
+    res.status(201).json(batch);
+  });
+
+  router.get('/v1/batches', async (req, res) => {
+    const query = parse(listQuery, req.query, 'query');
+    res.json(await listBatches(deps, query));
+  });
+
+  router.get('/v1/batches/:batchId', async (req, res) => {
+    res.json(await getBatch(deps, req.params.batchId));
+  });
+
+  router.post('/v1/batches/:batchId/items', async (req, res) => {
+    const { count } = parse(addItemsBody, req.body, 'body');
+    const key = parse(idempotencyKeyHeader, req.get('idempotency-key'), 'Idempotency-Key');
+    res.status(201).json(await addItems(deps, req.params.batchId, count, key));
+  });
+
+  router.post('/v1/batches/:batchId/seal', async (req, res) => {
+    const { expectedItems } = parse(sealBody, req.body ?? {}, 'body');
+    const { batch } = await sealBatch(deps, req.params.batchId, expectedItems);
+    res.json(batch);
+  });
+
+  router.delete('/v1/batches/:batchId', async (req, res) => {
+    await deleteBatch(deps, req.params.batchId);
+    res.status(204).end();
+  });
+
+  return router;
+}

@@ -1,0 +1,47 @@
+import { z } from 'zod';
+
+/** Request shapes of the HTTP contract. Each schema is also the type of what the route passes on. */
+
+export const MAX_METADATA_BYTES = 4096;
+export const MAX_ADD_COUNT = 10_000_000;
+export const MAX_ACK_IDS = 10_000;
+
+const metadata = z
+  .record(z.string(), z.unknown())
+  .refine((value) => Buffer.byteLength(JSON.stringify(value)) <= MAX_METADATA_BYTES, {
+    message: `must be at most ${MAX_METADATA_BYTES} bytes as JSON`,
+  });
+
+export const createBatchBody = z.strictObject({
+  userKey: z.string().min(1).max(255).nullish(),
+  metadata: metadata.nullish(),
+  callbackUrl: z.url({ protocol: /^https?$/, error: 'must be an http(s) URL' }).max(2048).nullish(),
+});
+
+export const addItemsBody = z.strictObject({
+  count: z.number().int().min(1).max(MAX_ADD_COUNT),
+});
+
+export const idempotencyKeyHeader = z.string().min(1).max(255).optional();
+
+export const sealBody = z.strictObject({
+  expectedItems: z.number().int().min(0).optional(),
+});
+
+export const outcome = z.enum(['succeeded', 'failed']);
+
+/** The ID count is checked after parsing, so more than MAX_ACK_IDS answers 413, not 400. */
+export const ackBody = z.strictObject({
+  ids: z.array(z.string()),
+  outcome: outcome.optional(),
+});
+
+export const listQuery = z.strictObject({
+  state: z.enum(['open', 'sealed', 'complete']).optional(),
+  userKey: z.string().min(1).max(255).optional(),
+  limit: z.coerce.number().int().min(1).max(500).default(50),
+  cursor: z.string().min(1).max(200).optional(),
+});
+
+export type CreateBatchBody = z.infer<typeof createBatchBody>;
+export type AckBody = z.infer<typeof ackBody>;

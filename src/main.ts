@@ -1,0 +1,45 @@
+import { once } from 'node:events';
+import { Server } from 'node:http';
+import { ConfigError, loadConfig } from './config';
+import { toError } from './domain/errors';
+import { createRollcall } from './rollcall';
+
+/** Starts the service: config checked at boot, migrations applied, SIGTERM/SIGINT drain and exit. */
+async function main(): Promise<void> {
+  const config = loadConfig();
+  const rollcall = await createRollcall(config);
+  const { log } = rollcall;
+  const server: Server = rollcall.app.listen(config.PORT, config.HOST);
+  await once(server, 'listening');
+  const address = server.address();
+  const port = typeof address === 'object' && address ? address.port : config.PORT;
+  log.info({ host: config.HOST, port, database: config.DATABASE_URL ? 'mysql' : `sqlite:${config.SQLITE_PATH}` }, 'rollcall listening');
+  // Machine-readable line for scripts that start the service on port 0.
+  if (process.env.ROLLCALL_ANNOUNCE_PORT === '1') process.stdout.write(`ROLLCALL_PORT=${port}\n`);
+
+  let stopping = false;
+  const stop = async (signal: string) => {
+    if (stopping) return;
+    stopping = true;
+    log.info({ signal }, 'shutting down: draining requests');
+    const timer = setTimeout(() => {
+      log.error('shutdown timed out; exiting');
+      process.exit(1);
+    }, config.SHUTDOWN_TIMEOUT_MS);
+    timer.unref();
+    server.close();
+    server.closeIdleConnections();
+    await once(server, 'close').catch(() => undefined);
+    await rollcall.close();
+    log.info('stopped');
+    process.exit(0);
+  };
+  process.once('SIGTERM', (s) => void stop(s));
+  process.once('SIGINT', (s) => void stop(s));
+}
+
+main().catch((caught: unknown) => {
+  const error = toError(caught);
+  process.stderr.write(error instanceof ConfigError ? `${error.message}\n` : `rollcall failed to start: ${error.stack ?? error.message}\n`);
+  process.exit(1);
+});

@@ -1,0 +1,44 @@
+import { v7 as uuidv7 } from 'uuid';
+import { GroupRecord } from '../domain/ackPlan';
+import { groupSizes } from '../domain/batch';
+import { BatchNotOpenError, IdempotencyConflictError } from '../domain/errors';
+import { AddAnswer, findAddRequest, insertAddRequest } from '../store/addRequests';
+import { updateBatch } from '../store/batches';
+import { insertGroups } from '../store/groups';
+import { inTransaction } from '../store/transaction';
+import { ServiceDeps } from './deps';
+import { lockExistingBatch } from './lockedBatch';
+
+/**
+ * Adds `count` items as new groups of at most GROUP_SIZE. Locks the batch row first (refusing
+ * unless open), inserts the groups, bumps total and open_groups, all in one transaction. With an
+ * Idempotency-Key, a repeat returns the first answer and adds nothing.
+ */
+export async function addItems(deps: ServiceDeps, batchId: string, count: number, idempotencyKey?: string): Promise<AddAnswer> {
+  return inTransaction(deps.db, deps.tx, async (trx) => {
+    const batch = await lockExistingBatch(trx, batchId);
+    if (idempotencyKey !== undefined) {
+      const earlier = await findAddRequest(trx, batch.id, idempotencyKey);
+      if (earlier) {
+        if (earlier.count !== count) throw new IdempotencyConflictError(idempotencyKey);
+        return earlier.answer;
+      }
+    }
+    if (batch.state !== 'open') throw new BatchNotOpenError(batch.id, batch.state);
+
+    const groups: GroupRecord[] = groupSizes(count, deps.groupSize).map((size) => ({
+      batchId: batch.id,
+      id: uuidv7(),
+      size,
+      pending: size,
+      succeededBits: null,
+      failedBits: null,
+    }));
+    const now = deps.now();
+    await insertGroups(trx, groups);
+    await updateBatch(trx, { ...batch, total: batch.total + count, openGroups: batch.openGroups + groups.length, updatedAt: now });
+    const answer: AddAnswer = { batchId: batch.id, total: batch.total + count, groups: groups.map((g) => ({ id: g.id, size: g.size })) };
+    if (idempotencyKey !== undefined) await insertAddRequest(trx, idempotencyKey, count, answer, now);
+    return answer;
+  });
+}

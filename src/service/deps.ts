@@ -1,0 +1,12 @@
+import type { Logger } from 'pino';
+import type { Db } from '../store/db';
+import type { TransactionOptions } from '../store/transaction';
+
+/** What every use case needs: the database, the clock and the few settings that shape behaviour. */
+export interface ServiceDeps {
+  db: Db;
+  now: () => number;
+  groupSize: number;
+  tx: TransactionOptions;
+  log: Logger;
+}

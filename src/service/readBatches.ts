@@ -1,0 +1,62 @@
+import { BatchState, BatchView, toBatchView } from '../domain/batch';
+import { BatchNotFoundError, InvalidRequestError, toError } from '../domain/errors';
+import { isUuid } from '../domain/itemId';
+import { findBatch, listBatches as listBatchRows } from '../store/batches';
+import { asUnavailable } from '../store/transaction';
+import { ServiceDeps } from './deps';
+
+/** Runs a read, turning "database not answering" into UnavailableError. */
+async function reading<T>(read: () => Promise<T>): Promise<T> {
+  try {
+    return await read();
+  } catch (caught) {
+    throw asUnavailable(toError(caught));
+  }
+}
+
+/** One batch by id: a primary-key read, O(1) whatever the batch's size. */
+export async function getBatch(deps: ServiceDeps, batchId: string): Promise<BatchView> {
+  const batch = isUuid(batchId) ? await reading(() => findBatch(deps.db, batchId.toLowerCase())) : null;
+  if (!batch) throw new BatchNotFoundError(batchId);
+  return toBatchView(batch);
+}
+
+export interface ListInput {
+  state?: BatchState;
+  userKey?: string;
+  limit: number;
+  cursor?: string;
+}
+
+export interface BatchPage {
+  batches: BatchView[];
+  nextCursor: string | null;
+}
+
+const CURSOR_PREFIX = 'b1.';
+
+/** The cursor is opaque to clients: the id of the last batch of the page, versioned. */
+function encodeCursor(lastId: string): string {
+  return Buffer.from(CURSOR_PREFIX + lastId).toString('base64url');
+}
+
+function decodeCursor(cursor: string): string {
+  const text = Buffer.from(cursor, 'base64url').toString();
+  const id = text.slice(CURSOR_PREFIX.length);
+  if (!text.startsWith(CURSOR_PREFIX) || !isUuid(id)) throw new InvalidRequestError('cursor is not one this service gave out');
+  return id;
+}
+
+/** Batches newest first (id order = creation order), filtered, paged by an opaque cursor. */
+export async function listBatches(deps: ServiceDeps, input: ListInput): Promise<BatchPage> {
+  const beforeId = input.cursor === undefined ? undefined : decodeCursor(input.cursor);
+  const rows = await reading(() =>
+    listBatchRows(deps.db, { state: input.state, userKey: input.userKey, beforeId, limit: input.limit + 1 }),
+  );
+  const page = rows.slice(0, input.limit);
+  const last = page[page.length - 1];
+  return {
+    batches: page.map(toBatchView),
+    nextCursor: rows.length > input.limit && last ? encodeCursor(last.id) : null,
+  };
+}

@@ -1,0 +1,28 @@
+import { BatchView, sealed, toBatchView } from '../domain/batch';
+import { ExpectedItemsMismatchError } from '../domain/errors';
+import { updateBatch } from '../store/batches';
+import { inTransaction } from '../store/transaction';
+import { ServiceDeps } from './deps';
+import { lockExistingBatch } from './lockedBatch';
+
+export interface SealResult {
+  batch: BatchView;
+  /** True only for the one seal that made the batch complete (all items already had outcomes). */
+  completedNow: boolean;
+}
+
+/**
+ * Seals a batch under its row lock. If no group has pending items the batch completes in the same
+ * transaction, so a seal racing the last ack completes it exactly once: whichever commits second
+ * sees the other's write. Sealing again is a no-op that returns the current state.
+ */
+export async function sealBatch(deps: ServiceDeps, batchId: string, expectedItems?: number): Promise<SealResult> {
+  return inTransaction(deps.db, deps.tx, async (trx) => {
+    const batch = await lockExistingBatch(trx, batchId);
+    if (batch.state !== 'open') return { batch: toBatchView(batch), completedNow: false };
+    if (expectedItems !== undefined && expectedItems !== batch.total) throw new ExpectedItemsMismatchError(expectedItems, batch.total);
+    const next = sealed(batch, deps.now());
+    await updateBatch(trx, next);
+    return { batch: toBatchView(next), completedNow: next.state === 'complete' };
+  });
+}

@@ -1,0 +1,35 @@
+import { Knex } from 'knex';
+
+export interface AddAnswer {
+  batchId: string;
+  total: number;
+  groups: Array<{ id: string; size: number }>;
+}
+
+export interface StoredAdd {
+  count: number;
+  answer: AddAnswer;
+}
+
+/** Finds the answer stored for an earlier add with this Idempotency-Key. Read under the batch row lock. */
+export async function findAddRequest(trx: Knex.Transaction, batchId: string, key: string): Promise<StoredAdd | null> {
+  const row = (await trx('add_requests').where({ batch_id: batchId, idempotency_key: key }).first()) as
+    | { count: number | string; response: string }
+    | undefined;
+  return row ? { count: Number(row.count), answer: JSON.parse(row.response) as AddAnswer } : null;
+}
+
+/** Stores the answer of an add made with an Idempotency-Key, in the transaction that made it. */
+export async function insertAddRequest(trx: Knex.Transaction, key: string, count: number, answer: AddAnswer, now: number): Promise<void> {
+  await trx('add_requests').insert({
+    batch_id: answer.batchId,
+    idempotency_key: key,
+    count,
+    response: JSON.stringify(answer),
+    created_at: now,
+  });
+}
+
+export async function deleteAddRequestsOfBatch(trx: Knex.Transaction, batchId: string): Promise<void> {
+  await trx('add_requests').where('batch_id', batchId).delete();
+}

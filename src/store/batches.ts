@@ -1,0 +1,120 @@
+import { Knex } from 'knex';
+import { BatchRecord, BatchState } from '../domain/batch';
+import { dialectOf, Queryable } from './db';
+
+interface BatchRow {
+  id: string;
+  state: string;
+  user_key: string | null;
+  metadata: string | null;
+  callback_url: string | null;
+  total: number | string;
+  succeeded: number | string;
+  failed: number | string;
+  open_groups: number;
+  created_at: number | string;
+  updated_at: number | string;
+  sealed_at: number | string | null;
+  completed_at: number | string | null;
+}
+
+const num = (value: number | string): number => Number(value);
+const numOrNull = (value: number | string | null): number | null => (value === null ? null : Number(value));
+
+function fromRow(row: BatchRow): BatchRecord {
+  return {
+    id: row.id,
+    state: row.state as BatchState,
+    userKey: row.user_key,
+    metadata: row.metadata === null ? null : (JSON.parse(row.metadata) as Record<string, unknown>),
+    callbackUrl: row.callback_url,
+    total: num(row.total),
+    succeeded: num(row.succeeded),
+    failed: num(row.failed),
+    openGroups: num(row.open_groups),
+    createdAt: num(row.created_at),
+    updatedAt: num(row.updated_at),
+    sealedAt: numOrNull(row.sealed_at),
+    completedAt: numOrNull(row.completed_at),
+  };
+}
+
+function toRow(batch: BatchRecord): BatchRow {
+  return {
+    id: batch.id,
+    state: batch.state,
+    user_key: batch.userKey,
+    metadata: batch.metadata === null ? null : JSON.stringify(batch.metadata),
+    callback_url: batch.callbackUrl,
+    total: batch.total,
+    succeeded: batch.succeeded,
+    failed: batch.failed,
+    open_groups: batch.openGroups,
+    created_at: batch.createdAt,
+    updated_at: batch.updatedAt,
+    sealed_at: batch.sealedAt,
+    completed_at: batch.completedAt,
+  };
+}
+
+/** Adds FOR UPDATE where the dialect has row locks; SQLite's write transaction already excludes others. */
+export function lockRows<T extends {}>(q: Queryable, query: Knex.QueryBuilder<T>): Knex.QueryBuilder<T> {
+  return dialectOf(q) === 'mysql' ? query.forUpdate() : query;
+}
+
+/** Inserts a new batch row. Locks: the new row. */
+export async function insertBatch(q: Queryable, batch: BatchRecord): Promise<void> {
+  await q('batches').insert(toRow(batch));
+}
+
+/** Reads one batch without locking. Returns null when it does not exist. */
+export async function findBatch(q: Queryable, id: string): Promise<BatchRecord | null> {
+  const row = (await q('batches').where({ id }).first()) as BatchRow | undefined;
+  return row ? fromRow(row) : null;
+}
+
+/** Reads and row-locks one batch until the transaction ends. Returns null when it does not exist. */
+export async function lockBatch(trx: Knex.Transaction, id: string): Promise<BatchRecord | null> {
+  const row = (await lockRows(trx, trx('batches').where({ id })).first()) as BatchRow | undefined;
+  return row ? fromRow(row) : null;
+}
+
+/**
+ * Reads and row-locks several batches, in id order (the one lock order every transaction keeps:
+ * batch rows by id, then their group rows by id). Missing ids are simply absent from the map.
+ */
+export async function lockBatches(trx: Knex.Transaction, ids: string[]): Promise<Map<string, BatchRecord>> {
+  const found = new Map<string, BatchRecord>();
+  if (ids.length === 0) return found;
+  const rows = (await lockRows(trx, trx('batches').whereIn('id', [...ids].sort()).orderBy('id'))) as BatchRow[];
+  for (const row of rows) found.set(row.id, fromRow(row));
+  return found;
+}
+
+/** Writes a batch's state and counters (absolute values computed under its row lock). */
+export async function updateBatch(trx: Knex.Transaction, batch: BatchRecord): Promise<void> {
+  const { id, ...changes } = toRow(batch);
+  await trx('batches').where({ id }).update(changes);
+}
+
+/** Deletes a batch row. Its groups and add records go first (see service/deleteBatch). */
+export async function deleteBatchRow(trx: Knex.Transaction, id: string): Promise<void> {
+  await trx('batches').where({ id }).delete();
+}
+
+export interface BatchFilter {
+  state?: BatchState;
+  userKey?: string;
+  /** Only batches created before this one (ids are UUIDv7, so id order is creation order). */
+  beforeId?: string;
+  limit: number;
+}
+
+/** Lists batches newest first by id. No locks; one index range scan for each filter. */
+export async function listBatches(q: Queryable, filter: BatchFilter): Promise<BatchRecord[]> {
+  const query = q('batches').orderBy('id', 'desc').limit(filter.limit);
+  if (filter.state) query.where('state', filter.state);
+  if (filter.userKey !== undefined) query.where('user_key', filter.userKey);
+  if (filter.beforeId) query.where('id', '<', filter.beforeId);
+  return ((await query) as BatchRow[]).map(fromRow);
+}

@@ -1,0 +1,35 @@
+import { Knex } from 'knex';
+import { Migration, migrations } from '../../migrations';
+import { Db } from './db';
+
+/** Feeds knex's migrator from the imported list, so the same code runs from TypeScript and from dist/. */
+class ListMigrationSource implements Knex.MigrationSource<readonly [string, Migration]> {
+  async getMigrations() {
+    return [...migrations];
+  }
+  getMigrationName([name]: readonly [string, Migration]) {
+    return name;
+  }
+  async getMigration([, migration]: readonly [string, Migration]) {
+    return migration;
+  }
+}
+
+const migratorConfig: Knex.MigratorConfig = { migrationSource: new ListMigrationSource(), tableName: 'rollcall_migrations' };
+
+/** Applies every pending migration; returns the names applied. Safe to run from several replicas at once. */
+export async function migrateLatest(db: Db): Promise<string[]> {
+  const [, applied] = (await db.migrate.latest(migratorConfig)) as [number, string[]];
+  return applied;
+}
+
+/** Rolls back every migration (tests and `migrate down` only). */
+export async function migrateRollbackAll(db: Db): Promise<void> {
+  await db.migrate.rollback(migratorConfig, true);
+}
+
+/** True when every known migration has been applied. */
+export async function migrationsCurrent(db: Db): Promise<boolean> {
+  const [, pending] = (await db.migrate.list(migratorConfig)) as [unknown[], unknown[]];
+  return pending.length === 0;
+}

@@ -1,0 +1,106 @@
+import fc from 'fast-check';
+import { AckCall, GroupRecord, groupKey, planAcks } from '../../src/domain/ackPlan';
+import { BatchRecord, Outcome } from '../../src/domain/batch';
+
+const BATCH = '0193a1b2-c3d4-7e5f-8a9b-000000000001';
+const G1 = '0193a1b2-c3d4-7e5f-8a9b-0000000000a1';
+const G2 = '0193a1b2-c3d4-7e5f-8a9b-0000000000a2';
+
+function batch(state: BatchRecord['state'], sizes: number[]): BatchRecord {
+  const total = sizes.reduce((a, b) => a + b, 0);
+  return { id: BATCH, state, userKey: null, metadata: null, callbackUrl: null, total, succeeded: 0, failed: 0, openGroups: sizes.length, createdAt: 1, updatedAt: 1, sealedAt: null, completedAt: null };
+}
+
+function groups(sizes: number[]): Map<string, GroupRecord> {
+  const ids = [G1, G2];
+  return new Map(sizes.map((size, i) => [groupKey(BATCH, ids[i]!), { batchId: BATCH, id: ids[i]!, size, pending: size, succeededBits: null, failedBits: null }]));
+}
+
+const call = (outcome: Outcome, items: Array<[string, number]>): AckCall => ({
+  outcome,
+  malformed: [],
+  items: items.map(([groupId, index]) => ({ batchId: BATCH, groupId, index })),
+});
+
+describe('planAcks', () => {
+  it('when the last pending item of a sealed batch is acked, then that call alone reports completion', () => {
+    const plan = planAcks([call('succeeded', [[G1, 0], [G1, 1]]), call('succeeded', [[G1, 1]])], new Map([[BATCH, batch('sealed', [2])]]), groups([2]), 5);
+    expect(plan.results[0]).toMatchObject({ acked: 2, duplicates: 0, completedBatchIds: [BATCH] });
+    expect(plan.results[1]).toMatchObject({ acked: 0, duplicates: 1, completedBatchIds: [] });
+    expect(plan.batchWrites[0]).toMatchObject({ state: 'complete', succeeded: 2, openGroups: 0, completedAt: 5 });
+  });
+
+  it('when a failed item is acked succeeded later, then the retry wins and pending does not change', () => {
+    const plan = planAcks([call('failed', [[G1, 0]]), call('succeeded', [[G1, 0]]), call('failed', [[G1, 0]])], new Map([[BATCH, batch('open', [2])]]), groups([2]), 5);
+    expect(plan.results.map((r) => [r.acked, r.duplicates])).toEqual([[1, 0], [1, 0], [0, 1]]);
+    expect(plan.batchWrites[0]).toMatchObject({ succeeded: 1, failed: 0 });
+    expect(plan.groupWrites[0]).toMatchObject({ pending: 1, failedBits: null });
+  });
+
+  it('when a batch is already complete, then its valid acks are duplicates and nothing is written', () => {
+    const done = { ...batch('complete', [1]), succeeded: 0, failed: 1, openGroups: 0 };
+    const plan = planAcks([call('succeeded', [[G1, 0], [G1, 5]])], new Map([[BATCH, done]]), groups([1]), 5);
+    expect(plan.results[0]).toMatchObject({ acked: 0, duplicates: 1, rejected: [{ reason: 'index_out_of_range' }] });
+    expect(plan.groupWrites).toEqual([]);
+    expect(plan.batchWrites).toEqual([]);
+  });
+
+  it('when IDs name unknown batches or groups, then they are rejected with the reason and the rest apply', () => {
+    const other = '0193a1b2-c3d4-7e5f-8a9b-000000000099';
+    const c: AckCall = {
+      outcome: 'succeeded',
+      malformed: [{ id: 'x', reason: 'malformed' }],
+      items: [
+        { batchId: other, groupId: G1, index: 0 },
+        { batchId: BATCH, groupId: other, index: 0 },
+        { batchId: BATCH, groupId: G1, index: 0 },
+      ],
+    };
+    const plan = planAcks([c], new Map([[BATCH, batch('open', [1])]]), groups([1]), 5);
+    expect(plan.results[0]!.rejected.map((r) => r.reason)).toEqual(['malformed', 'unknown_batch', 'unknown_group']);
+    expect(plan.results[0]!.acked).toBe(1);
+  });
+
+  it('when any sequence of acks is applied to a sealed batch, then counts match a simple model and completion is reported once', () => {
+    const ack = fc.record({ outcome: fc.constantFrom<Outcome>('succeeded', 'failed'), group: fc.constantFrom(0, 1), index: fc.integer({ min: 0, max: 9 }) });
+    fc.assert(
+      fc.property(fc.array(fc.array(ack, { maxLength: 12 }), { maxLength: 30 }), (callSpecs) => {
+        const sizes = [7, 3];
+        const calls = callSpecs.map((spec) => ({
+          outcome: spec[0]?.outcome ?? 'succeeded',
+          malformed: [],
+          items: spec.map((a) => ({ batchId: BATCH, groupId: [G1, G2][a.group]!, index: a.index })),
+        }));
+        const plan = planAcks(calls, new Map([[BATCH, batch('sealed', sizes)]]), groups(sizes), 5);
+
+        const model = new Map<string, Outcome>();
+        let completions = 0;
+        let complete = false;
+        calls.forEach((c, i) => {
+          let acked = 0;
+          for (const item of c.items) {
+            const size = item.groupId === G1 ? 7 : 3;
+            if (item.index >= size || complete) continue;
+            const key = `${item.groupId}:${item.index}`;
+            const was = model.get(key);
+            if (was === 'succeeded' || was === c.outcome) continue;
+            model.set(key, c.outcome);
+            acked += 1;
+            if (model.size === 10) complete = true;
+          }
+          expect(plan.results[i]!.acked).toBe(acked);
+          const r = plan.results[i]!;
+          expect(r.acked + r.duplicates + r.rejected.length).toBe(c.items.length);
+          completions += r.completedBatchIds.length;
+        });
+        const values = [...model.values()];
+        const written = plan.batchWrites[0] ?? batch('sealed', sizes);
+        expect(written.succeeded).toBe(values.filter((v) => v === 'succeeded').length);
+        expect(written.failed).toBe(values.filter((v) => v === 'failed').length);
+        expect(completions).toBe(complete ? 1 : 0);
+        expect(written.state).toBe(complete ? 'complete' : 'sealed');
+      }),
+      { numRuns: 300 },
+    );
+  });
+});
