@@ -1,0 +1,157 @@
+import { backends } from '../helpers/backends';
+import { chunks, itemIds, shuffled, startService, TestService } from '../helpers/service';
+
+type Group = { id: string; size: number };
+
+describe.each(backends())('acking items (%s)', (_name, backend) => {
+  let svc: TestService;
+  beforeAll(async () => {
+    svc = await startService(backend);
+  });
+  afterAll(() => svc.stop());
+
+  async function batchWith(count: number): Promise<{ id: string; groups: Group[] }> {
+    const id = (await svc.api.post('/v1/batches').send({})).body.id as string;
+    const added = await svc.api.post(`/v1/batches/${id}/items`).send({ count });
+    return { id, groups: added.body.groups };
+  }
+
+  const ack = (ids: string[], outcome?: string) => svc.api.post('/v1/acks').send(outcome ? { ids, outcome } : { ids });
+
+  it('when 25,000 items are sealed and acked in random order with duplicates, then completion is reported exactly once', async () => {
+    const { id, groups } = await batchWith(25_000);
+    expect((await svc.api.post(`/v1/batches/${id}/seal`).send({ expectedItems: 25_000 })).body.state).toBe('sealed');
+    const ids = itemIds(id, groups);
+    const withDuplicates = shuffled([...ids, ...ids.filter((_, i) => i % 10 === 0)], 7);
+    let acked = 0;
+    let duplicates = 0;
+    const completed: unknown[] = [];
+    for (const chunk of chunks(withDuplicates, 1000)) {
+      const res = await ack(chunk);
+      expect(res.status).toBe(200);
+      expect(res.body.acked + res.body.duplicates + res.body.rejected.length).toBe(chunk.length);
+      acked += res.body.acked;
+      duplicates += res.body.duplicates;
+      completed.push(...res.body.completed);
+    }
+    expect(acked).toBe(25_000);
+    expect(duplicates).toBe(2_500);
+    expect(completed).toHaveLength(1);
+    expect(completed[0]).toMatchObject({ id, state: 'complete', outcome: 'succeeded', succeeded: 25_000, failed: 0, pending: 0 });
+    const again = await ack(ids.slice(0, 100));
+    expect(again.body).toEqual({ acked: 0, duplicates: 100, rejected: [], completed: [] });
+    expect((await svc.api.get(`/v1/batches/${id}`)).body).toMatchObject({ state: 'complete', succeeded: 25_000, pending: 0 });
+  });
+
+  it('when IDs are malformed or name unknown or foreign groups or out-of-range indexes, then each is rejected with its reason and the valid ones apply', async () => {
+    const a = await batchWith(10);
+    const b = await batchWith(10);
+    const [ga] = a.groups as [Group];
+    const [gb] = b.groups as [Group];
+    const unknownBatch = '0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b';
+    const ids = [
+      `${a.id}:${ga.id}:0`,
+      'not-an-id',
+      `${unknownBatch}:${ga.id}:0`,
+      `${a.id}:${unknownBatch}:0`,
+      `${a.id}:${gb.id}:0`,
+      `${a.id}:${ga.id}:10`,
+      `${a.id}:${ga.id}:1`,
+    ];
+    const res = await ack(ids);
+    expect(res.status).toBe(200);
+    expect(res.body.acked).toBe(2);
+    expect(res.body.duplicates).toBe(0);
+    expect(res.body.rejected).toEqual(
+      expect.arrayContaining([
+        { id: 'not-an-id', reason: 'malformed' },
+        { id: `${unknownBatch}:${ga.id}:0`, reason: 'unknown_batch' },
+        { id: `${a.id}:${unknownBatch}:0`, reason: 'unknown_group' },
+        { id: `${a.id}:${gb.id}:0`, reason: 'unknown_group' },
+        { id: `${a.id}:${ga.id}:10`, reason: 'index_out_of_range' },
+      ]),
+    );
+    expect(res.body.rejected).toHaveLength(5);
+    expect((await svc.api.get(`/v1/batches/${a.id}`)).body).toMatchObject({ succeeded: 2, pending: 8 });
+    expect((await svc.api.get(`/v1/batches/${b.id}`)).body).toMatchObject({ succeeded: 0, pending: 10 });
+  });
+
+  it('when an ID repeats within one call, then it counts once as acked and its repeats as duplicates', async () => {
+    const { id, groups } = await batchWith(3);
+    const one = `${id}:${groups[0]!.id}:1`;
+    const res = await ack([one, one, one]);
+    expect(res.body).toMatchObject({ acked: 1, duplicates: 2, rejected: [] });
+  });
+
+  it('when items fail and a retry later succeeds, then the retry wins and the outcome follows the final counts', async () => {
+    const { id, groups } = await batchWith(4);
+    const ids = itemIds(id, groups);
+    await svc.api.post(`/v1/batches/${id}/seal`);
+    expect((await ack(ids.slice(0, 2), 'failed')).body).toMatchObject({ acked: 2, duplicates: 0 });
+    expect((await ack(ids.slice(0, 1), 'failed')).body).toMatchObject({ acked: 0, duplicates: 1 });
+    expect((await ack(ids.slice(0, 1))).body).toMatchObject({ acked: 1, duplicates: 0 });
+    expect((await svc.api.get(`/v1/batches/${id}`)).body).toMatchObject({ succeeded: 1, failed: 1, pending: 2 });
+    expect((await ack(ids.slice(0, 1), 'failed')).body).toMatchObject({ acked: 0, duplicates: 1 });
+    const last = await ack(ids.slice(2));
+    expect(last.body.completed).toHaveLength(1);
+    expect(last.body.completed[0]).toMatchObject({ state: 'complete', outcome: 'failed', succeeded: 3, failed: 1, pending: 0, total: 4 });
+  });
+
+  it('when every item already has an outcome before the seal, then the seal reports the completion and no ack does', async () => {
+    const { id, groups } = await batchWith(5);
+    const res = await ack(itemIds(id, groups));
+    expect(res.body).toMatchObject({ acked: 5, completed: [] });
+    const seal = await svc.api.post(`/v1/batches/${id}/seal`);
+    expect(seal.body).toMatchObject({ state: 'complete', outcome: 'succeeded', pending: 0 });
+  });
+
+  it('when a complete batch is acked again, then every ack is a duplicate, also a retry of a failed item', async () => {
+    const { id, groups } = await batchWith(2);
+    const ids = itemIds(id, groups);
+    await svc.api.post(`/v1/batches/${id}/seal`);
+    await ack(ids, 'failed');
+    const res = await ack(ids);
+    expect(res.body).toEqual({ acked: 0, duplicates: 2, rejected: [], completed: [] });
+    expect((await svc.api.get(`/v1/batches/${id}`)).body).toMatchObject({ failed: 2, succeeded: 0, outcome: 'failed' });
+  });
+
+  it('when one call acks items of several batches, then each batch is counted and each completion reported', async () => {
+    const a = await batchWith(3);
+    const b = await batchWith(2);
+    await svc.api.post(`/v1/batches/${a.id}/seal`);
+    await svc.api.post(`/v1/batches/${b.id}/seal`);
+    const res = await ack(shuffled([...itemIds(a.id, a.groups), ...itemIds(b.id, b.groups)]));
+    expect(res.body.acked).toBe(5);
+    expect(res.body.completed.map((x: { id: string }) => x.id).sort()).toEqual([a.id, b.id].sort());
+  });
+
+  it.each([
+    ['no ids field', {}],
+    ['ids that are not strings', { ids: [1, 2] }],
+    ['an unknown outcome', { ids: [], outcome: 'maybe' }],
+    ['ids as a string', { ids: 'a:b:c' }],
+  ])('when the body has %s, then 400 invalid_request', async (_what, body) => {
+    const res = await svc.api.post('/v1/acks').send(body);
+    expect(res.status).toBe(400);
+    expect(res.body.error.code).toBe('invalid_request');
+  });
+
+  it('when a call carries more than 10,000 IDs, then 413 payload_too_large and nothing is applied', async () => {
+    const { id, groups } = await batchWith(10_001);
+    const res = await ack(itemIds(id, groups));
+    expect(res.status).toBe(413);
+    expect(res.body.error.code).toBe('payload_too_large');
+    expect((await svc.api.get(`/v1/batches/${id}`)).body.succeeded).toBe(0);
+  });
+
+  it('when the body is over the size limit, then 413 payload_too_large', async () => {
+    const res = await svc.api.post('/v1/acks').send({ ids: ['x'.repeat(3 * 1024 * 1024)] });
+    expect(res.status).toBe(413);
+    expect(res.body.error.code).toBe('payload_too_large');
+  });
+
+  it('when an empty list is acked, then an empty result comes back', async () => {
+    const res = await ack([]);
+    expect(res.body).toEqual({ acked: 0, duplicates: 0, rejected: [], completed: [] });
+  });
+});

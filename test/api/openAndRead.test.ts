@@ -1,0 +1,121 @@
+import { backends } from '../helpers/backends';
+import { startService, TestService } from '../helpers/service';
+
+describe.each(backends())('opening and reading batches (%s)', (_name, backend) => {
+  let svc: TestService;
+  beforeAll(async () => {
+    svc = await startService(backend);
+  });
+  afterAll(() => svc.stop());
+
+  it('when a batch is opened, then it is answered 201 with every field of the Batch object', async () => {
+    const res = await svc.api.post('/v1/batches').send({ userKey: 'catalog-42', metadata: { a: 1 }, callbackUrl: 'https://example.test/cb' });
+    expect(res.status).toBe(201);
+    expect(res.body).toEqual({
+      id: expect.stringMatching(/^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/),
+      state: 'open',
+      outcome: null,
+      userKey: 'catalog-42',
+      metadata: { a: 1 },
+      callbackUrl: 'https://example.test/cb',
+      total: 0,
+      succeeded: 0,
+      failed: 0,
+      pending: 0,
+      createdAt: '2026-11-21T12:00:00.000Z',
+      updatedAt: '2026-11-21T12:00:00.000Z',
+      sealedAt: null,
+      completedAt: null,
+    });
+    const again = await svc.api.get(`/v1/batches/${res.body.id}`);
+    expect(again.status).toBe(200);
+    expect(again.body).toEqual(res.body);
+  });
+
+  it('when a batch is opened with no body at all, then it is created with nulls', async () => {
+    const res = await svc.api.post('/v1/batches');
+    expect(res.status).toBe(201);
+    expect(res.body).toMatchObject({ userKey: null, metadata: null, callbackUrl: null });
+  });
+
+  it.each([
+    ['a userKey over 255 characters', { userKey: 'k'.repeat(256) }],
+    ['metadata over 4 KiB', { metadata: { blob: 'x'.repeat(4100) } }],
+    ['metadata that is not an object', { metadata: [1, 2] }],
+    ['a callbackUrl that is not http(s)', { callbackUrl: 'ftp://example.test/x' }],
+    ['a callbackUrl that is not a URL', { callbackUrl: 'not a url' }],
+    ['an unknown field', { usrKey: 'typo' }],
+  ])('when a batch is opened with %s, then 400 invalid_request and nothing is created', async (_what, body) => {
+    const before = await svc.api.get('/v1/batches?limit=500');
+    const res = await svc.api.post('/v1/batches').send(body);
+    expect(res.status).toBe(400);
+    expect(res.body).toEqual({ error: { code: 'invalid_request', message: expect.any(String) } });
+    const after = await svc.api.get('/v1/batches?limit=500');
+    expect(after.body.batches.length).toBe(before.body.batches.length);
+  });
+
+  it('when the body is not JSON, then 400 invalid_request', async () => {
+    const res = await svc.api.post('/v1/batches').set('content-type', 'application/json').send('{not json');
+    expect(res.status).toBe(400);
+    expect(res.body.error.code).toBe('invalid_request');
+  });
+
+  it('when a batch does not exist, then 404 batch_not_found (also for ids that are not UUIDs)', async () => {
+    for (const id of ['0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b', 'nope']) {
+      const res = await svc.api.get(`/v1/batches/${id}`);
+      expect(res.status).toBe(404);
+      expect(res.body.error.code).toBe('batch_not_found');
+    }
+  });
+
+  it('when batches are created in the same millisecond, then the list is newest first, stable and total across pages', async () => {
+    const created: string[] = [];
+    for (let i = 0; i < 23; i++) created.push((await svc.api.post('/v1/batches').send({ userKey: 'paging' })).body.id);
+    const seen: string[] = [];
+    let cursor: string | null = null;
+    do {
+      const res: { status: number; body: { batches: Array<{ id: string }>; nextCursor: string | null } } = await svc.api
+        .get('/v1/batches')
+        .query({ userKey: 'paging', limit: 5, ...(cursor ? { cursor } : {}) });
+      expect(res.status).toBe(200);
+      seen.push(...res.body.batches.map((b) => b.id));
+      cursor = res.body.nextCursor;
+    } while (cursor);
+    expect(seen).toEqual([...created].reverse());
+  });
+
+  it('when the list is filtered by state, then only batches in that state come back', async () => {
+    const open = (await svc.api.post('/v1/batches').send({ userKey: 'filter' })).body.id;
+    const sealed = (await svc.api.post('/v1/batches').send({ userKey: 'filter' })).body.id;
+    await svc.api.post(`/v1/batches/${sealed}/items`).send({ count: 1 });
+    await svc.api.post(`/v1/batches/${sealed}/seal`);
+    const res = await svc.api.get('/v1/batches').query({ userKey: 'filter', state: 'sealed' });
+    expect(res.body.batches.map((b: { id: string }) => b.id)).toEqual([sealed]);
+    const opened = await svc.api.get('/v1/batches').query({ userKey: 'filter', state: 'open' });
+    expect(opened.body.batches.map((b: { id: string }) => b.id)).toEqual([open]);
+    expect(opened.body.nextCursor).toBeNull();
+  });
+
+  it.each([
+    ['limit over 500', { limit: 501 }],
+    ['limit 0', { limit: 0 }],
+    ['an unknown state', { state: 'done' }],
+    ['a cursor it never gave out', { cursor: 'garbage' }],
+    ['an unknown parameter', { colour: 'red' }],
+  ])('when the list is asked with %s, then 400 invalid_request', async (_what, query) => {
+    const res = await svc.api.get('/v1/batches').query(query);
+    expect(res.status).toBe(400);
+    expect(res.body.error.code).toBe('invalid_request');
+  });
+
+  it('when an unknown route is called, then 404 with the error shape', async () => {
+    const res = await svc.api.get('/v1/nothing');
+    expect(res.status).toBe(404);
+    expect(res.body.error.code).toBe('not_found');
+  });
+
+  it('when the service runs, then /healthz and /readyz answer 200', async () => {
+    expect((await svc.api.get('/healthz')).status).toBe(200);
+    expect((await svc.api.get('/readyz')).status).toBe(200);
+  });
+});
