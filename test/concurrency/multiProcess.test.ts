@@ -1,0 +1,102 @@
+import { mysqlBackend, TestDatabase } from '../helpers/backends';
+import { call, runClients, ServiceProcess, spawnService } from '../helpers/processes';
+import { chunks, itemIds, shuffled } from '../helpers/service';
+
+const backend = mysqlBackend();
+const describeOnMysql = backend ? describe : describe.skip;
+
+type AckResult = { acked: number; duplicates: number; rejected: unknown[]; completed: Array<{ id: string; state: string }> };
+
+describeOnMysql('several service processes on one MariaDB database', () => {
+  let database: TestDatabase;
+  let services: ServiceProcess[] = [];
+  jest.setTimeout(300_000);
+
+  beforeAll(async () => {
+    database = await backend!.create();
+    // The first process migrates; the others find the schema current.
+    services.push(await spawnService({ DATABASE_URL: database.config.DATABASE_URL! }));
+    services.push(...(await Promise.all([1, 2].map(() => spawnService({ DATABASE_URL: database.config.DATABASE_URL! })))));
+  });
+
+  afterAll(async () => {
+    await Promise.all(services.map((s) => s.stop()));
+    await database?.drop();
+  });
+
+  const urlFor = (client: number) => services[client % services.length]!.url;
+
+  async function openWith(count: number) {
+    const batch = await call(`${urlFor(0)}/v1/batches`, 'POST', {});
+    const added = await call(`${urlFor(1)}/v1/batches/${batch.body.id}/items`, 'POST', { count });
+    expect(added.status).toBe(201);
+    return { id: batch.body.id as string, ids: itemIds(batch.body.id, added.body.groups) };
+  }
+
+  it('when 32 clients ack 200,000 items through 3 processes with 10% duplicates and the seal races the last acks, then counts are exact and completion is reported once', async () => {
+    const { id, ids } = await openWith(200_000);
+    const sent = shuffled([...ids, ...shuffled(ids, 3).slice(0, 20_000)], 11);
+    const work = chunks(sent, 500);
+    const sealAt = work.length - 40; // the seal goes out while the last 40 chunks are still in flight
+    let done = 0;
+    let acked = 0;
+    let duplicates = 0;
+    const completions: string[] = [];
+    let sealResponse: { status: number; body: any } | null = null;
+    let sealing: Promise<void> | null = null;
+
+    await runClients(work, 32, async (chunk, client) => {
+      const res = await call(`${urlFor(client)}/v1/acks`, 'POST', { ids: chunk });
+      expect(res.status).toBe(200);
+      const body = res.body as AckResult;
+      expect(body.acked + body.duplicates + body.rejected.length).toBe(chunk.length);
+      acked += body.acked;
+      duplicates += body.duplicates;
+      completions.push(...body.completed.map((b) => `ack:${b.id}`));
+      if (++done === sealAt) {
+        sealing = call(`${urlFor(client + 1)}/v1/batches/${id}/seal`, 'POST', { expectedItems: 200_000 }).then((r) => {
+          sealResponse = r;
+        });
+      }
+    });
+    await sealing;
+    expect(sealResponse!.status).toBe(200);
+    if (sealResponse!.body.state === 'complete') completions.push(`seal:${id}`);
+
+    expect(acked).toBe(200_000);
+    expect(duplicates).toBe(20_000);
+    expect(completions).toHaveLength(1);
+    const final = await call(`${urlFor(2)}/v1/batches/${id}`, 'GET');
+    expect(final.body).toMatchObject({ state: 'complete', outcome: 'succeeded', total: 200_000, succeeded: 200_000, failed: 0, pending: 0 });
+  });
+
+  it('when the seal races the final acks and their duplicates 60 times over, then every batch completes exactly once', async () => {
+    const rounds = 60;
+    const tally: Array<{ seal: boolean; acks: number }> = [];
+    for (let round = 0; round < rounds; round++) {
+      const { id, ids } = await openWith(40);
+      // Everything but the last three items is acked first; the rest race the seal.
+      await call(`${urlFor(round)}/v1/acks`, 'POST', { ids: ids.slice(0, 37) });
+      const last = ids.slice(37);
+      const outcome = round % 3 === 0 ? 'failed' : 'succeeded';
+      const racers: Array<Promise<{ status: number; body: any }>> = [
+        call(`${urlFor(round)}/v1/batches/${id}/seal`, 'POST', {}),
+        ...last.map((itemId, i) => call(`${urlFor(round + i + 1)}/v1/acks`, 'POST', { ids: [itemId], outcome })),
+        call(`${urlFor(round + 2)}/v1/acks`, 'POST', { ids: last, outcome }),
+        call(`${urlFor(round + 1)}/v1/acks`, 'POST', { ids: [...last].reverse(), outcome }),
+      ];
+      const [seal, ...acks] = await Promise.all(racers);
+      expect(seal!.status).toBe(200);
+      const ackCompletions = acks.reduce((n, r) => n + (r.body as AckResult).completed.length, 0);
+      const ackedTotal = acks.reduce((n, r) => n + (r.body as AckResult).acked, 0);
+      expect(ackedTotal).toBe(3);
+      tally.push({ seal: seal!.body.state === 'complete', acks: ackCompletions });
+      const final = await call(`${urlFor(round)}/v1/batches/${id}`, 'GET');
+      expect(final.body).toMatchObject({ state: 'complete', pending: 0, outcome: outcome === 'failed' ? 'failed' : 'succeeded' });
+    }
+    for (const round of tally) expect(Number(round.seal) + round.acks).toBe(1);
+    // Both orders happened: sometimes the seal finished the batch, sometimes an ack did.
+    expect(tally.some((r) => r.seal)).toBe(true);
+    expect(tally.some((r) => r.acks === 1)).toBe(true);
+  });
+});
