@@ -1,3 +1,5 @@
+import { types } from 'node:util';
+
 /**
  * Typed errors with a stable `code`. The HTTP layer maps them to status codes in one place
  * (src/http/errorHandler.ts); nothing else decides a status.
@@ -64,8 +66,11 @@ export class UnavailableError extends RollcallError {
   readonly status = 503;
 }
 
-/** Turns whatever a `catch` caught into an Error, keeping the original as `cause`. */
+/**
+ * Turns whatever a `catch` caught into an Error, keeping the original as `cause`. Errors made in
+ * another realm (a vm context, a worker) fail `instanceof Error`, hence the native-error check.
+ */
 export function toError(caught: unknown): Error {
-  if (caught instanceof Error) return caught;
+  if (caught instanceof Error || types.isNativeError(caught)) return caught as Error;
   return new Error(typeof caught === 'string' ? caught : 'non-error thrown', { cause: caught });
 }

@@ -1,0 +1,59 @@
+import { mysqlBackend, TestDatabase } from '../helpers/backends';
+import { TcpProxy } from '../helpers/tcpProxy';
+import request from 'supertest';
+import { loadConfig } from '../../src/config';
+import { createRollcall, Rollcall } from '../../src/rollcall';
+
+const backend = mysqlBackend();
+const describeOnMysql = backend ? describe : describe.skip;
+
+describeOnMysql('when the database goes away (mysql)', () => {
+  let database: TestDatabase;
+  let proxy: TcpProxy;
+  let rollcall: Rollcall;
+
+  beforeAll(async () => {
+    database = await backend!.create();
+    const url = new URL(database.config.DATABASE_URL!);
+    proxy = new TcpProxy(url.hostname, Number(url.port || 3306));
+    await proxy.open();
+    url.host = `127.0.0.1:${proxy.port}`;
+    rollcall = await createRollcall(loadConfig({ LOG_LEVEL: 'silent', DATABASE_URL: url.toString(), TX_RETRIES: '1' }));
+  });
+  afterAll(async () => {
+    await proxy.cut();
+    await rollcall.close();
+    await database.drop();
+  });
+
+  it('then requests get 503 unavailable, readiness fails, and service resumes when it is back', async () => {
+    const api = request(rollcall.app);
+    const batch = (await api.post('/v1/batches').send({})).body;
+    const added = (await api.post(`/v1/batches/${batch.id}/items`).send({ count: 10 })).body;
+    const id0 = `${batch.id}:${added.groups[0].id}:0`;
+
+    await proxy.cut();
+    for (const res of [
+      await api.get(`/v1/batches/${batch.id}`),
+      await api.post('/v1/batches').send({}),
+      await api.post(`/v1/batches/${batch.id}/items`).send({ count: 1 }),
+      await api.post('/v1/acks').send({ ids: [id0] }),
+      await api.post(`/v1/batches/${batch.id}/seal`),
+      await api.get('/v1/batches'),
+    ]) {
+      expect(res.status).toBe(503);
+      expect(res.body.error.code).toBe('unavailable');
+    }
+    expect((await api.get('/readyz')).status).toBe(503);
+    expect((await api.get('/healthz')).status).toBe(200);
+
+    await proxy.open();
+    const deadline = Date.now() + 5000;
+    let res = await api.post('/v1/acks').send({ ids: [id0] });
+    while (res.status !== 200 && Date.now() < deadline) res = await api.post('/v1/acks').send({ ids: [id0] });
+    expect(res.status).toBe(200);
+    // The ack sent while the database was away was not applied: it is acked now, once.
+    expect(res.body.acked).toBe(1);
+    expect((await api.get(`/v1/batches/${batch.id}`)).body).toMatchObject({ succeeded: 1, total: 10 });
+  });
+});

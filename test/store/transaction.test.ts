@@ -1,0 +1,65 @@
+import { Knex } from 'knex';
+import { Db, openDb } from '../../src/store/db';
+import { inTransaction } from '../../src/store/transaction';
+import { mysqlBackend, TestDatabase } from '../helpers/backends';
+
+const backend = mysqlBackend();
+const describeOnMysql = backend ? describe : describe.skip;
+
+/** Two transactions that lock rows a and b in opposite orders: MariaDB aborts one as a deadlock. */
+function crossLock(db: Db, retries: number, retried: string[]) {
+  let arrived = 0;
+  let release!: () => void;
+  const bothHoldFirstLock = new Promise<void>((resolve) => (release = resolve));
+  const run = (first: string, second: string) => {
+    let attempt = 0;
+    return inTransaction(db, { retries, onRetry: (err) => retried.push((err as Error & { code: string }).code) }, async (trx: Knex.Transaction) => {
+      attempt += 1;
+      await trx('scratch').where({ id: first }).forUpdate();
+      if (attempt === 1) {
+        if (++arrived === 2) release();
+        await bothHoldFirstLock;
+      }
+      await trx('scratch').where({ id: second }).increment('n', 1);
+    });
+  };
+  return [run('a', 'b'), run('b', 'a')];
+}
+
+describeOnMysql('transactions aborted by the database (mysql)', () => {
+  let database: TestDatabase;
+  let db: Db;
+  beforeAll(async () => {
+    database = await backend!.create();
+    db = openDb(database.config);
+    await db.schema.createTable('scratch', (t) => {
+      t.string('id').primary();
+      t.integer('n').notNullable();
+    });
+  });
+  beforeEach(async () => {
+    await db('scratch').delete();
+    await db('scratch').insert([{ id: 'a', n: 0 }, { id: 'b', n: 0 }]);
+  });
+  afterAll(async () => {
+    await db.destroy();
+    await database.drop();
+  });
+
+  it('when two transactions deadlock, then the loser is retried and both commit exactly once', async () => {
+    const retried: string[] = [];
+    await Promise.all(crossLock(db, 3, retried));
+    expect(retried).toEqual(['ER_LOCK_DEADLOCK']);
+    expect(await db('scratch').orderBy('id')).toEqual([{ id: 'a', n: 1 }, { id: 'b', n: 1 }]);
+  });
+
+  it('when retries are used up, then the deadlock error reaches the caller and its work is rolled back', async () => {
+    const retried: string[] = [];
+    const results = await Promise.allSettled(crossLock(db, 0, retried));
+    const failed = results.filter((r) => r.status === 'rejected');
+    expect(failed).toHaveLength(1);
+    expect((failed[0] as PromiseRejectedResult).reason.code).toBe('ER_LOCK_DEADLOCK');
+    const total = (await db('scratch')).reduce((sum: number, row: { n: number }) => sum + row.n, 0);
+    expect(total).toBe(1);
+  });
+});
