@@ -2,6 +2,8 @@ import { Knex } from 'knex';
 import * as m0001 from './0001_create_batches';
 import * as m0002 from './0002_create_item_groups';
 import * as m0003 from './0003_create_add_requests';
+import * as m0004 from './0004_create_outbox';
+import * as m0005 from './0005_index_batches_for_sweep';
 
 export interface Migration {
   up(knex: Knex): Promise<void>;
@@ -16,4 +18,6 @@ export const migrations: ReadonlyArray<readonly [name: string, migration: Migrat
   ['0001_create_batches', m0001],
   ['0002_create_item_groups', m0002],
   ['0003_create_add_requests', m0003],
+  ['0004_create_outbox', m0004],
+  ['0005_index_batches_for_sweep', m0005],
 ];

@@ -2,6 +2,28 @@ import { z } from 'zod';
 
 const int = (min: number, max: number) => z.coerce.number().int().min(min).max(max);
 
+const UNIT_MS: Record<string, number> = { ms: 1, s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 };
+
+/** A duration such as `500ms`, `60s`, `15m`, `12h`, `7d` (a bare number is seconds), in milliseconds. */
+export function parseDuration(text: string): number | null {
+  const match = /^(\d+(?:\.\d+)?)(ms|s|m|h|d)?$/.exec(text.trim());
+  if (!match) return null;
+  return Math.round(Number(match[1]) * (UNIT_MS[match[2] ?? 's'] ?? 1000));
+}
+
+const duration = (fallback: string, minMs = 0) =>
+  z
+    .string()
+    .default(fallback)
+    .transform((text, ctx) => {
+      const ms = parseDuration(text);
+      if (ms === null || ms < minMs) {
+        ctx.addIssue({ code: 'custom', message: `must be a duration such as 500ms, 60s, 15m, 12h or 7d (at least ${minMs} ms)` });
+        return z.NEVER;
+      }
+      return ms;
+    });
+
 /** Every setting of the service, from the environment, validated once at boot. */
 export const configSchema = z.object({
   PORT: int(0, 65535).default(8080),
@@ -18,6 +40,18 @@ export const configSchema = z.object({
   ACK_GROUP_COMMIT: z.enum(['on', 'off']).default('on'),
   ACK_GROUP_COMMIT_WINDOW_MS: int(0, 50).default(2),
   ACK_GROUP_COMMIT_MAX_IDS: int(1, 1_000_000).default(20_000),
+  OPEN_BATCH_TTL: duration('7d', 1000),
+  COMPLETED_RETENTION: duration('7d', 0),
+  SWEEP_INTERVAL: duration('60s', 0),
+  SWEEP_CHUNK: int(1, 100_000).default(1000),
+  CALLBACK_SECRET: z.string().min(16, 'must be at least 16 characters').optional(),
+  CALLBACK_TIMEOUT: duration('10s', 100),
+  CALLBACK_BACKOFF_BASE: duration('1s', 1),
+  CALLBACK_BACKOFF_CAP: duration('10m', 1),
+  CALLBACK_MAX_AGE: duration('3d', 1000),
+  CALLBACK_CONCURRENCY: int(1, 256).default(8),
+  CALLBACK_POLL_INTERVAL: duration('1s', 10),
+  WAIT_POLL_INTERVAL: duration('250ms', 10),
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
   SHUTDOWN_TIMEOUT_MS: int(0, 600_000).default(10_000),
 });
