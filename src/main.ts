@@ -8,6 +8,7 @@ import { createRollcall } from './rollcall';
 async function main(): Promise<void> {
   const config = loadConfig();
   const rollcall = await createRollcall(config);
+  rollcall.startBackground();
   const { log } = rollcall;
   const server: Server = rollcall.app.listen(config.PORT, config.HOST);
   await once(server, 'listening');
@@ -29,6 +30,7 @@ async function main(): Promise<void> {
     timer.unref();
     server.close();
     server.closeIdleConnections();
+    rollcall.watcher.release();
     await once(server, 'close').catch(() => undefined);
     await rollcall.close();
     log.info('stopped');

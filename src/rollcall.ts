@@ -4,16 +4,28 @@ import { Config } from './config';
 import { createApp } from './http/app';
 import { AckCommitter } from './service/ackCommitter';
 import { ackItems } from './service/ackItems';
+import { CallbackDispatcher } from './service/callbackDispatcher';
+import { CompletionWatcher } from './service/completionWatcher';
 import { ServiceDeps } from './service/deps';
+import { PeriodicTask } from './service/periodic';
+import { sweepOnce, SweepResult } from './service/sweep';
 import { Db, openDb } from './store/db';
 import { migrateLatest } from './store/migrations';
+import { AckCall } from './domain/ackPlan';
 
-/** The service wired together: database, use cases, HTTP app; `close` stops it in order. */
+/** The service wired together: database, use cases, HTTP app, background loops. */
 export interface Rollcall {
   app: Express;
   deps: ServiceDeps;
   db: Db;
   log: Logger;
+  dispatcher: CallbackDispatcher;
+  watcher: CompletionWatcher;
+  /** One sweep now (what the sweeper loop and POST /v1/admin/sweep run). */
+  sweep(): Promise<SweepResult>;
+  /** Starts the sweeper and callback loops (main.ts does; tests drive them by hand). */
+  startBackground(): void;
+  /** Stops loops, answers queued acks, closes the pool. */
   close(): Promise<void>;
 }
 
@@ -21,6 +33,8 @@ export interface RollcallOptions {
   /** Clock for every use case; tests pass their own instead of sleeping. */
   now?: () => number;
   log?: Logger;
+  /** How callbacks are sent (tests may wrap fetch to count attempts). */
+  send?: typeof fetch;
 }
 
 /** Opens the database, applies migrations and builds the app. Does not listen. */
@@ -41,20 +55,61 @@ export async function createRollcall(config: Config, options: RollcallOptions = 
     groupSize: config.GROUP_SIZE,
     tx: { retries: config.TX_RETRIES, onRetry: (err, attempt) => log.debug({ err, attempt }, 'transaction retried') },
   };
+
+  const watcher = new CompletionWatcher(deps, config.WAIT_POLL_INTERVAL);
+  const dispatcher = new CallbackDispatcher(
+    deps,
+    {
+      secret: config.CALLBACK_SECRET,
+      timeoutMs: config.CALLBACK_TIMEOUT,
+      backoff: { baseMs: config.CALLBACK_BACKOFF_BASE, capMs: config.CALLBACK_BACKOFF_CAP },
+      maxAgeMs: config.CALLBACK_MAX_AGE,
+      concurrency: config.CALLBACK_CONCURRENCY,
+    },
+    options.send,
+  );
+  const delivering = new PeriodicTask('callbacks', config.CALLBACK_POLL_INTERVAL, () => dispatcher.deliverDue(), log);
+  deps.onCompleted = (batches) => {
+    watcher.notify(batches);
+    if (batches.some((b) => b.callbackUrl)) delivering.wake();
+  };
+
+  const sweep = () =>
+    sweepOnce(deps, { openBatchTtlMs: config.OPEN_BATCH_TTL, completedRetentionMs: config.COMPLETED_RETENTION, chunk: config.SWEEP_CHUNK });
+  const sweeping = new PeriodicTask(
+    'sweeper',
+    config.SWEEP_INTERVAL,
+    async () => {
+      const removed = await sweep();
+      if (removed.batchesRemoved > 0) log.info(removed, 'swept batches');
+    },
+    log,
+  );
+
   const committer =
     config.ACK_GROUP_COMMIT === 'on'
       ? new AckCommitter(deps, { windowMs: config.ACK_GROUP_COMMIT_WINDOW_MS, maxIds: config.ACK_GROUP_COMMIT_MAX_IDS })
       : null;
   const submitAck = committer
-    ? committer.submit.bind(committer)
-    : async (call: Parameters<AckCommitter['submit']>[0]) => (await ackItems(deps, [call]))[0]!;
-  const app = createApp({ service: deps, submitAck, bodyLimit: config.BODY_LIMIT, log });
+    ? (call: AckCall) => committer.submit(call)
+    : async (call: AckCall) => (await ackItems(deps, [call]))[0]!;
+
+  const app = createApp({ service: deps, submitAck, bodyLimit: config.BODY_LIMIT, log, watcher, sweepNow: sweep });
   return {
     app,
     deps,
     db,
     log,
+    dispatcher,
+    watcher,
+    sweep,
+    startBackground() {
+      delivering.start();
+      if (config.SWEEP_INTERVAL > 0) sweeping.start();
+    },
     async close() {
+      watcher.close();
+      await Promise.all([delivering.stop(), sweeping.stop()]);
       await committer?.drain();
       await db.destroy();
     },

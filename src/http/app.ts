@@ -8,8 +8,9 @@ import { errorHandler } from './errorHandler';
 import { ackRoutes, SubmitAck } from './routes/acks';
 import { batchRoutes } from './routes/batches';
 import { healthRoutes } from './routes/health';
+import { lifecycleRoutes, LifecycleDeps } from './routes/lifecycle';
 
-export interface AppDeps {
+export interface AppDeps extends LifecycleDeps {
   service: ServiceDeps;
   submitAck: SubmitAck;
   bodyLimit: string;
@@ -39,6 +40,7 @@ export function createApp(deps: AppDeps): Express {
   app.use(express.json({ limit: deps.bodyLimit }));
   app.use(batchRoutes(deps.service));
   app.use(ackRoutes(deps.submitAck));
+  app.use(lifecycleRoutes(deps));
   app.use((req, _res, next) => next(new RouteNotFoundError(`no route for ${req.method} ${req.path}`)));
   app.use(errorHandler);
   return app;

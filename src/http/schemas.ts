@@ -45,3 +45,7 @@ export const listQuery = z.strictObject({
 
 export type CreateBatchBody = z.infer<typeof createBatchBody>;
 export type AckBody = z.infer<typeof ackBody>;
+
+export const waitQuery = z.strictObject({
+  timeout: z.coerce.number().min(0).max(60).default(30),
+});

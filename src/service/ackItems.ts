@@ -4,6 +4,7 @@ import { BatchRecord, BatchView, toBatchView } from '../domain/batch';
 import { lockBatches, updateBatch } from '../store/batches';
 import { lockGroups, readGroups, writeGroups } from '../store/groups';
 import { inTransaction } from '../store/transaction';
+import { announceCompletions, recordCompletions } from './completion';
 import { ServiceDeps } from './deps';
 
 /** The Ack result of the HTTP contract. */
@@ -55,8 +56,10 @@ export async function ackItems(deps: ServiceDeps, calls: AckCall[]): Promise<Ack
     await writeGroups(trx, plan.groupWrites);
     for (const batch of plan.batchWrites) await updateBatch(trx, batch);
     const written = new Map<string, BatchRecord>(plan.batchWrites.map((b) => [b.id, b]));
+    await recordCompletions(trx, deps, plan.batchWrites.filter((b) => b.state === 'complete'));
     return { results: plan.results, completed: written };
   });
+  announceCompletions(deps, [...completed.values()].filter((b) => b.state === 'complete'));
   return results.map((result) => ({
     acked: result.acked,
     duplicates: result.duplicates,

@@ -1,16 +1,12 @@
-import { deleteAddRequestsOfBatch } from '../store/addRequests';
-import { deleteBatchRow } from '../store/batches';
-import { deleteGroupsOfBatch } from '../store/groups';
+import { deleteBatchesWithGroups } from '../store/removeBatches';
 import { inTransaction } from '../store/transaction';
 import { ServiceDeps } from './deps';
 import { lockExistingBatch } from './lockedBatch';
 
-/** Deletes a batch with its groups and idempotency records, batch row locked first (the lock order). */
+/** Deletes a batch with its groups, idempotency records and callbacks, batch row locked first. */
 export async function deleteBatch(deps: ServiceDeps, batchId: string): Promise<void> {
   await inTransaction(deps.db, deps.tx, async (trx) => {
     const batch = await lockExistingBatch(trx, batchId);
-    await deleteGroupsOfBatch(trx, batch.id);
-    await deleteAddRequestsOfBatch(trx, batch.id);
-    await deleteBatchRow(trx, batch.id);
+    await deleteBatchesWithGroups(trx, [batch.id]);
   });
 }

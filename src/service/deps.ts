@@ -1,4 +1,5 @@
 import type { Logger } from 'pino';
+import type { BatchRecord } from '../domain/batch';
 import type { Db } from '../store/db';
 import type { TransactionOptions } from '../store/transaction';
 
@@ -9,4 +10,6 @@ export interface ServiceDeps {
   groupSize: number;
   tx: TransactionOptions;
   log: Logger;
+  /** Called after a transaction that completed batches has committed. */
+  onCompleted?: (batches: BatchRecord[]) => void;
 }

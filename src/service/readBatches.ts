@@ -1,4 +1,4 @@
-import { BatchState, BatchView, toBatchView } from '../domain/batch';
+import { BatchRecord, BatchState, BatchView, toBatchView } from '../domain/batch';
 import { BatchNotFoundError, InvalidRequestError, toError } from '../domain/errors';
 import { isUuid } from '../domain/itemId';
 import { findBatch, listBatches as listBatchRows } from '../store/batches';
@@ -6,7 +6,7 @@ import { asUnavailable } from '../store/transaction';
 import { ServiceDeps } from './deps';
 
 /** Runs a read, turning "database not answering" into UnavailableError. */
-async function reading<T>(read: () => Promise<T>): Promise<T> {
+export async function reading<T>(read: () => Promise<T>): Promise<T> {
   try {
     return await read();
   } catch (caught) {
@@ -14,11 +14,16 @@ async function reading<T>(read: () => Promise<T>): Promise<T> {
   }
 }
 
-/** One batch by id: a primary-key read, O(1) whatever the batch's size. */
-export async function getBatch(deps: ServiceDeps, batchId: string): Promise<BatchView> {
+/** The batch record, or batch_not_found (also for ids that are not UUIDs). */
+export async function findExistingBatch(deps: ServiceDeps, batchId: string): Promise<BatchRecord> {
   const batch = isUuid(batchId) ? await reading(() => findBatch(deps.db, batchId.toLowerCase())) : null;
   if (!batch) throw new BatchNotFoundError(batchId);
-  return toBatchView(batch);
+  return batch;
+}
+
+/** One batch by id: a primary-key read, O(1) whatever the batch's size. */
+export async function getBatch(deps: ServiceDeps, batchId: string): Promise<BatchView> {
+  return toBatchView(await findExistingBatch(deps, batchId));
 }
 
 export interface ListInput {

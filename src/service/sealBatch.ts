@@ -2,6 +2,7 @@ import { BatchView, sealed, toBatchView } from '../domain/batch';
 import { ExpectedItemsMismatchError } from '../domain/errors';
 import { updateBatch } from '../store/batches';
 import { inTransaction } from '../store/transaction';
+import { announceCompletions, recordCompletions } from './completion';
 import { ServiceDeps } from './deps';
 import { lockExistingBatch } from './lockedBatch';
 
@@ -17,12 +18,16 @@ export interface SealResult {
  * sees the other's write. Sealing again is a no-op that returns the current state.
  */
 export async function sealBatch(deps: ServiceDeps, batchId: string, expectedItems?: number): Promise<SealResult> {
-  return inTransaction(deps.db, deps.tx, async (trx) => {
+  const { next, completedNow } = await inTransaction(deps.db, deps.tx, async (trx) => {
     const batch = await lockExistingBatch(trx, batchId);
-    if (batch.state !== 'open') return { batch: toBatchView(batch), completedNow: false };
+    if (batch.state !== 'open') return { next: batch, completedNow: false };
     if (expectedItems !== undefined && expectedItems !== batch.total) throw new ExpectedItemsMismatchError(expectedItems, batch.total);
-    const next = sealed(batch, deps.now());
-    await updateBatch(trx, next);
-    return { batch: toBatchView(next), completedNow: next.state === 'complete' };
+    const sealedBatch = sealed(batch, deps.now());
+    await updateBatch(trx, sealedBatch);
+    const complete = sealedBatch.state === 'complete';
+    if (complete) await recordCompletions(trx, deps, [sealedBatch]);
+    return { next: sealedBatch, completedNow: complete };
   });
+  if (completedNow) announceCompletions(deps, [next]);
+  return { batch: toBatchView(next), completedNow };
 }

@@ -29,7 +29,3 @@ export async function insertAddRequest(trx: Knex.Transaction, key: string, count
     created_at: now,
   });
 }
-
-export async function deleteAddRequestsOfBatch(trx: Knex.Transaction, batchId: string): Promise<void> {
-  await trx('add_requests').where('batch_id', batchId).delete();
-}

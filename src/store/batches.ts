@@ -97,9 +97,10 @@ export async function updateBatch(trx: Knex.Transaction, batch: BatchRecord): Pr
   await trx('batches').where({ id }).update(changes);
 }
 
-/** Deletes a batch row. Its groups and add records go first (see service/deleteBatch). */
-export async function deleteBatchRow(trx: Knex.Transaction, id: string): Promise<void> {
-  await trx('batches').where({ id }).delete();
+/** The batches among `ids` that are complete (one query for every waiter of a process). */
+export async function findCompleteBatches(q: Queryable, ids: string[]): Promise<BatchRecord[]> {
+  if (ids.length === 0) return [];
+  return ((await q('batches').whereIn('id', ids).where('state', 'complete')) as BatchRow[]).map(fromRow);
 }
 
 export interface BatchFilter {

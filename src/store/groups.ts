@@ -64,8 +64,3 @@ export async function writeGroups(trx: Knex.Transaction, groups: GroupRecord[]):
       .merge(['pending', 'succeeded_bits', 'failed_bits']);
   }
 }
-
-/** Deletes every group of a batch; returns how many. */
-export async function deleteGroupsOfBatch(trx: Knex.Transaction, batchId: string): Promise<number> {
-  return trx('item_groups').where('batch_id', batchId).delete();
-}

@@ -52,3 +52,9 @@ export function chunks<T>(items: T[], size: number): T[][] {
   for (let i = 0; i < items.length; i += size) out.push(items.slice(i, i + size));
   return out;
 }
+
+/** A second app on the same database and clock: another replica, in-process. */
+export async function startReplica(svc: TestService): Promise<{ api: ReturnType<typeof request>; rollcall: Rollcall }> {
+  const rollcall = await createRollcall(svc.database.config, { now: () => svc.clock.now });
+  return { api: request(rollcall.app), rollcall };
+}

@@ -1,0 +1,37 @@
+import { Router } from 'express';
+import { CompletionWatcher } from '../../service/completionWatcher';
+import { ServiceDeps } from '../../service/deps';
+import { listEvents } from '../../service/listEvents';
+import { SweepResult } from '../../service/sweep';
+import { waitQuery } from '../schemas';
+import { parse } from '../validate';
+
+export interface LifecycleDeps {
+  service: ServiceDeps;
+  watcher: CompletionWatcher;
+  sweepNow: () => Promise<SweepResult>;
+}
+
+/** Waiting for completion, a batch's callback events, and the admin sweep. */
+export function lifecycleRoutes(deps: LifecycleDeps): Router {
+  const router = Router();
+
+  router.get('/v1/batches/:batchId/wait', async (req, res) => {
+    const { timeout } = parse(waitQuery, req.query, 'query');
+    const abandoned = new AbortController();
+    res.on('close', () => {
+      if (!res.writableFinished) abandoned.abort();
+    });
+    res.json(await deps.watcher.wait(req.params.batchId, Math.round(timeout * 1000), abandoned.signal));
+  });
+
+  router.get('/v1/batches/:batchId/events', async (req, res) => {
+    res.json({ events: await listEvents(deps.service, req.params.batchId) });
+  });
+
+  router.post('/v1/admin/sweep', async (_req, res) => {
+    res.json(await deps.sweepNow());
+  });
+
+  return router;
+}

@@ -1,0 +1,94 @@
+import { BatchRecord, BatchView, toBatchView } from '../domain/batch';
+import { findCompleteBatches } from '../store/batches';
+import { ServiceDeps } from './deps';
+import { getBatch } from './readBatches';
+
+type Wake = (batch: BatchRecord | null) => void;
+
+/**
+ * Long-poll for completion. Waiters of this process are woken at once by completions made here,
+ * and by ONE shared query every `pollIntervalMs` that asks which of all waited-for batches are
+ * complete (for completions made by other replicas): hundreds of waiters cost one query per tick.
+ */
+export class CompletionWatcher {
+  private readonly waiters = new Map<string, Set<Wake>>();
+  private timer: NodeJS.Timeout | null = null;
+
+  constructor(
+    private readonly deps: ServiceDeps,
+    private readonly pollIntervalMs: number,
+  ) {}
+
+  get waiting(): number {
+    let n = 0;
+    for (const set of this.waiters.values()) n += set.size;
+    return n;
+  }
+
+  /** Completions committed in this process. */
+  notify(batches: BatchRecord[]): void {
+    for (const batch of batches) {
+      const set = this.waiters.get(batch.id);
+      if (!set) continue;
+      this.waiters.delete(batch.id);
+      for (const wake of set) wake(batch);
+    }
+    this.stopPollingIfIdle();
+  }
+
+  /** Answers as soon as the batch is complete, or after `timeoutMs` with its state then. */
+  async wait(batchId: string, timeoutMs: number, abandoned: AbortSignal): Promise<BatchView> {
+    const now = await getBatch(this.deps, batchId);
+    if (now.state === 'complete' || timeoutMs === 0) return now;
+    const completed = await new Promise<BatchRecord | null>((resolve) => {
+      const set = this.waiters.get(now.id) ?? new Set<Wake>();
+      this.waiters.set(now.id, set);
+      const done = (batch: BatchRecord | null) => {
+        clearTimeout(timer);
+        abandoned.removeEventListener('abort', onAbort);
+        set.delete(wake);
+        if (set.size === 0 && this.waiters.get(now.id) === set) this.waiters.delete(now.id);
+        this.stopPollingIfIdle();
+        resolve(batch);
+      };
+      const wake: Wake = (batch) => done(batch);
+      const onAbort = () => done(null);
+      const timer = setTimeout(() => done(null), timeoutMs);
+      abandoned.addEventListener('abort', onAbort);
+      set.add(wake);
+      this.startPolling();
+    });
+    return completed ? toBatchView(completed) : getBatch(this.deps, now.id);
+  }
+
+  /** Answers every waiter now with the batch's current state (on shutdown). */
+  release(): void {
+    for (const set of [...this.waiters.values()]) for (const wake of [...set]) wake(null);
+  }
+
+  close(): void {
+    if (this.timer) clearInterval(this.timer);
+    this.timer = null;
+  }
+
+  private startPolling(): void {
+    if (this.timer) return;
+    this.timer = setInterval(() => void this.poll(), this.pollIntervalMs);
+    this.timer.unref();
+  }
+
+  private stopPollingIfIdle(): void {
+    if (this.waiters.size === 0) this.close();
+  }
+
+  private async poll(): Promise<void> {
+    const ids = [...this.waiters.keys()];
+    for (let i = 0; i < ids.length; i += 1000) {
+      try {
+        this.notify(await findCompleteBatches(this.deps.db, ids.slice(i, i + 1000)));
+      } catch {
+        return; // the database is away; waiters time out and read the state themselves
+      }
+    }
+  }
+}

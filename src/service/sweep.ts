@@ -1,0 +1,36 @@
+import { deleteBatchesWithGroups, lockDueBatches } from '../store/removeBatches';
+import { inTransaction } from '../store/transaction';
+import { ServiceDeps } from './deps';
+
+export interface SweepOptions {
+  /** Batches not complete with no add, seal or ack for this long are removed. */
+  openBatchTtlMs: number;
+  /** Complete batches are kept (readable) this long after completing. */
+  completedRetentionMs: number;
+  /** Batches removed per transaction, so acks are never blocked for long. */
+  chunk: number;
+}
+
+export interface SweepResult {
+  batchesRemoved: number;
+  groupsRemoved: number;
+}
+
+/**
+ * Removes every batch due now, in chunks of `chunk` batches, each chunk its own short transaction.
+ * Replicas sweeping at once skip each other's rows (SKIP LOCKED), so no work is done twice.
+ */
+export async function sweepOnce(deps: ServiceDeps, options: SweepOptions): Promise<SweepResult> {
+  const total: SweepResult = { batchesRemoved: 0, groupsRemoved: 0 };
+  for (;;) {
+    const now = deps.now();
+    const cutoffs = { idleBefore: now - options.openBatchTtlMs, completedBefore: now - options.completedRetentionMs };
+    const chunk = await inTransaction(deps.db, deps.tx, async (trx) => {
+      const ids = await lockDueBatches(trx, cutoffs, options.chunk);
+      return { batches: ids.length, groups: await deleteBatchesWithGroups(trx, ids) };
+    });
+    total.batchesRemoved += chunk.batches;
+    total.groupsRemoved += chunk.groups;
+    if (chunk.batches < options.chunk) return total;
+  }
+}

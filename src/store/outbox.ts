@@ -1,0 +1,117 @@
+import { Knex } from 'knex';
+import { Db, dialectOf, Queryable } from './db';
+
+export type EventStatus = 'pending' | 'delivered' | 'dead';
+
+export interface OutboxEvent {
+  id: string;
+  batchId: string;
+  event: string;
+  url: string;
+  payload: string;
+  status: EventStatus;
+  attempts: number;
+  nextAttemptAt: number;
+  lastAttemptAt: number | null;
+  lastError: string | null;
+  deliveredAt: number | null;
+  createdAt: number;
+}
+
+interface OutboxRow {
+  id: string;
+  batch_id: string;
+  event: string;
+  url: string;
+  payload: string;
+  status: string;
+  attempts: number;
+  next_attempt_at: number | string;
+  claim: string | null;
+  last_attempt_at: number | string | null;
+  last_error: string | null;
+  delivered_at: number | string | null;
+  created_at: number | string;
+}
+
+const orNull = (v: number | string | null) => (v === null ? null : Number(v));
+
+const fromRow = (row: OutboxRow): OutboxEvent => ({
+  id: row.id,
+  batchId: row.batch_id,
+  event: row.event,
+  url: row.url,
+  payload: row.payload,
+  status: row.status as EventStatus,
+  attempts: Number(row.attempts),
+  nextAttemptAt: Number(row.next_attempt_at),
+  lastAttemptAt: orNull(row.last_attempt_at),
+  lastError: row.last_error,
+  deliveredAt: orNull(row.delivered_at),
+  createdAt: Number(row.created_at),
+});
+
+/** Writes a new pending event; called in the transaction that completes the batch. */
+export async function insertEvent(trx: Knex.Transaction, event: Pick<OutboxEvent, 'id' | 'batchId' | 'event' | 'url' | 'payload' | 'createdAt'>): Promise<void> {
+  await trx('outbox').insert({
+    id: event.id,
+    batch_id: event.batchId,
+    event: event.event,
+    url: event.url,
+    payload: event.payload,
+    status: 'pending',
+    attempts: 0,
+    next_attempt_at: event.createdAt,
+    created_at: event.createdAt,
+  });
+}
+
+/**
+ * Claims up to `limit` due pending events for `leaseMs`: marks them with `claim` and pushes their
+ * next attempt past the lease, so no other replica picks them while this one delivers. A replica
+ * that dies mid-delivery leaves the event due again when the lease ends. On MySQL rows that another
+ * replica is claiming right now are skipped (SKIP LOCKED); SQLite has one writer.
+ */
+export async function claimDueEvents(trx: Knex.Transaction, claim: string, now: number, leaseMs: number, limit: number): Promise<OutboxEvent[]> {
+  {
+    let query = trx('outbox').select('id').where('status', 'pending').where('next_attempt_at', '<=', now).orderBy('next_attempt_at').limit(limit);
+    if (dialectOf(trx) === 'mysql') query = query.forUpdate().skipLocked();
+    const ids = ((await query) as Array<{ id: string }>).map((r) => r.id);
+    if (ids.length === 0) return [];
+    await trx('outbox')
+      .whereIn('id', ids)
+      .where('status', 'pending')
+      .update({ claim, next_attempt_at: now + leaseMs, attempts: trx.raw('attempts + 1'), last_attempt_at: now });
+    const rows = (await trx('outbox').whereIn('id', ids).where('claim', claim)) as OutboxRow[];
+    return rows.map(fromRow);
+  }
+}
+
+/** Records a 2xx. Only the holder of the claim may; returns false when the lease was lost. */
+export async function markDelivered(db: Db, id: string, claim: string, now: number): Promise<boolean> {
+  const n = await db('outbox').where({ id, claim, status: 'pending' }).update({ status: 'delivered', delivered_at: now, claim: null, last_error: null });
+  return n === 1;
+}
+
+/** Records a failed attempt and when to try next (or that the event is given up: `dead`). */
+export async function markFailed(db: Db, id: string, claim: string, error: string, nextAttemptAt: number | null): Promise<void> {
+  await db('outbox')
+    .where({ id, claim, status: 'pending' })
+    .update({
+      claim: null,
+      last_error: error.slice(0, 1024),
+      ...(nextAttemptAt === null ? { status: 'dead' } : { next_attempt_at: nextAttemptAt }),
+    });
+}
+
+/** Every event of a batch, oldest first (for operators). */
+export async function listEventsOfBatch(q: Queryable, batchId: string): Promise<OutboxEvent[]> {
+  return ((await q('outbox').where('batch_id', batchId).orderBy('created_at').orderBy('id')) as OutboxRow[]).map(fromRow);
+}
+
+/** Counts of events by status (for metrics and readiness of operators). */
+export async function countPendingEvents(q: Queryable): Promise<number> {
+  const [row] = (await q('outbox').where('status', 'pending').count({ n: '*' })) as Array<{ n: number | string }>;
+  return Number(row?.n ?? 0);
+}
+

@@ -1,0 +1,68 @@
+import { backends } from '../helpers/backends';
+import { itemIds, startService, TestService } from '../helpers/service';
+
+const DAY = 86_400_000;
+
+describe.each(backends())('sweeping stale batches (%s)', (_name, backend) => {
+  let svc: TestService;
+  beforeEach(async () => {
+    svc = await startService(backend, { OPEN_BATCH_TTL: '7d', COMPLETED_RETENTION: '1d', SWEEP_CHUNK: '2' });
+  });
+  afterEach(() => svc.stop());
+
+  const open = async (body: object = {}) => (await svc.api.post('/v1/batches').send(body)).body.id as string;
+  const exists = async (id: string) => (await svc.api.get(`/v1/batches/${id}`)).status === 200;
+  const sweep = async () => {
+    const res = await svc.api.post('/v1/admin/sweep');
+    expect(res.status).toBe(200);
+    return res.body as { batchesRemoved: number; groupsRemoved: number };
+  };
+
+  it('when open and sealed batches have had no activity for the TTL, then they are removed with their groups, in chunks', async () => {
+    const idle = [await open(), await open(), await open()];
+    await svc.api.post(`/v1/batches/${idle[0]}/items`).send({ count: 20_000 }); // 3 groups
+    await svc.api.post(`/v1/batches/${idle[1]}/items`).send({ count: 5 }); // 1 group
+    await svc.api.post(`/v1/batches/${idle[1]}/seal`); // sealed, never completed
+    // idle[2] has zero groups
+    svc.clock.now += 7 * DAY - 1000;
+    const busy = await open();
+    const busyAdd = await svc.api.post(`/v1/batches/${busy}/items`).send({ count: 3 });
+    svc.clock.now += 2000; // idle ones are now past the TTL; `busy` is not
+    expect(await sweep()).toEqual({ batchesRemoved: 3, groupsRemoved: 4 });
+    for (const id of idle) expect(await exists(id)).toBe(false);
+    expect(await exists(busy)).toBe(true);
+    expect((await svc.api.post('/v1/acks').send({ ids: itemIds(busy, busyAdd.body.groups) })).body.acked).toBe(3);
+    expect(await sweep()).toEqual({ batchesRemoved: 0, groupsRemoved: 0 });
+  });
+
+  it('when an ack touched an old batch, then its clock starts again', async () => {
+    const id = await open();
+    const added = await svc.api.post(`/v1/batches/${id}/items`).send({ count: 2 });
+    svc.clock.now += 6 * DAY;
+    await svc.api.post('/v1/acks').send({ ids: itemIds(id, added.body.groups).slice(0, 1) });
+    svc.clock.now += 2 * DAY;
+    expect((await sweep()).batchesRemoved).toBe(0);
+    expect(await exists(id)).toBe(true);
+  });
+
+  it('when a batch completed, then it stays readable for the retention and is removed after it', async () => {
+    const id = await open({ callbackUrl: 'http://127.0.0.1:9/cb' });
+    await svc.api.post(`/v1/batches/${id}/seal`);
+    svc.clock.now += DAY - 1000;
+    expect((await sweep()).batchesRemoved).toBe(0);
+    expect((await svc.api.get(`/v1/batches/${id}`)).body.state).toBe('complete');
+    expect((await svc.api.get(`/v1/batches/${id}/events`)).body.events).toHaveLength(1);
+    svc.clock.now += 2000;
+    expect(await sweep()).toEqual({ batchesRemoved: 1, groupsRemoved: 0 });
+    expect(await exists(id)).toBe(false);
+    expect(await svc.rollcall.db('outbox').where('batch_id', id)).toEqual([]);
+  });
+
+  it('when the sweeper loop runs, then it removes due batches on its own', async () => {
+    const id = await open();
+    svc.clock.now += 8 * DAY;
+    svc.rollcall.startBackground();
+    for (let i = 0; i < 100 && (await exists(id)); i++) await new Promise((r) => setTimeout(r, 20));
+    expect(await exists(id)).toBe(false);
+  });
+});

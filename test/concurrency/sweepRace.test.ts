@@ -1,0 +1,57 @@
+import { backends } from '../helpers/backends';
+import { itemIds, startReplica, startService, TestService } from '../helpers/service';
+
+const DAY = 86_400_000;
+type Api = TestService['api'];
+
+describe.each(backends())('sweeps racing acks and each other (%s)', (_name, backend) => {
+  jest.setTimeout(120_000);
+
+  it('when two replicas sweep while acks arrive, then no ack of a batch that is not due is lost and due batches go exactly once', async () => {
+    const svc = await startService(backend, { OPEN_BATCH_TTL: '1d', SWEEP_CHUNK: '5' });
+    const replica = await startReplica(svc);
+    try {
+      const make = async (api: Api, count: number) => {
+        const id = (await api.post('/v1/batches').send({})).body.id as string;
+        const added = await api.post(`/v1/batches/${id}/items`).send({ count });
+        return { id, ids: itemIds(id, added.body.groups) };
+      };
+      // 40 batches go stale; 10 of them get acks during the sweep (which makes them not due).
+      const stale = [];
+      for (let i = 0; i < 40; i++) stale.push(await make(svc.api, 4));
+      svc.clock.now += 2 * DAY;
+      const live = [];
+      for (let i = 0; i < 10; i++) live.push(await make(replica.api, 300));
+
+      const apis = [svc.api, replica.api];
+      const sweeps = Array.from({ length: 6 }, (_, i) => apis[i % 2]!.post('/v1/admin/sweep'));
+      const liveAcks = live.flatMap((b, i) => b.ids.map((id, j) => apis[(i + j) % 2]!.post('/v1/acks').send({ ids: [id] })));
+      const staleAcks = stale.slice(0, 10).map((b, i) => apis[i % 2]!.post('/v1/acks').send({ ids: b.ids }));
+      const [sweepResults, liveResults, staleResults] = await Promise.all([Promise.all(sweeps), Promise.all(liveAcks), Promise.all(staleAcks)]);
+
+      for (const r of [...sweepResults, ...liveResults, ...staleResults]) expect(r.status).toBe(200);
+      expect(liveResults.reduce((n, r) => n + r.body.acked, 0)).toBe(3000);
+      for (const b of live) expect((await svc.api.get(`/v1/batches/${b.id}`)).body).toMatchObject({ succeeded: 300, pending: 0 });
+
+      // A stale batch that an ack reached first is no longer due and keeps that ack; otherwise it is gone.
+      let survivors = 0;
+      for (const [i, b] of stale.slice(0, 10).entries()) {
+        const res = await svc.api.get(`/v1/batches/${b.id}`);
+        if (staleResults[i]!.body.acked === 4) {
+          survivors += 1;
+          expect(res.body.succeeded).toBe(4);
+        } else {
+          expect(staleResults[i]!.body.rejected.map((r: { reason: string }) => r.reason)).toEqual(Array(4).fill('unknown_batch'));
+          expect(res.status).toBe(404);
+        }
+      }
+      for (const b of stale.slice(10)) expect((await svc.api.get(`/v1/batches/${b.id}`)).status).toBe(404);
+      const removed = sweepResults.reduce((n, r) => n + r.body.batchesRemoved, 0);
+      expect(removed).toBe(40 - survivors);
+      expect(sweepResults.reduce((n, r) => n + r.body.groupsRemoved, 0)).toBe(40 - survivors);
+    } finally {
+      await replica.rollcall.close();
+      await svc.stop();
+    }
+  });
+});
