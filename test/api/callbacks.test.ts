@@ -1,0 +1,109 @@
+import { verifySignature } from '../../src/domain/delivery';
+import { backends } from '../helpers/backends';
+import { Receiver } from '../helpers/receiver';
+import { itemIds, startReplica, startService, TestService } from '../helpers/service';
+
+const SECRET = 'test-secret-0123456789';
+
+describe.each(backends())('completion callbacks (%s)', (_name, backend) => {
+  let svc: TestService;
+  let receiver: Receiver;
+  beforeEach(async () => {
+    receiver = new Receiver();
+    await receiver.start();
+    svc = await startService(backend, { CALLBACK_SECRET: SECRET, CALLBACK_BACKOFF_BASE: '1s', CALLBACK_BACKOFF_CAP: '1m', CALLBACK_MAX_AGE: '1h', CALLBACK_TIMEOUT: '2s' });
+  });
+  afterEach(async () => {
+    await svc.stop();
+    await receiver.stop();
+  });
+
+  async function completeBatchWithCallback(url = receiver.url) {
+    const id = (await svc.api.post('/v1/batches').send({ callbackUrl: url, userKey: 'cb' })).body.id as string;
+    const added = await svc.api.post(`/v1/batches/${id}/items`).send({ count: 2 });
+    await svc.api.post(`/v1/batches/${id}/seal`);
+    const ack = await svc.api.post('/v1/acks').send({ ids: itemIds(id, added.body.groups) });
+    expect(ack.body.completed).toHaveLength(1);
+    return id;
+  }
+
+  it('when the receiver answers 500 twice then 200, then it gets three signed attempts with the same event id', async () => {
+    receiver.script = [500, 500, 200];
+    const id = await completeBatchWithCallback();
+    const dispatcher = svc.rollcall.dispatcher;
+    expect(await dispatcher.deliverDue()).toBe(1);
+    expect(await dispatcher.deliverDue()).toBe(0); // backing off: not due yet
+    svc.clock.now += 1000;
+    expect(await dispatcher.deliverDue()).toBe(1);
+    svc.clock.now += 2000;
+    expect(await dispatcher.deliverDue()).toBe(1);
+    svc.clock.now += 60_000;
+    expect(await dispatcher.deliverDue()).toBe(0); // delivered: never again
+
+    expect(receiver.deliveries).toHaveLength(3);
+    const ids = new Set(receiver.deliveries.map((d) => d.headers['x-rollcall-event-id']));
+    expect(ids.size).toBe(1);
+    for (const d of receiver.deliveries) {
+      expect(verifySignature(SECRET, d.body, d.headers['x-rollcall-signature'] as string)).toBe(true);
+      expect(d.headers['content-type']).toBe('application/json');
+    }
+    const body = JSON.parse(receiver.deliveries[2]!.body);
+    expect(body).toMatchObject({ event: 'batch.completed', batch: { id, state: 'complete', outcome: 'succeeded', total: 2, pending: 0, userKey: 'cb' } });
+    const events = (await svc.api.get(`/v1/batches/${id}/events`)).body.events;
+    expect(events).toEqual([expect.objectContaining({ id: [...ids][0], status: 'delivered', attempts: 3, lastError: null, nextAttemptAt: null })]);
+  });
+
+  it('when delivery keeps failing, then the events endpoint shows the last error, and after the max age it is given up', async () => {
+    receiver.fallback = 503;
+    const id = await completeBatchWithCallback();
+    await svc.rollcall.dispatcher.deliverDue();
+    let [event] = (await svc.api.get(`/v1/batches/${id}/events`)).body.events;
+    expect(event).toMatchObject({ status: 'pending', attempts: 1, lastError: 'HTTP 503' });
+    expect(Date.parse(event.nextAttemptAt)).toBeGreaterThanOrEqual(svc.clock.now + 500);
+    svc.clock.now += 3_600_000;
+    await svc.rollcall.dispatcher.deliverDue();
+    [event] = (await svc.api.get(`/v1/batches/${id}/events`)).body.events;
+    expect(event).toMatchObject({ status: 'dead', attempts: 2, lastError: 'HTTP 503', nextAttemptAt: null });
+    svc.clock.now += 3_600_000;
+    expect(await svc.rollcall.dispatcher.deliverDue()).toBe(0);
+  });
+
+  it('when the receiver is unreachable, then the network error is recorded and retried', async () => {
+    const id = await completeBatchWithCallback('http://127.0.0.1:9/unreachable');
+    await svc.rollcall.dispatcher.deliverDue();
+    const [event] = (await svc.api.get(`/v1/batches/${id}/events`)).body.events;
+    expect(event.status).toBe('pending');
+    expect(event.lastError).toMatch(/fetch failed|ECONNREFUSED/);
+  });
+
+  it('when the seal completes a batch with a callback, then the callback is sent too; without a URL, none is', async () => {
+    const withUrl = (await svc.api.post('/v1/batches').send({ callbackUrl: receiver.url })).body.id;
+    const without = (await svc.api.post('/v1/batches').send({})).body.id;
+    await svc.api.post(`/v1/batches/${withUrl}/seal`);
+    await svc.api.post(`/v1/batches/${without}/seal`);
+    expect(await svc.rollcall.dispatcher.deliverDue()).toBe(1);
+    expect(JSON.parse(receiver.deliveries[0]!.body).batch.id).toBe(withUrl);
+    expect((await svc.api.get(`/v1/batches/${without}/events`)).body.events).toEqual([]);
+  });
+
+  it('when a batch with a pending callback is deleted, then the callback is gone too', async () => {
+    const id = await completeBatchWithCallback();
+    expect((await svc.api.delete(`/v1/batches/${id}`)).status).toBe(204);
+    expect(await svc.rollcall.dispatcher.deliverDue()).toBe(0);
+    expect(receiver.deliveries).toHaveLength(0);
+  });
+
+  it('when two replicas deliver at the same time, then each event is sent once', async () => {
+    const replica = await startReplica(svc);
+    try {
+      const ids = [];
+      for (let i = 0; i < 12; i++) ids.push(await completeBatchWithCallback());
+      const [a, b] = await Promise.all([svc.rollcall.dispatcher.deliverDue(), replica.rollcall.dispatcher.deliverDue()]);
+      expect(a + b).toBe(12);
+      expect(receiver.deliveries).toHaveLength(12);
+      expect(new Set(receiver.deliveries.map((d) => d.headers['x-rollcall-event-id'])).size).toBe(12);
+    } finally {
+      await replica.rollcall.close();
+    }
+  });
+});

@@ -1,0 +1,87 @@
+import { backends } from '../helpers/backends';
+import { itemIds, startReplica, startService, TestService } from '../helpers/service';
+
+describe.each(backends())('waiting for completion (%s)', (_name, backend) => {
+  let svc: TestService;
+  beforeAll(async () => {
+    svc = await startService(backend, { WAIT_POLL_INTERVAL: '100ms' });
+  });
+  afterAll(() => svc.stop());
+
+  async function sealedBatch(count: number) {
+    const id = (await svc.api.post('/v1/batches').send({})).body.id as string;
+    const added = await svc.api.post(`/v1/batches/${id}/items`).send({ count });
+    await svc.api.post(`/v1/batches/${id}/seal`);
+    return { id, ids: itemIds(id, added.body.groups) };
+  }
+
+  it('when the batch is already complete, then the wait answers at once', async () => {
+    const id = (await svc.api.post('/v1/batches').send({})).body.id;
+    await svc.api.post(`/v1/batches/${id}/seal`);
+    const res = await svc.api.get(`/v1/batches/${id}/wait?timeout=60`);
+    expect(res.status).toBe(200);
+    expect(res.body).toMatchObject({ id, state: 'complete' });
+  });
+
+  it('when the timeout passes first, then the wait answers with the current state', async () => {
+    const { id } = await sealedBatch(2);
+    const res = await svc.api.get(`/v1/batches/${id}/wait?timeout=0.3`);
+    expect(res.status).toBe(200);
+    expect(res.body).toMatchObject({ id, state: 'sealed', pending: 2 });
+  });
+
+  it('when an ack in this process completes the batch, then the waiter is answered before its timeout', async () => {
+    const { id, ids } = await sealedBatch(3);
+    const started = Date.now();
+    const waiting = svc.api.get(`/v1/batches/${id}/wait?timeout=60`).then((r) => r);
+    await new Promise((r) => setTimeout(r, 100));
+    await svc.api.post('/v1/acks').send({ ids });
+    const res = await waiting;
+    expect(res.body).toMatchObject({ state: 'complete', pending: 0 });
+    expect(Date.now() - started).toBeLessThan(30_000);
+  });
+
+  it('when the completing ack goes through another replica, then the waiter here is answered too', async () => {
+    const replica = await startReplica(svc);
+    try {
+      const { id, ids } = await sealedBatch(3);
+      const started = Date.now();
+      const waiting = svc.api.get(`/v1/batches/${id}/wait?timeout=60`).then((r) => r);
+      await new Promise((r) => setTimeout(r, 100));
+      const ack = await replica.api.post('/v1/acks').send({ ids });
+      expect(ack.body.completed).toHaveLength(1);
+      const res = await waiting;
+      expect(res.body).toMatchObject({ state: 'complete' });
+      expect(Date.now() - started).toBeLessThan(30_000);
+    } finally {
+      await replica.rollcall.close();
+    }
+  });
+
+  it('when 300 clients wait, then the database sees one shared query per poll, not one per waiter', async () => {
+    const batches = await Promise.all(Array.from({ length: 30 }, () => sealedBatch(1)));
+    let queries = 0;
+    const count = () => (queries += 1);
+    const waits = batches.flatMap((b) => Array.from({ length: 10 }, () => svc.api.get(`/v1/batches/${b.id}/wait?timeout=1`).then((r) => r)));
+    await new Promise((r) => setTimeout(r, 400)); // every waiter has registered by now
+    svc.rollcall.db.on('query', count);
+    await new Promise((r) => setTimeout(r, 500));
+    svc.rollcall.db.off('query', count);
+    expect(svc.rollcall.watcher.waiting).toBe(300);
+    // 100 ms polls over 500 ms: about five queries (each covering all 30 batches).
+    expect(queries).toBeLessThanOrEqual(10);
+    const results = await Promise.all(waits);
+    for (const r of results) expect(r.body.state).toBe('sealed');
+    expect(svc.rollcall.watcher.waiting).toBe(0);
+  });
+
+  it('when the batch does not exist or the timeout is out of range, then 404 or 400', async () => {
+    expect((await svc.api.get('/v1/batches/0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b/wait')).status).toBe(404);
+    const { id } = await sealedBatch(1);
+    for (const t of ['61', '-1', 'soon']) {
+      const res = await svc.api.get(`/v1/batches/${id}/wait?timeout=${t}`);
+      expect(res.status).toBe(400);
+      expect(res.body.error.code).toBe('invalid_request');
+    }
+  });
+});

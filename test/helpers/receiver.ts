@@ -1,0 +1,44 @@
+import http from 'node:http';
+import { AddressInfo } from 'node:net';
+
+export interface Delivery {
+  headers: http.IncomingHttpHeaders;
+  body: string;
+}
+
+/** A local callback receiver: records every request and answers with the next scripted status. */
+export class Receiver {
+  readonly deliveries: Delivery[] = [];
+  private server: http.Server | null = null;
+  /** Statuses to answer, in order; when empty, `fallback`. `'hang'` never answers. */
+  script: Array<number | 'hang'> = [];
+  fallback: number | 'hang' = 200;
+  url = '';
+
+  async start(port = 0): Promise<void> {
+    this.server = http.createServer((req, res) => {
+      let body = '';
+      req.on('data', (c: Buffer) => (body += c.toString()));
+      req.on('end', () => {
+        this.deliveries.push({ headers: req.headers, body });
+        const status = this.script.shift() ?? this.fallback;
+        if (status !== 'hang') res.writeHead(status).end();
+      });
+    });
+    await new Promise<void>((resolve) => this.server!.listen(port, '127.0.0.1', resolve));
+    this.url = `http://127.0.0.1:${(this.server.address() as AddressInfo).port}/hook`;
+  }
+
+  async waitFor(count: number, timeoutMs = 20_000): Promise<void> {
+    const deadline = Date.now() + timeoutMs;
+    while (this.deliveries.length < count) {
+      if (Date.now() > deadline) throw new Error(`expected ${count} deliveries, got ${this.deliveries.length}`);
+      await new Promise((r) => setTimeout(r, 20));
+    }
+  }
+
+  async stop(): Promise<void> {
+    this.server?.closeAllConnections();
+    await new Promise<void>((resolve) => (this.server ? this.server.close(() => resolve()) : resolve()));
+  }
+}
