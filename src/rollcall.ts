@@ -40,7 +40,7 @@ export interface RollcallOptions {
 /** Opens the database, applies migrations and builds the app. Does not listen. */
 export async function createRollcall(config: Config, options: RollcallOptions = {}): Promise<Rollcall> {
   const log = options.log ?? pino({ level: config.LOG_LEVEL });
-  const db = openDb(config);
+  const db = openDb(config, log);
   try {
     const applied = await migrateLatest(db);
     if (applied.length > 0) log.info({ applied }, 'migrations applied');

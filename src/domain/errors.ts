@@ -66,11 +66,19 @@ export class UnavailableError extends RollcallError {
   readonly status = 503;
 }
 
+/** Error-shaped objects from another realm (a vm context, a native addon's own error class). */
+function isErrorLike(caught: unknown): caught is Error {
+  if (types.isNativeError(caught)) return true;
+  if (typeof caught !== 'object' || caught === null) return false;
+  const { message, stack } = caught as { message?: unknown; stack?: unknown };
+  return typeof message === 'string' && typeof stack === 'string';
+}
+
 /**
  * Turns whatever a `catch` caught into an Error, keeping the original as `cause`. Errors made in
- * another realm (a vm context, a worker) fail `instanceof Error`, hence the native-error check.
+ * another realm fail `instanceof Error`, hence the shape check.
  */
 export function toError(caught: unknown): Error {
-  if (caught instanceof Error || types.isNativeError(caught)) return caught as Error;
+  if (caught instanceof Error || isErrorLike(caught)) return caught;
   return new Error(typeof caught === 'string' ? caught : 'non-error thrown', { cause: caught });
 }

@@ -1,6 +1,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import knex, { Knex } from 'knex';
+import type { Logger } from 'pino';
 import type { Config } from '../config';
 
 export type Db = Knex;
@@ -14,10 +15,17 @@ export function dialectOf(db: Queryable): Dialect {
   return client === 'mysql2' || client === 'mysql' ? 'mysql' : 'sqlite';
 }
 
+/** knex's own messages (connection errors, warnings) go to the service log, not the console. */
+function knexLog(log?: Logger): Knex.Config['log'] {
+  const write = (level: 'warn' | 'error' | 'debug') => (message: unknown) => log?.[level]({ knex: String(message) }, 'knex');
+  return { warn: write('warn'), error: write('error'), deprecate: write('warn'), debug: write('debug') };
+}
+
 /** Opens the configured database: MySQL/MariaDB when DATABASE_URL is set, else an embedded SQLite file. */
-export function openDb(config: Pick<Config, 'DATABASE_URL' | 'SQLITE_PATH' | 'DB_POOL_SIZE'>): Db {
+export function openDb(config: Pick<Config, 'DATABASE_URL' | 'SQLITE_PATH' | 'DB_POOL_SIZE'>, log?: Logger): Db {
   if (config.DATABASE_URL) {
     return knex({
+      log: knexLog(log),
       client: 'mysql2',
       connection: { uri: config.DATABASE_URL.replace(/^mysql2:/, 'mysql:'), supportBigNumbers: true, connectTimeout: 5000 },
       pool: { min: 0, max: config.DB_POOL_SIZE },
@@ -26,6 +34,7 @@ export function openDb(config: Pick<Config, 'DATABASE_URL' | 'SQLITE_PATH' | 'DB
   }
   if (config.SQLITE_PATH !== ':memory:') fs.mkdirSync(path.dirname(path.resolve(config.SQLITE_PATH)), { recursive: true });
   return knex({
+    log: knexLog(log),
     client: 'better-sqlite3',
     connection: { filename: config.SQLITE_PATH },
     useNullAsDefault: true,

@@ -3,7 +3,9 @@
  * Retryable: the transaction was aborted by the database and can run again from the start.
  * Unavailable: the database does not answer; the request fails with 503.
  */
-const RETRYABLE_CODES = new Set(['ER_LOCK_DEADLOCK', 'ER_LOCK_WAIT_TIMEOUT', 'SQLITE_BUSY', 'SQLITE_BUSY_SNAPSHOT']);
+const RETRYABLE_CODES = new Set(['ER_LOCK_DEADLOCK', 'ER_LOCK_WAIT_TIMEOUT']);
+/** SQLite's extended codes: SQLITE_BUSY_SNAPSHOT, SQLITE_BUSY_RECOVERY, SQLITE_LOCKED_SHAREDCACHE … */
+const RETRYABLE_PREFIXES = ['SQLITE_BUSY', 'SQLITE_LOCKED'];
 
 const UNAVAILABLE_CODES = new Set([
   'ECONNREFUSED',
@@ -31,7 +33,7 @@ function codeOf(error: unknown): string | undefined {
 
 export function isRetryable(error: unknown): boolean {
   const code = codeOf(error);
-  return code !== undefined && RETRYABLE_CODES.has(code);
+  return code !== undefined && (RETRYABLE_CODES.has(code) || RETRYABLE_PREFIXES.some((p) => code.startsWith(p)));
 }
 
 export function isUnavailable(error: unknown): boolean {

@@ -62,8 +62,8 @@ describe.each(backends())('waiting for completion (%s)', (_name, backend) => {
     const batches = await Promise.all(Array.from({ length: 30 }, () => sealedBatch(1)));
     let queries = 0;
     const count = () => (queries += 1);
-    const waits = batches.flatMap((b) => Array.from({ length: 10 }, () => svc.api.get(`/v1/batches/${b.id}/wait?timeout=1`).then((r) => r)));
-    await new Promise((r) => setTimeout(r, 400)); // every waiter has registered by now
+    const waits = batches.flatMap((b) => Array.from({ length: 10 }, () => svc.api.get(`/v1/batches/${b.id}/wait?timeout=4`).then((r) => r)));
+    for (let i = 0; i < 150 && svc.rollcall.watcher.waiting < 300; i++) await new Promise((r) => setTimeout(r, 20));
     svc.rollcall.db.on('query', count);
     await new Promise((r) => setTimeout(r, 500));
     svc.rollcall.db.off('query', count);

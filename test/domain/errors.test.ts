@@ -1,0 +1,33 @@
+import vm from 'node:vm';
+import { toError } from '../../src/domain/errors';
+import { isRetryable, isUnavailable } from '../../src/store/dbErrors';
+
+describe('errors', () => {
+  it('when an Error from another realm is caught, then it is kept as it is, not wrapped', () => {
+    const foreign = vm.runInNewContext('new Error("from elsewhere")') as Error;
+    expect(toError(foreign)).toBe(foreign);
+  });
+
+  it('when a non-error is thrown, then it becomes an Error with the original as cause', () => {
+    const error = toError({ weird: true });
+    expect(error).toBeInstanceOf(Error);
+    expect(error.cause).toEqual({ weird: true });
+    expect(toError('text').message).toBe('text');
+  });
+
+  it.each(['ER_LOCK_DEADLOCK', 'ER_LOCK_WAIT_TIMEOUT', 'SQLITE_BUSY', 'SQLITE_BUSY_SNAPSHOT', 'SQLITE_LOCKED'])(
+    'when the database aborts with %s, then the transaction is retryable',
+    (code) => expect(isRetryable({ code })).toBe(true),
+  );
+
+  it.each(['ER_DUP_ENTRY', 'SQLITE_CONSTRAINT', undefined])('when it fails with %s, then it is not retried', (code) => {
+    expect(isRetryable({ code })).toBe(false);
+  });
+
+  it('when the connection is refused or lost, then the database counts as unavailable', () => {
+    expect(isUnavailable({ code: 'ECONNREFUSED' })).toBe(true);
+    expect(isUnavailable({ code: 'PROTOCOL_CONNECTION_LOST' })).toBe(true);
+    expect(isUnavailable({ name: 'KnexTimeoutError' })).toBe(true);
+    expect(isUnavailable({ code: 'ER_DUP_ENTRY' })).toBe(false);
+  });
+});
