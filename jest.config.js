@@ -2,7 +2,8 @@
 module.exports = {
   testEnvironment: 'node',
   roots: ['<rootDir>/test'],
-  transform: { '^.+\\.ts$': ['@swc/jest'] },
+  // Transpile only: `npm run typecheck` (tsc) checks types, once, for the whole project.
+  transform: { '^.+\\.ts$': ['ts-jest', { isolatedModules: true }] },
   testTimeout: 60000,
   // Each API test file gets its own database; files run in parallel on two cores.
   maxWorkers: 2,

@@ -11,7 +11,7 @@ import { PeriodicTask } from './service/periodic';
 import { sweepOnce, SweepResult } from './service/sweep';
 import { Db, openDb } from './store/db';
 import { migrateLatest } from './store/migrations';
-import { AckCall } from './domain/ackPlan';
+import { AckCall } from './domain/ackCall';
 
 /** The service wired together: database, use cases, HTTP app, background loops. */
 export interface Rollcall {

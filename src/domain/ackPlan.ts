@@ -1,20 +1,6 @@
 import { BatchRecord, Outcome } from './batch';
 import { Bitfield } from './bitfield';
-import { formatItemId, ItemRef, parseItemId } from './itemId';
-
-export type RejectReason = 'malformed' | 'unknown_batch' | 'unknown_group' | 'index_out_of_range';
-
-export interface Rejection {
-  id: string;
-  reason: RejectReason;
-}
-
-/** One ack request as received: its parsed items and the IDs already rejected as malformed. */
-export interface AckCall {
-  outcome: Outcome;
-  items: ItemRef[];
-  malformed: Rejection[];
-}
+import { AckCall, Rejection } from './ackCall';
 
 /** A group row as stored: bits are null while all zero. */
 export interface GroupRecord {
@@ -103,51 +89,51 @@ export function planAcks(
 
   const results = calls.map((call) => {
     const result: CallResult = { acked: 0, duplicates: 0, rejected: [...call.malformed], completedBatchIds: [] };
-    for (const item of call.items) {
-      const stored = batches.get(item.batchId);
-      if (!stored) {
-        result.rejected.push({ id: formatItemId(item), reason: 'unknown_batch' });
+    for (const target of call.targets) {
+      const stored = batches.get(target.batchId);
+      const key = groupKey(target.batchId, target.groupId);
+      const storedGroup = stored ? groups.get(key) : undefined;
+      if (!stored || !storedGroup) {
+        const reason = stored ? 'unknown_group' : 'unknown_batch';
+        for (const index of target.indexes) result.rejected.push({ id: target.prefix + index, reason });
         continue;
       }
-      const key = groupKey(item.batchId, item.groupId);
-      const storedGroup = groups.get(key);
-      if (!storedGroup) {
-        result.rejected.push({ id: formatItemId(item), reason: 'unknown_group' });
-        continue;
-      }
-      if (item.index >= storedGroup.size) {
-        result.rejected.push({ id: formatItemId(item), reason: 'index_out_of_range' });
-        continue;
-      }
-      let batch = batchWork.get(item.batchId);
-      if (!batch) batchWork.set(item.batchId, (batch = { ...stored }));
-      if (batch.state === 'complete') {
-        result.duplicates += 1;
-        continue;
-      }
+      let batch = batchWork.get(target.batchId);
+      if (!batch) batchWork.set(target.batchId, (batch = { ...stored }));
       let group = groupWork.get(key);
       if (!group) groupWork.set(key, (group = new GroupWork(storedGroup)));
-      const effect = group.apply(item.index, call.outcome);
-      if (effect === 'duplicate') {
-        result.duplicates += 1;
-        continue;
-      }
-      result.acked += 1;
-      changedBatches.add(batch.id);
-      batch.updatedAt = now;
-      if (effect === 'retry_won') {
-        batch.failed -= 1;
-        batch.succeeded += 1;
-        continue;
-      }
-      if (call.outcome === 'failed') batch.failed += 1;
-      else batch.succeeded += 1;
-      if (group.pending === 0) {
-        batch.openGroups -= 1;
-        if (batch.state === 'sealed' && batch.openGroups === 0) {
-          batch.state = 'complete';
-          batch.completedAt = now;
-          result.completedBatchIds.push(batch.id);
+      for (const index of target.indexes) {
+        if (index >= storedGroup.size) {
+          result.rejected.push({ id: target.prefix + index, reason: 'index_out_of_range' });
+          continue;
+        }
+        // A complete batch never changes again: every valid ack of it is a duplicate.
+        if (batch.state === 'complete') {
+          result.duplicates += 1;
+          continue;
+        }
+        const effect = group.apply(index, call.outcome);
+        if (effect === 'duplicate') {
+          result.duplicates += 1;
+          continue;
+        }
+        result.acked += 1;
+        changedBatches.add(batch.id);
+        batch.updatedAt = now;
+        if (effect === 'retry_won') {
+          batch.failed -= 1;
+          batch.succeeded += 1;
+          continue;
+        }
+        if (call.outcome === 'failed') batch.failed += 1;
+        else batch.succeeded += 1;
+        if (group.pending === 0) {
+          batch.openGroups -= 1;
+          if (batch.state === 'sealed' && batch.openGroups === 0) {
+            batch.state = 'complete';
+            batch.completedAt = now;
+            result.completedBatchIds.push(batch.id);
+          }
         }
       }
     }
@@ -161,14 +147,3 @@ export function planAcks(
   };
 }
 
-/** Turns the IDs of one ack request into a call: parsed items plus the malformed ones, in order. */
-export function callFromIds(ids: readonly string[], outcome: Outcome): AckCall {
-  const items: ItemRef[] = [];
-  const malformed: Rejection[] = [];
-  for (const id of ids) {
-    const ref = parseItemId(id);
-    if (ref) items.push(ref);
-    else malformed.push({ id, reason: 'malformed' });
-  }
-  return { outcome, items, malformed };
-}

@@ -6,8 +6,8 @@ export interface ItemRef {
 }
 
 const UUID_LENGTH = 36;
-const GROUP_START = UUID_LENGTH + 1;
-const INDEX_START = GROUP_START + UUID_LENGTH + 1;
+/** `<batchId>:<groupId>:` */
+export const ITEM_PREFIX_LENGTH = 2 * UUID_LENGTH + 2;
 /** Longer indexes cannot be in range of any group and only cost parsing time. */
 const MAX_INDEX_DIGITS = 15;
 
@@ -29,23 +29,40 @@ export function isUuid(text: string): boolean {
   return text.length === UUID_LENGTH && isUuidAt(text, 0);
 }
 
-/** Parses an item ID; returns null when it is not of the form (the caller reports it as `malformed`). */
-export function parseItemId(id: string): ItemRef | null {
-  const length = id.length;
-  if (length <= INDEX_START || length > INDEX_START + MAX_INDEX_DIGITS) return null;
-  if (id.charCodeAt(UUID_LENGTH) !== 58 /* : */ || id.charCodeAt(GROUP_START + UUID_LENGTH) !== 58) return null;
-  if (!isUuidAt(id, 0) || !isUuidAt(id, GROUP_START)) return null;
+/** True when `prefix` is exactly `<uuid>:<uuid>:`. */
+export function isItemPrefix(prefix: string): boolean {
+  return (
+    prefix.length === ITEM_PREFIX_LENGTH &&
+    prefix.charCodeAt(UUID_LENGTH) === 58 &&
+    prefix.charCodeAt(ITEM_PREFIX_LENGTH - 1) === 58 &&
+    isUuidAt(prefix, 0) &&
+    isUuidAt(prefix, UUID_LENGTH + 1)
+  );
+}
+
+/**
+ * The index after the prefix: decimal digits only, no sign, no leading zero (so `prefix + index`
+ * rebuilds the ID exactly as sent). Returns -1 when malformed.
+ */
+export function parseIndexAfterPrefix(id: string): number {
+  const length = id.length - ITEM_PREFIX_LENGTH;
+  if (length < 1 || length > MAX_INDEX_DIGITS) return -1;
+  if (length > 1 && id.charCodeAt(ITEM_PREFIX_LENGTH) === 48) return -1;
   let index = 0;
-  for (let i = INDEX_START; i < length; i++) {
+  for (let i = ITEM_PREFIX_LENGTH; i < id.length; i++) {
     const digit = id.charCodeAt(i) - 48;
-    if (digit < 0 || digit > 9) return null;
+    if (digit < 0 || digit > 9) return -1;
     index = index * 10 + digit;
   }
-  return {
-    batchId: id.slice(0, UUID_LENGTH).toLowerCase(),
-    groupId: id.slice(GROUP_START, GROUP_START + UUID_LENGTH).toLowerCase(),
-    index,
-  };
+  return index;
+}
+
+/** Parses one item ID; null when it is not of the form (reported as `malformed`). UUIDs come back lower case. */
+export function parseItemId(id: string): ItemRef | null {
+  if (!isItemPrefix(id.slice(0, ITEM_PREFIX_LENGTH))) return null;
+  const index = parseIndexAfterPrefix(id);
+  if (index < 0) return null;
+  return { batchId: id.slice(0, UUID_LENGTH).toLowerCase(), groupId: id.slice(UUID_LENGTH + 1, ITEM_PREFIX_LENGTH - 1).toLowerCase(), index };
 }
 
 export function formatItemId(ref: ItemRef): string {

@@ -36,6 +36,20 @@ export const ackBody = z.strictObject({
   outcome: outcome.optional(),
 });
 
+const index = z.number().int().min(0).max(2 ** 31);
+
+/** The compact form: per group, indexes as numbers or inclusive [from, to] ranges. */
+export const compactAckBody = z.strictObject({
+  groups: z.array(
+    z.strictObject({
+      batchId: z.string().max(64),
+      groupId: z.string().max(64),
+      indexes: z.array(z.union([index, z.tuple([index, index]).refine(([from, to]) => from <= to, 'a range is [from, to] with from <= to')])),
+    }),
+  ),
+  outcome: outcome.optional(),
+});
+
 export const listQuery = z.strictObject({
   state: z.enum(['open', 'sealed', 'complete']).optional(),
   userKey: z.string().min(1).max(255).optional(),

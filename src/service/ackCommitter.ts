@@ -1,4 +1,4 @@
-import { AckCall } from '../domain/ackPlan';
+import { AckCall, callSize } from '../domain/ackCall';
 import { AckResult, ackItems } from './ackItems';
 import { ServiceDeps } from './deps';
 
@@ -15,7 +15,6 @@ interface Waiting {
   reject: (error: unknown) => void;
 }
 
-const sizeOf = (call: AckCall) => call.items.length + call.malformed.length;
 
 /**
  * Group commit for acks: calls that arrive while a transaction is running, or within `windowMs` of
@@ -38,7 +37,7 @@ export class AckCommitter {
   submit(call: AckCall): Promise<AckResult> {
     return new Promise<AckResult>((resolve, reject) => {
       this.queue.push({ call, resolve, reject });
-      this.queuedIds += sizeOf(call);
+      this.queuedIds += callSize(call);
       this.schedule();
     });
   }
@@ -65,9 +64,9 @@ export class AckCommitter {
     let ids = 0;
     while (this.queue.length > 0) {
       const next = this.queue[0] as Waiting;
-      if (group.length > 0 && ids + sizeOf(next.call) > this.options.maxIds) break;
+      if (group.length > 0 && ids + callSize(next.call) > this.options.maxIds) break;
       this.queue.shift();
-      ids += sizeOf(next.call);
+      ids += callSize(next.call);
       group.push(next);
     }
     this.queuedIds -= ids;
@@ -79,7 +78,7 @@ export class AckCommitter {
     this.timer = null;
     if (this.inFlight || this.queue.length === 0) return;
     const group = this.takeGroup();
-    this.onGroup?.(group.length, group.reduce((n, w) => n + sizeOf(w.call), 0));
+    this.onGroup?.(group.length, group.reduce((n, w) => n + callSize(w.call), 0));
     this.inFlight = ackItems(
       this.deps,
       group.map((w) => w.call),

@@ -1,5 +1,6 @@
 import { Knex } from 'knex';
-import { AckCall, GroupRecord, groupKey, planAcks, Rejection } from '../domain/ackPlan';
+import { AckCall, Rejection } from '../domain/ackCall';
+import { GroupRecord, groupKey, planAcks } from '../domain/ackPlan';
 import { BatchRecord, BatchView, toBatchView } from '../domain/batch';
 import { lockBatches, updateBatch } from '../store/batches';
 import { lockGroups, readGroups, writeGroups } from '../store/groups';
@@ -19,10 +20,10 @@ export interface AckResult {
 function groupIdsByBatch(calls: AckCall[]): Map<string, Set<string>> {
   const byBatch = new Map<string, Set<string>>();
   for (const call of calls) {
-    for (const item of call.items) {
-      let ids = byBatch.get(item.batchId);
-      if (!ids) byBatch.set(item.batchId, (ids = new Set()));
-      ids.add(item.groupId);
+    for (const target of call.targets) {
+      let ids = byBatch.get(target.batchId);
+      if (!ids) byBatch.set(target.batchId, (ids = new Set()));
+      ids.add(target.groupId);
     }
   }
   return byBatch;

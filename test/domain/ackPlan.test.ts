@@ -1,5 +1,6 @@
 import fc from 'fast-check';
-import { AckCall, GroupRecord, groupKey, planAcks } from '../../src/domain/ackPlan';
+import { AckCall, AckTarget } from '../../src/domain/ackCall';
+import { GroupRecord, groupKey, planAcks } from '../../src/domain/ackPlan';
 import { BatchRecord, Outcome } from '../../src/domain/batch';
 
 const BATCH = '0193a1b2-c3d4-7e5f-8a9b-000000000001';
@@ -16,10 +17,13 @@ function groups(sizes: number[]): Map<string, GroupRecord> {
   return new Map(sizes.map((size, i) => [groupKey(BATCH, ids[i]!), { batchId: BATCH, id: ids[i]!, size, pending: size, succeededBits: null, failedBits: null }]));
 }
 
+const target = (batchId: string, groupId: string, indexes: number[]): AckTarget => ({ batchId, groupId, prefix: `${batchId}:${groupId}:`, indexes });
+
+/** One target per item, in order, as a call with repeats across targets would have. */
 const call = (outcome: Outcome, items: Array<[string, number]>): AckCall => ({
   outcome,
   malformed: [],
-  items: items.map(([groupId, index]) => ({ batchId: BATCH, groupId, index })),
+  targets: items.map(([groupId, index]) => target(BATCH, groupId, [index])),
 });
 
 describe('planAcks', () => {
@@ -50,11 +54,7 @@ describe('planAcks', () => {
     const c: AckCall = {
       outcome: 'succeeded',
       malformed: [{ id: 'x', reason: 'malformed' }],
-      items: [
-        { batchId: other, groupId: G1, index: 0 },
-        { batchId: BATCH, groupId: other, index: 0 },
-        { batchId: BATCH, groupId: G1, index: 0 },
-      ],
+      targets: [target(other, G1, [0]), target(BATCH, other, [0]), target(BATCH, G1, [0])],
     };
     const plan = planAcks([c], new Map([[BATCH, batch('open', [1])]]), groups([1]), 5);
     expect(plan.results[0]!.rejected.map((r) => r.reason)).toEqual(['malformed', 'unknown_batch', 'unknown_group']);
@@ -69,8 +69,9 @@ describe('planAcks', () => {
         const calls = callSpecs.map((spec) => ({
           outcome: spec[0]?.outcome ?? 'succeeded',
           malformed: [],
-          items: spec.map((a) => ({ batchId: BATCH, groupId: [G1, G2][a.group]!, index: a.index })),
+          targets: spec.map((a) => target(BATCH, [G1, G2][a.group]!, [a.index])),
         }));
+        const itemsOf = (c: AckCall) => c.targets.map((t) => ({ groupId: t.groupId, index: t.indexes[0]! }));
         const plan = planAcks(calls, new Map([[BATCH, batch('sealed', sizes)]]), groups(sizes), 5);
 
         const model = new Map<string, Outcome>();
@@ -78,7 +79,7 @@ describe('planAcks', () => {
         let complete = false;
         calls.forEach((c, i) => {
           let acked = 0;
-          for (const item of c.items) {
+          for (const item of itemsOf(c)) {
             const size = item.groupId === G1 ? 7 : 3;
             if (item.index >= size || complete) continue;
             const key = `${item.groupId}:${item.index}`;
@@ -90,7 +91,7 @@ describe('planAcks', () => {
           }
           expect(plan.results[i]!.acked).toBe(acked);
           const r = plan.results[i]!;
-          expect(r.acked + r.duplicates + r.rejected.length).toBe(c.items.length);
+          expect(r.acked + r.duplicates + r.rejected.length).toBe(c.targets.length);
           completions += r.completedBatchIds.length;
         });
         const values = [...model.values()];

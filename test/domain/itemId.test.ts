@@ -29,6 +29,7 @@ describe('item IDs', () => {
     ['missing dash', '0193a1b2c-3d4-7e5f-8a9b-0c1d2e3f4a5b:0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5c:1'],
     ['two parts', '0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b:1'],
     ['trailing text', '0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b:0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5c:1 '],
+    ['a leading zero', '0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b:0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5c:07'],
     ['huge index', `0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b:0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5c:${'9'.repeat(40)}`],
   ])('when an ID has %s, then it is malformed', (_what, id) => {
     expect(parseItemId(id)).toBeNull();

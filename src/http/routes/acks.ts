@@ -1,22 +1,35 @@
 import { Router } from 'express';
-import { AckCall, callFromIds } from '../../domain/ackPlan';
+import { AckCall, callFromCompact, callFromIds, compactSize } from '../../domain/ackCall';
 import { PayloadTooLargeError } from '../../domain/errors';
 import { AckResult } from '../../service/ackItems';
-import { ackBody, MAX_ACK_IDS } from '../schemas';
+import { ackBody, compactAckBody, MAX_ACK_IDS } from '../schemas';
 import { parse } from '../validate';
 
 /** Applies one ack call: through the group committer, or in a transaction of its own. */
 export type SubmitAck = (call: AckCall) => Promise<AckResult>;
 
+function tooLarge(count: number): PayloadTooLargeError {
+  return new PayloadTooLargeError(`an ack call takes at most ${MAX_ACK_IDS} items; this one has ${count}`);
+}
+
+/** Reads either form of the body: `{ ids: [...] }` or the compact `{ groups: [...] }`. */
+function callFromBody(body: unknown): AckCall {
+  if (typeof body === 'object' && body !== null && 'groups' in body) {
+    const compact = parse(compactAckBody, body, 'body');
+    const count = compactSize(compact.groups);
+    if (count > MAX_ACK_IDS) throw tooLarge(count);
+    return callFromCompact(compact.groups, compact.outcome ?? 'succeeded');
+  }
+  const plain = parse(ackBody, body, 'body');
+  if (plain.ids.length > MAX_ACK_IDS) throw tooLarge(plain.ids.length);
+  return callFromIds(plain.ids, plain.outcome ?? 'succeeded');
+}
+
 /** Consumer route: POST /v1/acks. */
 export function ackRoutes(submit: SubmitAck): Router {
   const router = Router();
   router.post('/v1/acks', async (req, res) => {
-    const body = parse(ackBody, req.body, 'body');
-    if (body.ids.length > MAX_ACK_IDS) {
-      throw new PayloadTooLargeError(`an ack call takes at most ${MAX_ACK_IDS} IDs; this one has ${body.ids.length}`);
-    }
-    res.json(await submit(callFromIds(body.ids, body.outcome ?? 'succeeded')));
+    res.json(await submit(callFromBody(req.body)));
   });
   return router;
 }

@@ -1,0 +1,85 @@
+import { Outcome } from './batch';
+import { isItemPrefix, ITEM_PREFIX_LENGTH, parseIndexAfterPrefix } from './itemId';
+
+export type RejectReason = 'malformed' | 'unknown_batch' | 'unknown_group' | 'index_out_of_range';
+
+export interface Rejection {
+  id: string;
+  reason: RejectReason;
+}
+
+/** The items of one call that name one group: `prefix` is `<batchId>:<groupId>:` as the client sent it. */
+export interface AckTarget {
+  batchId: string;
+  groupId: string;
+  prefix: string;
+  indexes: number[];
+}
+
+/** One ack request, grouped by the group row it touches, plus the IDs rejected as malformed. */
+export interface AckCall {
+  outcome: Outcome;
+  targets: AckTarget[];
+  malformed: Rejection[];
+}
+
+/** How many item IDs the call carries (every one is counted exactly once in its result). */
+export function callSize(call: AckCall): number {
+  let n = call.malformed.length;
+  for (const target of call.targets) n += target.indexes.length;
+  return n;
+}
+
+/**
+ * Turns the IDs of one request into a call. IDs that share a `batchId:groupId:` prefix share one
+ * target: the prefix is checked once, and each ID costs only its index digits.
+ */
+export function callFromIds(ids: readonly string[], outcome: Outcome): AckCall {
+  const targets = new Map<string, AckTarget | null>();
+  const malformed: Rejection[] = [];
+  for (const id of ids) {
+    const prefix = id.length > ITEM_PREFIX_LENGTH ? id.slice(0, ITEM_PREFIX_LENGTH) : '';
+    let target = targets.get(prefix);
+    if (target === undefined) {
+      target = isItemPrefix(prefix) ? { batchId: prefix.slice(0, 36).toLowerCase(), groupId: prefix.slice(37, 73).toLowerCase(), prefix, indexes: [] } : null;
+      targets.set(prefix, target);
+    }
+    const index = target ? parseIndexAfterPrefix(id) : -1;
+    if (target && index >= 0) target.indexes.push(index);
+    else malformed.push({ id, reason: 'malformed' });
+  }
+  return { outcome, targets: [...targets.values()].filter((t): t is AckTarget => t !== null && t.indexes.length > 0), malformed };
+}
+
+/** One entry of the compact form: a group and its indexes, each a number or an inclusive [from, to] range. */
+export interface CompactEntry {
+  batchId: string;
+  groupId: string;
+  indexes: Array<number | [number, number]>;
+}
+
+/** Items an entry names, without expanding its ranges. */
+export function compactSize(entries: readonly CompactEntry[]): number {
+  let n = 0;
+  for (const entry of entries) for (const i of entry.indexes) n += typeof i === 'number' ? 1 : i[1] - i[0] + 1;
+  return n;
+}
+
+/** Turns the compact form into a call; entries with ids that are not UUIDs are malformed, item by item. */
+export function callFromCompact(entries: readonly CompactEntry[], outcome: Outcome): AckCall {
+  const call: AckCall = { outcome, targets: [], malformed: [] };
+  for (const entry of entries) {
+    const prefix = `${entry.batchId}:${entry.groupId}:`;
+    const indexes: number[] = [];
+    for (const i of entry.indexes) {
+      if (typeof i === 'number') indexes.push(i);
+      else for (let k = i[0]; k <= i[1]; k++) indexes.push(k);
+    }
+    if (isItemPrefix(prefix)) {
+      call.targets.push({ batchId: entry.batchId.toLowerCase(), groupId: entry.groupId.toLowerCase(), prefix, indexes });
+    } else {
+      for (const index of indexes) call.malformed.push({ id: `${prefix}${index}`, reason: 'malformed' });
+    }
+  }
+  return call;
+}
