@@ -21,6 +21,8 @@ export interface Rollcall {
   log: Logger;
   dispatcher: CallbackDispatcher;
   watcher: CompletionWatcher;
+  /** The group committer for acks; null when ACK_GROUP_COMMIT=off. */
+  committer: AckCommitter | null;
   /** One sweep now (what the sweeper loop and POST /v1/admin/sweep run). */
   sweep(): Promise<SweepResult>;
   /** Starts the sweeper and callback loops (main.ts does; tests drive them by hand). */
@@ -102,6 +104,7 @@ export async function createRollcall(config: Config, options: RollcallOptions = 
     log,
     dispatcher,
     watcher,
+    committer,
     sweep,
     startBackground() {
       delivering.start();

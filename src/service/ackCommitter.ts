@@ -23,6 +23,8 @@ interface Waiting {
  * at a time per process, so the next group fills while the current one commits.
  */
 export class AckCommitter {
+  /** Transactions run and calls answered through them (calls / transactions = merge factor). */
+  readonly stats = { transactions: 0, calls: 0, ids: 0 };
   private queue: Waiting[] = [];
   private queuedIds = 0;
   private timer: NodeJS.Timeout | null = null;
@@ -78,7 +80,11 @@ export class AckCommitter {
     this.timer = null;
     if (this.inFlight || this.queue.length === 0) return;
     const group = this.takeGroup();
-    this.onGroup?.(group.length, group.reduce((n, w) => n + callSize(w.call), 0));
+    const ids = group.reduce((n, w) => n + callSize(w.call), 0);
+    this.stats.transactions += 1;
+    this.stats.calls += group.length;
+    this.stats.ids += ids;
+    this.onGroup?.(group.length, ids);
     this.inFlight = ackItems(
       this.deps,
       group.map((w) => w.call),

@@ -1,0 +1,87 @@
+import { dialectOf } from '../../src/store/db';
+import { backends } from '../helpers/backends';
+import { itemIds, shuffled, startService, TestService } from '../helpers/service';
+
+describe.each(backends())('group commit of concurrent acks (%s)', (_name, backend) => {
+  let svc: TestService;
+  beforeEach(async () => {
+    svc = await startService(backend, { ACK_GROUP_COMMIT_WINDOW_MS: '20' });
+  });
+  afterEach(() => svc.stop());
+
+  async function sealedBatch(count: number) {
+    const id = (await svc.api.post('/v1/batches').send({})).body.id as string;
+    const added = await svc.api.post(`/v1/batches/${id}/items`).send({ count });
+    await svc.api.post(`/v1/batches/${id}/seal`);
+    return { id, ids: itemIds(id, added.body.groups) };
+  }
+
+  it('when 300 small calls arrive together, then they share transactions and each gets its own exact result', async () => {
+    const { id, ids } = await sealedBatch(250);
+    // Each call: 1-2 items (some repeated across calls), and a malformed ID of its own.
+    const calls = shuffled(ids, 5).map((itemId, i) => [itemId, ...(i % 5 === 0 ? [ids[(i * 7) % ids.length]!] : []), `bad-${i}`]);
+    calls.push(...ids.slice(0, 50).map((itemId, i) => [itemId, `bad-extra-${i}`]));
+    const before = { ...svc.rollcall.committer!.stats };
+    const results = await Promise.all(calls.map((body) => svc.api.post('/v1/acks').send({ ids: body })));
+    const stats = svc.rollcall.committer!.stats;
+    expect(stats.calls - before.calls).toBe(calls.length);
+    expect(stats.transactions - before.transactions).toBeLessThan(calls.length / 4);
+
+    let acked = 0;
+    let completions = 0;
+    results.forEach((res, i) => {
+      expect(res.status).toBe(200);
+      const body = calls[i]!;
+      expect(res.body.acked + res.body.duplicates + res.body.rejected.length).toBe(body.length);
+      expect(res.body.rejected).toEqual([{ id: body[body.length - 1], reason: 'malformed' }]);
+      acked += res.body.acked;
+      completions += res.body.completed.length;
+    });
+    expect(acked).toBe(250);
+    expect(completions).toBe(1);
+    expect((await svc.api.get(`/v1/batches/${id}`)).body).toMatchObject({ state: 'complete', succeeded: 250 });
+  });
+
+  it('when the merged transaction fails, then every merged caller gets the error and nothing of theirs is applied', async () => {
+    const { id, ids } = await sealedBatch(40);
+    const db = svc.rollcall.db;
+    // A real database failure: a trigger refuses any transaction that acks more than five items.
+    if (dialectOf(db) === 'mysql') {
+      await db.raw(`CREATE TRIGGER refuse_big_ack BEFORE UPDATE ON batches FOR EACH ROW
+        BEGIN IF NEW.succeeded > 5 THEN SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'injected failure'; END IF; END`);
+    } else {
+      await db.raw(`CREATE TRIGGER refuse_big_ack BEFORE UPDATE ON batches WHEN NEW.succeeded > 5
+        BEGIN SELECT RAISE(ABORT, 'injected failure'); END`);
+    }
+    const before = { ...svc.rollcall.committer!.stats };
+    const results = await Promise.all(ids.slice(0, 20).map((itemId) => svc.api.post('/v1/acks').send({ ids: [itemId] })));
+    const merged = svc.rollcall.committer!.stats.transactions - before.transactions;
+    expect(merged).toBeLessThan(20);
+    const failed = results.filter((r) => r.status === 500);
+    expect(failed.length).toBeGreaterThan(5);
+    for (const r of failed) expect(r.body).toEqual({ error: { code: 'internal', message: 'internal error' } });
+    const answeredAcked = results.filter((r) => r.status === 200).reduce((n, r) => n + r.body.acked, 0);
+    expect((await svc.api.get(`/v1/batches/${id}`)).body.succeeded).toBe(answeredAcked);
+
+    await db.raw('DROP TRIGGER refuse_big_ack');
+    const retry = await svc.api.post('/v1/acks').send({ ids });
+    expect(retry.body.acked).toBe(40 - answeredAcked);
+    expect(retry.body.completed).toHaveLength(1);
+  });
+
+  it('when group commit is off, then each call runs alone with the same results', async () => {
+    const off = await startService(backend, { ACK_GROUP_COMMIT: 'off' });
+    try {
+      expect(off.rollcall.committer).toBeNull();
+      const id = (await off.api.post('/v1/batches').send({})).body.id;
+      const added = await off.api.post(`/v1/batches/${id}/items`).send({ count: 30 });
+      await off.api.post(`/v1/batches/${id}/seal`);
+      const results = await Promise.all(itemIds(id, added.body.groups).map((x) => off.api.post('/v1/acks').send({ ids: [x, x] })));
+      expect(results.reduce((n, r) => n + r.body.acked, 0)).toBe(30);
+      expect(results.reduce((n, r) => n + r.body.duplicates, 0)).toBe(30);
+      expect(results.reduce((n, r) => n + r.body.completed.length, 0)).toBe(1);
+    } finally {
+      await off.stop();
+    }
+  });
+});
