@@ -40,6 +40,7 @@ export const configSchema = z.object({
   ACK_GROUP_COMMIT: z.enum(['on', 'off']).default('on'),
   ACK_GROUP_COMMIT_WINDOW_MS: int(0, 50).default(2),
   ACK_GROUP_COMMIT_MAX_IDS: int(1, 1_000_000).default(20_000),
+  ACK_GROUP_COMMIT_CONCURRENCY: int(1, 64).default(1),
   OPEN_BATCH_TTL: duration('7d', 1000),
   COMPLETED_RETENTION: duration('7d', 0),
   SWEEP_INTERVAL: duration('60s', 0),

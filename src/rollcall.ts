@@ -90,7 +90,11 @@ export async function createRollcall(config: Config, options: RollcallOptions = 
 
   const committer =
     config.ACK_GROUP_COMMIT === 'on'
-      ? new AckCommitter(deps, { windowMs: config.ACK_GROUP_COMMIT_WINDOW_MS, maxIds: config.ACK_GROUP_COMMIT_MAX_IDS })
+      ? new AckCommitter(deps, {
+          windowMs: config.ACK_GROUP_COMMIT_WINDOW_MS,
+          maxIds: config.ACK_GROUP_COMMIT_MAX_IDS,
+          concurrency: config.ACK_GROUP_COMMIT_CONCURRENCY,
+        })
       : null;
   const submitAck = committer
     ? (call: AckCall) => committer.submit(call)

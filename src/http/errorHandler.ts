@@ -27,7 +27,7 @@ export const errorHandler: ErrorRequestHandler = (caught, req, res, _next) => {
   if (error instanceof RollcallError) answer = [error.status, body(error.code, error.message)];
   else answer = fromBodyParser(error) ?? [500, body('internal', 'internal error')];
   const [status] = answer;
-  if (status >= 500) req.log?.error({ err: error }, 'request failed');
-  else req.log?.debug({ err: error }, 'request refused');
+  if (status >= 500) req.log.error({ err: error }, 'request failed');
+  else req.log.debug({ err: error }, 'request refused');
   res.status(status).json(answer[1]);
 };

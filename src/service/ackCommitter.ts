@@ -7,6 +7,8 @@ export interface GroupCommitOptions {
   windowMs: number;
   /** A group is closed early once it holds this many IDs. */
   maxIds: number;
+  /** Merged transactions in flight at once; the next one's start overlaps the previous one's commit. */
+  concurrency: number;
 }
 
 interface Waiting {
@@ -15,12 +17,12 @@ interface Waiting {
   reject: (error: unknown) => void;
 }
 
-
 /**
- * Group commit for acks: calls that arrive while a transaction is running, or within `windowMs` of
- * each other, are merged into one transaction. Each caller gets its own result, and only after the
- * commit; if the transaction fails, every merged caller gets the error. One transaction is in flight
- * at a time per process, so the next group fills while the current one commits.
+ * Group commit for acks: calls that arrive while transactions are running, or within `windowMs`
+ * of each other, are merged into one transaction. Each caller gets its own result, and only after
+ * the commit; if the transaction fails, every merged caller gets the error. At most `concurrency`
+ * merged transactions run at once (they take the same locks in the same order, so one that touches
+ * a batch another holds simply waits for its commit).
  */
 export class AckCommitter {
   /** Transactions run and calls answered through them (calls / transactions = merge factor). */
@@ -28,7 +30,7 @@ export class AckCommitter {
   private queue: Waiting[] = [];
   private queuedIds = 0;
   private timer: NodeJS.Timeout | null = null;
-  private inFlight: Promise<void> | null = null;
+  private readonly inFlight = new Set<Promise<void>>();
 
   constructor(
     private readonly deps: ServiceDeps,
@@ -46,14 +48,14 @@ export class AckCommitter {
 
   /** Resolves once every submitted call has been answered. */
   async drain(): Promise<void> {
-    while (this.inFlight || this.queue.length > 0) {
-      if (!this.inFlight) this.flush();
-      await this.inFlight;
+    while (this.inFlight.size > 0 || this.queue.length > 0) {
+      if (this.inFlight.size === 0) this.flush();
+      await Promise.race(this.inFlight);
     }
   }
 
   private schedule(): void {
-    if (this.inFlight) return; // the running group's end starts the next one
+    if (this.inFlight.size >= this.options.concurrency) return; // a finishing transaction starts the next group
     if (this.queuedIds >= this.options.maxIds || this.options.windowMs === 0) {
       this.flush();
     } else if (!this.timer) {
@@ -62,40 +64,41 @@ export class AckCommitter {
   }
 
   private takeGroup(): Waiting[] {
-    const group: Waiting[] = [];
     let ids = 0;
-    while (this.queue.length > 0) {
-      const next = this.queue[0] as Waiting;
-      if (group.length > 0 && ids + callSize(next.call) > this.options.maxIds) break;
-      this.queue.shift();
-      ids += callSize(next.call);
-      group.push(next);
+    let count = 0;
+    for (const waiting of this.queue) {
+      const size = callSize(waiting.call);
+      if (count > 0 && ids + size > this.options.maxIds) break;
+      ids += size;
+      count += 1;
     }
     this.queuedIds -= ids;
-    return group;
+    return this.queue.splice(0, count);
   }
 
   private flush(): void {
     if (this.timer) clearTimeout(this.timer);
     this.timer = null;
-    if (this.inFlight || this.queue.length === 0) return;
+    if (this.inFlight.size >= this.options.concurrency || this.queue.length === 0) return;
     const group = this.takeGroup();
     const ids = group.reduce((n, w) => n + callSize(w.call), 0);
     this.stats.transactions += 1;
     this.stats.calls += group.length;
     this.stats.ids += ids;
     this.onGroup?.(group.length, ids);
-    this.inFlight = ackItems(
+    const running: Promise<void> = ackItems(
       this.deps,
       group.map((w) => w.call),
-    ).then(
-      (results) => group.forEach((w, i) => w.resolve(results[i] as AckResult)),
-      (error: unknown) => group.forEach((w) => w.reject(error)),
-    );
-    void this.inFlight.finally(() => {
-      this.inFlight = null;
-      // Calls that queued meanwhile have waited a whole transaction already: run them now.
-      if (this.queue.length > 0) this.flush();
-    });
+    )
+      .then(
+        (results) => group.forEach((w, i) => w.resolve(results[i] as AckResult)),
+        (error: unknown) => group.forEach((w) => w.reject(error)),
+      )
+      .finally(() => {
+        this.inFlight.delete(running);
+        // Calls that queued meanwhile have waited a whole transaction already: run them now.
+        if (this.queue.length > 0) this.flush();
+      });
+    this.inFlight.add(running);
   }
 }

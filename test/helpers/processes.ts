@@ -2,7 +2,7 @@ import { ChildProcess, spawn } from 'node:child_process';
 import path from 'node:path';
 import readline from 'node:readline';
 
-/** A real service process (node + tsx running src/main.ts), on a port it picked itself. */
+/** A real service process on a port it picked itself. */
 export interface ServiceProcess {
   url: string;
   child: ChildProcess;
@@ -10,10 +10,14 @@ export interface ServiceProcess {
   stop(signal?: NodeJS.Signals): Promise<void>;
 }
 
+/** Tests run the TypeScript source through tsx; the benchmark runs the compiled build, as production does. */
+export const FROM_SOURCE = ['--import', 'tsx', 'src/main.ts'];
+export const FROM_BUILD = ['dist/src/main.js'];
+
 const ROOT = path.resolve(__dirname, '../..');
 
-export function spawnService(env: Record<string, string>): Promise<ServiceProcess> {
-  const child = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts'], {
+export function spawnService(env: Record<string, string>, entry: string[] = FROM_SOURCE): Promise<ServiceProcess> {
+  const child = spawn(process.execPath, entry, {
     cwd: ROOT,
     env: { ...process.env, PORT: '0', LOG_LEVEL: 'warn', ROLLCALL_ANNOUNCE_PORT: '1', ...env },
     stdio: ['ignore', 'pipe', 'pipe'],

@@ -18,7 +18,7 @@ export function healthRoutes(db: Db): Router {
       }
       res.json({ status: 'ready' });
     } catch (caught) {
-      req.log?.warn({ err: toError(caught) }, 'readiness check failed');
+      req.log.warn({ err: toError(caught) }, 'readiness check failed');
       res.status(503).json({ error: { code: 'unavailable', message: 'the database is not available' } });
     }
   });
