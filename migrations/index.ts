@@ -4,6 +4,7 @@ import * as m0002 from './0002_create_item_groups';
 import * as m0003 from './0003_create_add_requests';
 import * as m0004 from './0004_create_outbox';
 import * as m0005 from './0005_index_batches_for_sweep';
+import * as m0006 from './0006_add_batch_tenant';
 
 export interface Migration {
   up(knex: Knex): Promise<void>;
@@ -20,4 +21,5 @@ export const migrations: ReadonlyArray<readonly [name: string, migration: Migrat
   ['0003_create_add_requests', m0003],
   ['0004_create_outbox', m0004],
   ['0005_index_batches_for_sweep', m0005],
+  ['0006_add_batch_tenant', m0006],
 ];

@@ -1,3 +1,4 @@
+import fs from 'node:fs';
 import { z } from 'zod';
 
 const int = (min: number, max: number) => z.coerce.number().int().min(min).max(max);
@@ -53,17 +54,68 @@ export const configSchema = z.object({
   CALLBACK_CONCURRENCY: int(1, 256).default(8),
   CALLBACK_POLL_INTERVAL: duration('1s', 10),
   WAIT_POLL_INTERVAL: duration('250ms', 10),
+  API_TOKENS: z.string().optional(),
+  API_TOKENS_FILE: z.string().optional(),
+  PUBLIC_METRICS: z.enum(['on', 'off']).default('on'),
+  PUBLIC_OPENAPI: z.enum(['on', 'off']).default('on'),
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
   SHUTDOWN_TIMEOUT_MS: int(0, 600_000).default(10_000),
 });
 
-export type Config = z.infer<typeof configSchema>;
+export const SCOPES = ['produce', 'consume', 'read', 'admin'] as const;
+export type Scope = (typeof SCOPES)[number];
+
+const tokensSchema = z
+  .array(
+    z.strictObject({
+      token: z.string().min(16, 'a token must be at least 16 characters'),
+      tenant: z.string().min(1).max(64),
+      scopes: z.array(z.enum(SCOPES)).min(1),
+    }),
+  )
+  .min(1)
+  .refine((list) => new Set(list.map((t) => t.token)).size === list.length, 'tokens must be distinct');
+
+export type TokenEntry = z.infer<typeof tokensSchema>[number];
+
+export type Config = z.infer<typeof configSchema> & {
+  /** Parsed from API_TOKENS or API_TOKENS_FILE; null when the service runs without authentication. */
+  tokens: TokenEntry[] | null;
+};
 
 export class ConfigError extends Error {
   constructor(message: string) {
     super(message);
     this.name = new.target.name;
   }
+}
+
+function issuesOf(key: string, error: z.ZodError): string {
+  return error.issues.map((issue) => `  ${[key, ...issue.path].join('.')}: ${issue.message}`).join('\n');
+}
+
+/** API_TOKENS (JSON) or API_TOKENS_FILE (a file holding the same JSON), never both. */
+function loadTokens(settings: z.infer<typeof configSchema>): TokenEntry[] | null {
+  if (settings.API_TOKENS && settings.API_TOKENS_FILE) throw new ConfigError('invalid configuration:\n  API_TOKENS: set API_TOKENS or API_TOKENS_FILE, not both');
+  const key = settings.API_TOKENS ? 'API_TOKENS' : 'API_TOKENS_FILE';
+  let text = settings.API_TOKENS;
+  if (settings.API_TOKENS_FILE) {
+    try {
+      text = fs.readFileSync(settings.API_TOKENS_FILE, 'utf8');
+    } catch (error) {
+      throw new ConfigError(`invalid configuration:\n  API_TOKENS_FILE: cannot read ${settings.API_TOKENS_FILE} (${(error as Error).message})`);
+    }
+  }
+  if (text === undefined) return null;
+  let json: unknown;
+  try {
+    json = JSON.parse(text);
+  } catch {
+    throw new ConfigError(`invalid configuration:\n  ${key}: is not valid JSON`);
+  }
+  const parsed = tokensSchema.safeParse(json);
+  if (!parsed.success) throw new ConfigError(`invalid configuration:\n${issuesOf(key, parsed.error)}`);
+  return parsed.data;
 }
 
 /** Parses settings; an invalid value stops the process with a message naming the key. */
@@ -74,5 +126,5 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     const lines = parsed.error.issues.map((issue) => `  ${issue.path.join('.')}: ${issue.message}`);
     throw new ConfigError(`invalid configuration:\n${lines.join('\n')}`);
   }
-  return parsed.data;
+  return { ...parsed.data, tokens: loadTokens(parsed.data) };
 }

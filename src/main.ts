@@ -10,6 +10,9 @@ async function main(): Promise<void> {
   const rollcall = await createRollcall(config);
   rollcall.startBackground();
   const { log } = rollcall;
+  if (!config.tokens) {
+    log.warn({ host: config.HOST }, 'API_TOKENS is not set: every request is allowed; keep HOST on a loopback address');
+  }
   const server: Server = rollcall.app.listen(config.PORT, config.HOST);
   await once(server, 'listening');
   const address = server.address();

@@ -100,7 +100,7 @@ export async function createRollcall(config: Config, options: RollcallOptions = 
     ? (call: AckCall) => committer.submit(call)
     : async (call: AckCall) => (await ackItems(deps, [call]))[0]!;
 
-  const app = createApp({ service: deps, submitAck, bodyLimit: config.BODY_LIMIT, log, watcher, sweepNow: sweep });
+  const app = createApp({ service: deps, submitAck, bodyLimit: config.BODY_LIMIT, log, watcher, sweepNow: sweep, tokens: config.tokens });
   return {
     app,
     deps,

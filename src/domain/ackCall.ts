@@ -18,6 +18,8 @@ export interface AckTarget {
 
 /** One ack request, grouped by the group row it touches, plus the IDs rejected as malformed. */
 export interface AckCall {
+  /** Only this tenant's batches are visible to the call; others' IDs are `unknown_batch`. */
+  tenant: string;
   outcome: Outcome;
   targets: AckTarget[];
   malformed: Rejection[];
@@ -34,7 +36,7 @@ export function callSize(call: AckCall): number {
  * Turns the IDs of one request into a call. IDs that share a `batchId:groupId:` prefix share one
  * target: the prefix is checked once, and each ID costs only its index digits.
  */
-export function callFromIds(ids: readonly string[], outcome: Outcome): AckCall {
+export function callFromIds(ids: readonly string[], outcome: Outcome, tenant = ''): AckCall {
   const targets = new Map<string, AckTarget | null>();
   const malformed: Rejection[] = [];
   // Consecutive IDs usually name the same group: comparing with the last prefix skips the map lookup.
@@ -59,7 +61,7 @@ export function callFromIds(ids: readonly string[], outcome: Outcome): AckCall {
     if (target && index >= 0) target.indexes.push(index);
     else malformed.push({ id, reason: 'malformed' });
   }
-  return { outcome, targets: [...targets.values()].filter((t): t is AckTarget => t !== null && t.indexes.length > 0), malformed };
+  return { tenant, outcome, targets: [...targets.values()].filter((t): t is AckTarget => t !== null && t.indexes.length > 0), malformed };
 }
 
 /** One entry of the compact form: a group and its indexes, each a number or an inclusive [from, to] range. */
@@ -77,8 +79,8 @@ export function compactSize(entries: readonly CompactEntry[]): number {
 }
 
 /** Turns the compact form into a call; entries with ids that are not UUIDs are malformed, item by item. */
-export function callFromCompact(entries: readonly CompactEntry[], outcome: Outcome): AckCall {
-  const call: AckCall = { outcome, targets: [], malformed: [] };
+export function callFromCompact(entries: readonly CompactEntry[], outcome: Outcome, tenant = ''): AckCall {
+  const call: AckCall = { tenant, outcome, targets: [], malformed: [] };
   for (const entry of entries) {
     const prefix = `${entry.batchId}:${entry.groupId}:`;
     const indexes: number[] = [];

@@ -90,7 +90,8 @@ export function planAcks(
   const results = calls.map((call) => {
     const result: CallResult = { acked: 0, duplicates: 0, rejected: [...call.malformed], completedBatchIds: [] };
     for (const target of call.targets) {
-      const stored = batches.get(target.batchId);
+      const found = batches.get(target.batchId);
+      const stored = found && found.tenant === call.tenant ? found : undefined;
       const key = groupKey(target.batchId, target.groupId);
       const storedGroup = stored ? groups.get(key) : undefined;
       if (!stored || !storedGroup) {

@@ -1,9 +1,18 @@
 export type BatchState = 'open' | 'sealed' | 'complete';
 export type Outcome = 'succeeded' | 'failed';
 
+/** Who is asking: batches belong to the tenant that created them ('' without authentication). */
+export interface Caller {
+  tenant: string;
+}
+
+/** The caller of a service that runs without tokens. */
+export const OPEN_CALLER: Caller = { tenant: '' };
+
 /** A batch as the service knows it; times are epoch milliseconds. */
 export interface BatchRecord {
   id: string;
+  tenant: string;
   state: BatchState;
   userKey: string | null;
   metadata: Record<string, unknown> | null;

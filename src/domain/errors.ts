@@ -55,6 +55,16 @@ export class IdempotencyConflictError extends RollcallError {
   }
 }
 
+export class UnauthorizedError extends RollcallError {
+  readonly code = 'unauthorized';
+  readonly status = 401;
+}
+
+export class ForbiddenError extends RollcallError {
+  readonly code = 'forbidden';
+  readonly status = 403;
+}
+
 export class RouteNotFoundError extends RollcallError {
   readonly code = 'not_found';
   readonly status = 404;

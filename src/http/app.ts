@@ -8,12 +8,15 @@ import { batchRoutes } from './routes/batches';
 import { healthRoutes } from './routes/health';
 import { lifecycleRoutes, LifecycleDeps } from './routes/lifecycle';
 import { requestContext } from './requestContext';
+import { authenticate } from './auth';
+import type { TokenEntry } from '../config';
 
 export interface AppDeps extends LifecycleDeps {
   service: ServiceDeps;
   submitAck: SubmitAck;
   bodyLimit: string;
   log: Logger;
+  tokens: TokenEntry[] | null;
 }
 
 /** Builds the express app; listening, signals and loops belong to main.ts. */
@@ -23,6 +26,7 @@ export function createApp(deps: AppDeps): Express {
   app.set('etag', false);
   app.use(requestContext(deps.log));
   app.use(healthRoutes(deps.service.db));
+  app.use('/v1', authenticate(deps.tokens));
   app.use(express.json({ limit: deps.bodyLimit }));
   // Acks first: the hottest route should not walk past the others.
   app.use(ackRoutes(deps.submitAck));

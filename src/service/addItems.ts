@@ -6,6 +6,7 @@ import { AddAnswer, findAddRequest, insertAddRequest } from '../store/addRequest
 import { updateBatch } from '../store/batches';
 import { insertGroups } from '../store/groups';
 import { inTransaction } from '../store/transaction';
+import { Caller } from '../domain/batch';
 import { ServiceDeps } from './deps';
 import { lockExistingBatch } from './lockedBatch';
 
@@ -14,9 +15,9 @@ import { lockExistingBatch } from './lockedBatch';
  * unless open), inserts the groups, bumps total and open_groups, all in one transaction. With an
  * Idempotency-Key, a repeat returns the first answer and adds nothing.
  */
-export async function addItems(deps: ServiceDeps, batchId: string, count: number, idempotencyKey?: string): Promise<AddAnswer> {
+export async function addItems(deps: ServiceDeps, caller: Caller, batchId: string, count: number, idempotencyKey?: string): Promise<AddAnswer> {
   return inTransaction(deps.db, deps.tx, async (trx) => {
-    const batch = await lockExistingBatch(trx, batchId);
+    const batch = await lockExistingBatch(trx, caller, batchId);
     if (idempotencyKey !== undefined) {
       const earlier = await findAddRequest(trx, batch.id, idempotencyKey);
       if (earlier) {

@@ -1,4 +1,4 @@
-import { BatchRecord, BatchView, toBatchView } from '../domain/batch';
+import { BatchRecord, BatchView, Caller, toBatchView } from '../domain/batch';
 import { findCompleteBatches } from '../store/batches';
 import { ServiceDeps } from './deps';
 import { getBatch } from './readBatches';
@@ -37,8 +37,8 @@ export class CompletionWatcher {
   }
 
   /** Answers as soon as the batch is complete, or after `timeoutMs` with its state then. */
-  async wait(batchId: string, timeoutMs: number, abandoned: AbortSignal): Promise<BatchView> {
-    const now = await getBatch(this.deps, batchId);
+  async wait(caller: Caller, batchId: string, timeoutMs: number, abandoned: AbortSignal): Promise<BatchView> {
+    const now = await getBatch(this.deps, caller, batchId);
     if (now.state === 'complete' || timeoutMs === 0) return now;
     const completed = await new Promise<BatchRecord | null>((resolve) => {
       const set = this.waiters.get(now.id) ?? new Set<Wake>();
@@ -58,7 +58,7 @@ export class CompletionWatcher {
       set.add(wake);
       this.startPolling();
     });
-    return completed ? toBatchView(completed) : getBatch(this.deps, now.id);
+    return completed ? toBatchView(completed) : getBatch(this.deps, caller, now.id);
   }
 
   /** Answers every waiter now with the batch's current state (on shutdown). */

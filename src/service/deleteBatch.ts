@@ -1,12 +1,13 @@
 import { deleteBatchesWithGroups } from '../store/removeBatches';
 import { inTransaction } from '../store/transaction';
+import { Caller } from '../domain/batch';
 import { ServiceDeps } from './deps';
 import { lockExistingBatch } from './lockedBatch';
 
 /** Deletes a batch with its groups, idempotency records and callbacks, batch row locked first. */
-export async function deleteBatch(deps: ServiceDeps, batchId: string): Promise<void> {
+export async function deleteBatch(deps: ServiceDeps, caller: Caller, batchId: string): Promise<void> {
   await inTransaction(deps.db, deps.tx, async (trx) => {
-    const batch = await lockExistingBatch(trx, batchId);
+    const batch = await lockExistingBatch(trx, caller, batchId);
     await deleteBatchesWithGroups(trx, [batch.id]);
   });
 }

@@ -1,3 +1,4 @@
+import { Caller } from '../domain/batch';
 import { listEventsOfBatch, OutboxEvent } from '../store/outbox';
 import { ServiceDeps } from './deps';
 import { findExistingBatch, reading } from './readBatches';
@@ -18,8 +19,8 @@ export interface EventView {
 const iso = (ms: number | null) => (ms === null ? null : new Date(ms).toISOString());
 
 /** A batch's callback events with their delivery state, so an operator can see a stuck callback. */
-export async function listEvents(deps: ServiceDeps, batchId: string): Promise<EventView[]> {
-  const batch = await findExistingBatch(deps, batchId);
+export async function listEvents(deps: ServiceDeps, caller: Caller, batchId: string): Promise<EventView[]> {
+  const batch = await findExistingBatch(deps, caller, batchId);
   return (await reading(() => listEventsOfBatch(deps.db, batch.id))).map((e) => ({
     id: e.id,
     event: e.event,

@@ -1,5 +1,5 @@
 import { v7 as uuidv7 } from 'uuid';
-import { BatchRecord, BatchView, toBatchView } from '../domain/batch';
+import { BatchRecord, BatchView, Caller, toBatchView } from '../domain/batch';
 import { insertBatch } from '../store/batches';
 import { asUnavailable } from '../store/transaction';
 import { toError } from '../domain/errors';
@@ -12,10 +12,11 @@ export interface OpenBatchInput {
 }
 
 /** Opens an empty batch. Its id is a UUIDv7, so listing by id is listing by creation order. */
-export async function openBatch(deps: ServiceDeps, input: OpenBatchInput): Promise<BatchView> {
+export async function openBatch(deps: ServiceDeps, caller: Caller, input: OpenBatchInput): Promise<BatchView> {
   const now = deps.now();
   const batch: BatchRecord = {
     id: uuidv7(),
+    tenant: caller.tenant,
     state: 'open',
     userKey: input.userKey ?? null,
     metadata: input.metadata ?? null,

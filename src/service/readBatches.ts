@@ -1,4 +1,4 @@
-import { BatchRecord, BatchState, BatchView, toBatchView } from '../domain/batch';
+import { BatchRecord, BatchState, BatchView, Caller, toBatchView } from '../domain/batch';
 import { BatchNotFoundError, InvalidRequestError, toError } from '../domain/errors';
 import { isUuid } from '../domain/itemId';
 import { findBatch, listBatches as listBatchRows } from '../store/batches';
@@ -14,16 +14,16 @@ export async function reading<T>(read: () => Promise<T>): Promise<T> {
   }
 }
 
-/** The batch record, or batch_not_found (also for ids that are not UUIDs). */
-export async function findExistingBatch(deps: ServiceDeps, batchId: string): Promise<BatchRecord> {
+/** The caller's batch, or batch_not_found (also for ids that are not UUIDs and other tenants' batches). */
+export async function findExistingBatch(deps: ServiceDeps, caller: Caller, batchId: string): Promise<BatchRecord> {
   const batch = isUuid(batchId) ? await reading(() => findBatch(deps.db, batchId.toLowerCase())) : null;
-  if (!batch) throw new BatchNotFoundError(batchId);
+  if (!batch || batch.tenant !== caller.tenant) throw new BatchNotFoundError(batchId);
   return batch;
 }
 
 /** One batch by id: a primary-key read, O(1) whatever the batch's size. */
-export async function getBatch(deps: ServiceDeps, batchId: string): Promise<BatchView> {
-  return toBatchView(await findExistingBatch(deps, batchId));
+export async function getBatch(deps: ServiceDeps, caller: Caller, batchId: string): Promise<BatchView> {
+  return toBatchView(await findExistingBatch(deps, caller, batchId));
 }
 
 export interface ListInput {
@@ -53,10 +53,10 @@ function decodeCursor(cursor: string): string {
 }
 
 /** Batches newest first (id order = creation order), filtered, paged by an opaque cursor. */
-export async function listBatches(deps: ServiceDeps, input: ListInput): Promise<BatchPage> {
+export async function listBatches(deps: ServiceDeps, caller: Caller, input: ListInput): Promise<BatchPage> {
   const beforeId = input.cursor === undefined ? undefined : decodeCursor(input.cursor);
   const rows = await reading(() =>
-    listBatchRows(deps.db, { state: input.state, userKey: input.userKey, beforeId, limit: input.limit + 1 }),
+    listBatchRows(deps.db, { tenant: caller.tenant, state: input.state, userKey: input.userKey, beforeId, limit: input.limit + 1 }),
   );
   const page = rows.slice(0, input.limit);
   const last = page[page.length - 1];

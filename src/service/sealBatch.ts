@@ -3,6 +3,7 @@ import { ExpectedItemsMismatchError } from '../domain/errors';
 import { updateBatch } from '../store/batches';
 import { inTransaction } from '../store/transaction';
 import { announceCompletions, recordCompletions } from './completion';
+import { Caller } from '../domain/batch';
 import { ServiceDeps } from './deps';
 import { lockExistingBatch } from './lockedBatch';
 
@@ -17,9 +18,9 @@ export interface SealResult {
  * transaction, so a seal racing the last ack completes it exactly once: whichever commits second
  * sees the other's write. Sealing again is a no-op that returns the current state.
  */
-export async function sealBatch(deps: ServiceDeps, batchId: string, expectedItems?: number): Promise<SealResult> {
+export async function sealBatch(deps: ServiceDeps, caller: Caller, batchId: string, expectedItems?: number): Promise<SealResult> {
   const { next, completedNow } = await inTransaction(deps.db, deps.tx, async (trx) => {
-    const batch = await lockExistingBatch(trx, batchId);
+    const batch = await lockExistingBatch(trx, caller, batchId);
     if (batch.state !== 'open') return { next: batch, completedNow: false };
     if (expectedItems !== undefined && expectedItems !== batch.total) throw new ExpectedItemsMismatchError(expectedItems, batch.total);
     const sealedBatch = sealed(batch, deps.now());

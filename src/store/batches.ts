@@ -4,6 +4,7 @@ import { dialectOf, Queryable } from './db';
 
 interface BatchRow {
   id: string;
+  tenant: string;
   state: string;
   user_key: string | null;
   metadata: string | null;
@@ -24,6 +25,7 @@ const numOrNull = (value: number | string | null): number | null => (value === n
 function fromRow(row: BatchRow): BatchRecord {
   return {
     id: row.id,
+    tenant: row.tenant,
     state: row.state as BatchState,
     userKey: row.user_key,
     metadata: row.metadata === null ? null : (JSON.parse(row.metadata) as Record<string, unknown>),
@@ -42,6 +44,7 @@ function fromRow(row: BatchRow): BatchRecord {
 function toRow(batch: BatchRecord): BatchRow {
   return {
     id: batch.id,
+    tenant: batch.tenant,
     state: batch.state,
     user_key: batch.userKey,
     metadata: batch.metadata === null ? null : JSON.stringify(batch.metadata),
@@ -104,6 +107,7 @@ export async function findCompleteBatches(q: Queryable, ids: string[]): Promise<
 }
 
 export interface BatchFilter {
+  tenant: string;
   state?: BatchState;
   userKey?: string;
   /** Only batches created before this one (ids are UUIDv7, so id order is creation order). */
@@ -113,7 +117,7 @@ export interface BatchFilter {
 
 /** Lists batches newest first by id. No locks; one index range scan for each filter. */
 export async function listBatches(q: Queryable, filter: BatchFilter): Promise<BatchRecord[]> {
-  const query = q('batches').orderBy('id', 'desc').limit(filter.limit);
+  const query = q('batches').where('tenant', filter.tenant).orderBy('id', 'desc').limit(filter.limit);
   if (filter.state) query.where('state', filter.state);
   if (filter.userKey !== undefined) query.where('user_key', filter.userKey);
   if (filter.beforeId) query.where('id', '<', filter.beforeId);

@@ -9,7 +9,7 @@ const G2 = '0193a1b2-c3d4-7e5f-8a9b-0000000000a2';
 
 function batch(state: BatchRecord['state'], sizes: number[]): BatchRecord {
   const total = sizes.reduce((a, b) => a + b, 0);
-  return { id: BATCH, state, userKey: null, metadata: null, callbackUrl: null, total, succeeded: 0, failed: 0, openGroups: sizes.length, createdAt: 1, updatedAt: 1, sealedAt: null, completedAt: null };
+  return { id: BATCH, tenant: '', state, userKey: null, metadata: null, callbackUrl: null, total, succeeded: 0, failed: 0, openGroups: sizes.length, createdAt: 1, updatedAt: 1, sealedAt: null, completedAt: null };
 }
 
 function groups(sizes: number[]): Map<string, GroupRecord> {
@@ -21,6 +21,7 @@ const target = (batchId: string, groupId: string, indexes: number[]): AckTarget 
 
 /** One target per item, in order, as a call with repeats across targets would have. */
 const call = (outcome: Outcome, items: Array<[string, number]>): AckCall => ({
+  tenant: '',
   outcome,
   malformed: [],
   targets: items.map(([groupId, index]) => target(BATCH, groupId, [index])),
@@ -52,6 +53,7 @@ describe('planAcks', () => {
   it('when IDs name unknown batches or groups, then they are rejected with the reason and the rest apply', () => {
     const other = '0193a1b2-c3d4-7e5f-8a9b-000000000099';
     const c: AckCall = {
+      tenant: '',
       outcome: 'succeeded',
       malformed: [{ id: 'x', reason: 'malformed' }],
       targets: [target(other, G1, [0]), target(BATCH, other, [0]), target(BATCH, G1, [0])],
@@ -67,6 +69,7 @@ describe('planAcks', () => {
       fc.property(fc.array(fc.array(ack, { maxLength: 12 }), { maxLength: 30 }), (callSpecs) => {
         const sizes = [7, 3];
         const calls = callSpecs.map((spec) => ({
+          tenant: '',
           outcome: spec[0]?.outcome ?? 'succeeded',
           malformed: [],
           targets: spec.map((a) => target(BATCH, [G1, G2][a.group]!, [a.index])),

@@ -2,6 +2,7 @@ import { Router } from 'express';
 import { AckCall, callFromCompact, callFromIds, compactSize } from '../../domain/ackCall';
 import { PayloadTooLargeError } from '../../domain/errors';
 import { AckResult } from '../../service/ackItems';
+import { requireScope } from '../auth';
 import { ackBody, compactAckBody, MAX_ACK_IDS } from '../schemas';
 import { parse } from '../validate';
 
@@ -13,23 +14,23 @@ function tooLarge(count: number): PayloadTooLargeError {
 }
 
 /** Reads either form of the body: `{ ids: [...] }` or the compact `{ groups: [...] }`. */
-function callFromBody(body: unknown): AckCall {
+function callFromBody(body: unknown, tenant: string): AckCall {
   if (typeof body === 'object' && body !== null && 'groups' in body) {
     const compact = parse(compactAckBody, body, 'body');
     const count = compactSize(compact.groups);
     if (count > MAX_ACK_IDS) throw tooLarge(count);
-    return callFromCompact(compact.groups, compact.outcome ?? 'succeeded');
+    return callFromCompact(compact.groups, compact.outcome ?? 'succeeded', tenant);
   }
   const plain = parse(ackBody, body, 'body');
   if (plain.ids.length > MAX_ACK_IDS) throw tooLarge(plain.ids.length);
-  return callFromIds(plain.ids, plain.outcome ?? 'succeeded');
+  return callFromIds(plain.ids, plain.outcome ?? 'succeeded', tenant);
 }
 
 /** Consumer route: POST /v1/acks. */
 export function ackRoutes(submit: SubmitAck): Router {
   const router = Router();
-  router.post('/v1/acks', async (req, res) => {
-    res.json(await submit(callFromBody(req.body)));
+  router.post('/v1/acks', requireScope('consume'), async (req, res) => {
+    res.json(await submit(callFromBody(req.body, req.caller.tenant)));
   });
   return router;
 }

@@ -5,16 +5,20 @@ import { openBatch } from '../../service/openBatch';
 import { getBatch, listBatches } from '../../service/readBatches';
 import { sealBatch } from '../../service/sealBatch';
 import { ServiceDeps } from '../../service/deps';
+import { requireScope } from '../auth';
 import { addItemsBody, createBatchBody, idempotencyKeyHeader, listQuery, sealBody } from '../schemas';
 import { parse } from '../validate';
+import { batchIdOf } from '../params';
 
 /** Producer and reader routes of /v1/batches: parse, call one use case, shape the reply. */
 export function batchRoutes(deps: ServiceDeps): Router {
   const router = Router();
+  const produce = requireScope('produce');
+  const read = requireScope('read');
 
-  router.post('/v1/batches', async (req, res) => {
+  router.post('/v1/batches', produce, async (req, res) => {
     const input = parse(createBatchBody, req.body ?? {}, 'body');
-    const batch = await openBatch(deps, {
+    const batch = await openBatch(deps, req.caller, {
       userKey: input.userKey ?? undefined,
       metadata: input.metadata ?? undefined,
       callbackUrl: input.callbackUrl ?? undefined,
@@ -22,29 +26,29 @@ export function batchRoutes(deps: ServiceDeps): Router {
     res.status(201).json(batch);
   });
 
-  router.get('/v1/batches', async (req, res) => {
+  router.get('/v1/batches', read, async (req, res) => {
     const query = parse(listQuery, req.query, 'query');
-    res.json(await listBatches(deps, query));
+    res.json(await listBatches(deps, req.caller, query));
   });
 
-  router.get('/v1/batches/:batchId', async (req, res) => {
-    res.json(await getBatch(deps, req.params.batchId));
+  router.get('/v1/batches/:batchId', read, async (req, res) => {
+    res.json(await getBatch(deps, req.caller, batchIdOf(req)));
   });
 
-  router.post('/v1/batches/:batchId/items', async (req, res) => {
+  router.post('/v1/batches/:batchId/items', produce, async (req, res) => {
     const { count } = parse(addItemsBody, req.body, 'body');
     const key = parse(idempotencyKeyHeader, req.get('idempotency-key'), 'Idempotency-Key');
-    res.status(201).json(await addItems(deps, req.params.batchId, count, key));
+    res.status(201).json(await addItems(deps, req.caller, batchIdOf(req), count, key));
   });
 
-  router.post('/v1/batches/:batchId/seal', async (req, res) => {
+  router.post('/v1/batches/:batchId/seal', produce, async (req, res) => {
     const { expectedItems } = parse(sealBody, req.body ?? {}, 'body');
-    const { batch } = await sealBatch(deps, req.params.batchId, expectedItems);
+    const { batch } = await sealBatch(deps, req.caller, batchIdOf(req), expectedItems);
     res.json(batch);
   });
 
-  router.delete('/v1/batches/:batchId', async (req, res) => {
-    await deleteBatch(deps, req.params.batchId);
+  router.delete('/v1/batches/:batchId', produce, async (req, res) => {
+    await deleteBatch(deps, req.caller, batchIdOf(req));
     res.status(204).end();
   });
 

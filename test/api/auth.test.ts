@@ -1,0 +1,99 @@
+import pino from 'pino';
+import request from 'supertest';
+import { Writable } from 'node:stream';
+import { createRollcall, Rollcall } from '../../src/rollcall';
+import { backends, TestDatabase } from '../helpers/backends';
+import { itemIds } from '../helpers/service';
+
+const TOKENS = [
+  { token: 'acme-producer-0123456789', tenant: 'acme', scopes: ['produce', 'read'] },
+  { token: 'acme-consumer-0123456789', tenant: 'acme', scopes: ['consume'] },
+  { token: 'beta-everything-01234567', tenant: 'beta', scopes: ['produce', 'consume', 'read'] },
+  { token: 'ops-admin-token-01234567', tenant: 'ops', scopes: ['admin'] },
+];
+const [producer, consumer, beta, admin] = TOKENS.map((t) => `Bearer ${t.token}`) as [string, string, string, string];
+
+describe.each(backends())('authentication and tenants (%s)', (_name, backend) => {
+  let database: TestDatabase;
+  let rollcall: Rollcall;
+  let api: ReturnType<typeof request>;
+  const logLines: string[] = [];
+
+  beforeAll(async () => {
+    database = await backend.create({ API_TOKENS: JSON.stringify(TOKENS) });
+    const sink = new Writable({ write: (chunk, _enc, done) => (logLines.push(chunk.toString()), done()) });
+    rollcall = await createRollcall({ ...database.config, LOG_LEVEL: 'debug' }, { log: pino({ level: 'debug' }, sink) });
+    api = request(rollcall.app);
+  });
+  afterAll(async () => {
+    await rollcall.close();
+    await database.drop();
+  });
+
+  async function acmeBatch(count = 2) {
+    const id = (await api.post('/v1/batches').set('Authorization', producer).send({})).body.id as string;
+    const added = await api.post(`/v1/batches/${id}/items`).set('Authorization', producer).send({ count });
+    return { id, ids: itemIds(id, added.body.groups) };
+  }
+
+  it.each([
+    ['no Authorization header', undefined],
+    ['an unknown token', 'Bearer not-a-known-token-at-all'],
+    ['another scheme', `Basic ${TOKENS[0]!.token}`],
+  ])('when a request has %s, then 401 unauthorized', async (_what, header) => {
+    const req = api.get('/v1/batches');
+    const res = header ? await req.set('Authorization', header) : await req;
+    expect(res.status).toBe(401);
+    expect(res.body.error.code).toBe('unauthorized');
+  });
+
+  it('when a token lacks the scope, then 403 forbidden and nothing changes', async () => {
+    const res = await api.post('/v1/batches').set('Authorization', consumer).send({});
+    expect(res.status).toBe(403);
+    expect(res.body.error.code).toBe('forbidden');
+    expect((await api.get('/v1/batches').set('Authorization', consumer)).status).toBe(403);
+    expect((await api.post('/v1/admin/sweep').set('Authorization', producer)).status).toBe(403);
+    const listed = await api.get('/v1/batches?limit=500').set('Authorization', producer);
+    const before = listed.body.batches.length;
+    await api.post('/v1/batches').set('Authorization', consumer).send({});
+    expect((await api.get('/v1/batches?limit=500').set('Authorization', producer)).body.batches.length).toBe(before);
+  });
+
+  it('when scopes fit, then producers produce, consumers ack, and the admin token may do anything', async () => {
+    const { id, ids } = await acmeBatch(2);
+    await api.post(`/v1/batches/${id}/seal`).set('Authorization', producer);
+    const ack = await api.post('/v1/acks').set('Authorization', consumer).send({ ids });
+    expect(ack.status).toBe(200);
+    expect(ack.body.completed).toHaveLength(1);
+    expect((await api.post('/v1/admin/sweep').set('Authorization', admin)).status).toBe(200);
+  });
+
+  it("when another tenant reads, acks or deletes a batch, then it does not exist for them", async () => {
+    const { id, ids } = await acmeBatch(3);
+    for (const res of [
+      await api.get(`/v1/batches/${id}`).set('Authorization', beta),
+      await api.post(`/v1/batches/${id}/seal`).set('Authorization', beta),
+      await api.post(`/v1/batches/${id}/items`).set('Authorization', beta).send({ count: 1 }),
+      await api.get(`/v1/batches/${id}/wait?timeout=0`).set('Authorization', beta),
+      await api.get(`/v1/batches/${id}/events`).set('Authorization', beta),
+      await api.delete(`/v1/batches/${id}`).set('Authorization', beta),
+    ]) {
+      expect(res.status).toBe(404);
+      expect(res.body.error.code).toBe('batch_not_found');
+    }
+    const ack = await api.post('/v1/acks').set('Authorization', beta).send({ ids });
+    expect(ack.body.rejected.map((r: { reason: string }) => r.reason)).toEqual(['unknown_batch', 'unknown_batch', 'unknown_batch']);
+    const list = await api.get('/v1/batches?limit=500').set('Authorization', beta);
+    expect(list.body.batches.map((b: { id: string }) => b.id)).not.toContain(id);
+    expect((await api.get(`/v1/batches/${id}`).set('Authorization', producer)).body).toMatchObject({ total: 3, succeeded: 0 });
+  });
+
+  it('when tokens are configured, then health checks stay open and no token is ever logged', async () => {
+    expect((await api.get('/healthz')).status).toBe(200);
+    expect((await api.get('/readyz')).status).toBe(200);
+    await api.get('/v1/batches').set('Authorization', 'Bearer not-a-known-token-at-all');
+    const logs = logLines.join('');
+    expect(logs.length).toBeGreaterThan(0);
+    for (const t of [...TOKENS.map((x) => x.token), 'not-a-known-token-at-all']) expect(logs).not.toContain(t);
+  });
+});

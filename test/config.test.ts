@@ -1,0 +1,36 @@
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { ConfigError, loadConfig } from '../src/config';
+
+describe('configuration', () => {
+  it('when nothing is set, then the documented defaults apply', () => {
+    const config = loadConfig({});
+    expect(config).toMatchObject({ PORT: 8080, HOST: '127.0.0.1', GROUP_SIZE: 8192, SQLITE_PATH: './data/rollcall.sqlite', OPEN_BATCH_TTL: 7 * 86_400_000, tokens: null });
+    expect(config.DATABASE_URL).toBeUndefined();
+  });
+
+  it.each([
+    ['PORT', 'eighty'],
+    ['GROUP_SIZE', '100'],
+    ['DATABASE_URL', 'postgres://x'],
+    ['OPEN_BATCH_TTL', 'a week'],
+    ['LOG_LEVEL', 'loud'],
+    ['API_TOKENS', '[{"token":"short","tenant":"a","scopes":["read"]}]'],
+    ['API_TOKENS', 'not json'],
+  ])('when %s is %s, then loading stops with a message naming the key', (key, value) => {
+    expect(() => loadConfig({ [key]: value })).toThrow(ConfigError);
+    expect(() => loadConfig({ [key]: value })).toThrow(new RegExp(key));
+  });
+
+  it('when tokens come from a file, then they are read from it', () => {
+    const file = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'rc-')), 'tokens.json');
+    fs.writeFileSync(file, JSON.stringify([{ token: 'a-long-enough-token-123', tenant: 't', scopes: ['read'] }]));
+    expect(loadConfig({ API_TOKENS_FILE: file }).tokens).toEqual([{ token: 'a-long-enough-token-123', tenant: 't', scopes: ['read'] }]);
+    expect(() => loadConfig({ API_TOKENS_FILE: `${file}.missing` })).toThrow(/API_TOKENS_FILE/);
+  });
+
+  it('when durations are written with units, then they become milliseconds', () => {
+    expect(loadConfig({ SWEEP_INTERVAL: '500ms', OPEN_BATCH_TTL: '2h', COMPLETED_RETENTION: '90' })).toMatchObject({ SWEEP_INTERVAL: 500, OPEN_BATCH_TTL: 7_200_000, COMPLETED_RETENTION: 90_000 });
+  });
+});
