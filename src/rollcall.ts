@@ -12,6 +12,7 @@ import { sweepOnce, SweepResult } from './service/sweep';
 import { Db, openDb } from './store/db';
 import { migrateLatest } from './store/migrations';
 import { AckCall } from './domain/ackCall';
+import { Metrics } from './metrics';
 
 /** The service wired together: database, use cases, HTTP app, background loops. */
 export interface Rollcall {
@@ -19,6 +20,7 @@ export interface Rollcall {
   deps: ServiceDeps;
   db: Db;
   log: Logger;
+  metrics: Metrics;
   dispatcher: CallbackDispatcher;
   watcher: CompletionWatcher;
   /** The group committer for acks; null when ACK_GROUP_COMMIT=off. */
@@ -50,12 +52,30 @@ export async function createRollcall(config: Config, options: RollcallOptions = 
     await db.destroy();
     throw error;
   }
+  const metrics = new Metrics(db);
   const deps: ServiceDeps = {
     db,
     log,
     now: options.now ?? Date.now,
     groupSize: config.GROUP_SIZE,
-    tx: { retries: config.TX_RETRIES, onRetry: (err, attempt) => log.debug({ err, attempt }, 'transaction retried') },
+    tx: {
+      retries: config.TX_RETRIES,
+      onRetry: (err, attempt) => {
+        metrics.transactionRetries.inc();
+        log.debug({ err, attempt }, 'transaction retried');
+      },
+    },
+    observe: {
+      batchOpened: () => metrics.batchEvents.inc({ event: 'opened' }),
+      batchSealed: () => metrics.batchEvents.inc({ event: 'sealed' }),
+      batchesCompleted: (n) => metrics.batchEvents.inc({ event: 'completed' }, n),
+      ackResult(outcome, acked, duplicates, rejected) {
+        if (acked) metrics.ackedItems.inc({ outcome, result: 'acked' }, acked);
+        if (duplicates) metrics.ackedItems.inc({ outcome, result: 'duplicate' }, duplicates);
+        if (rejected) metrics.ackedItems.inc({ outcome, result: 'rejected' }, rejected);
+      },
+      delivery: (result) => metrics.callbacks.inc({ result }),
+    },
   };
 
   const watcher = new CompletionWatcher(deps, config.WAIT_POLL_INTERVAL);
@@ -76,8 +96,13 @@ export async function createRollcall(config: Config, options: RollcallOptions = 
     if (batches.some((b) => b.callbackUrl)) delivering.wake();
   };
 
-  const sweep = () =>
-    sweepOnce(deps, { openBatchTtlMs: config.OPEN_BATCH_TTL, completedRetentionMs: config.COMPLETED_RETENTION, chunk: config.SWEEP_CHUNK });
+  const sweep = async () => {
+    const removed = await sweepOnce(deps, { openBatchTtlMs: config.OPEN_BATCH_TTL, completedRetentionMs: config.COMPLETED_RETENTION, chunk: config.SWEEP_CHUNK });
+    metrics.sweeps.inc();
+    metrics.sweptBatches.inc(removed.batchesRemoved);
+    metrics.sweptGroups.inc(removed.groupsRemoved);
+    return removed;
+  };
   const sweeping = new PeriodicTask(
     'sweeper',
     config.SWEEP_INTERVAL,
@@ -94,18 +119,22 @@ export async function createRollcall(config: Config, options: RollcallOptions = 
           windowMs: config.ACK_GROUP_COMMIT_WINDOW_MS,
           maxIds: config.ACK_GROUP_COMMIT_MAX_IDS,
           concurrency: config.ACK_GROUP_COMMIT_CONCURRENCY,
+        }, (calls, ids) => {
+          metrics.groupCommitCalls.observe(calls);
+          metrics.groupCommitIds.observe(ids);
         })
       : null;
   const submitAck = committer
     ? (call: AckCall) => committer.submit(call)
     : async (call: AckCall) => (await ackItems(deps, [call]))[0]!;
 
-  const app = createApp({ service: deps, submitAck, bodyLimit: config.BODY_LIMIT, log, watcher, sweepNow: sweep, tokens: config.tokens });
+  const app = createApp({ service: deps, submitAck, bodyLimit: config.BODY_LIMIT, log, watcher, sweepNow: sweep, tokens: config.tokens, metrics, publicMetrics: config.PUBLIC_METRICS === 'on', publicOpenapi: config.PUBLIC_OPENAPI === 'on' });
   return {
     app,
     deps,
     db,
     log,
+    metrics,
     dispatcher,
     watcher,
     committer,

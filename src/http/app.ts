@@ -10,6 +10,9 @@ import { lifecycleRoutes, LifecycleDeps } from './routes/lifecycle';
 import { requestContext } from './requestContext';
 import { authenticate } from './auth';
 import type { TokenEntry } from '../config';
+import type { Metrics } from '../metrics';
+import { httpMetrics } from './httpMetrics';
+import { metaRoutes } from './routes/meta';
 
 export interface AppDeps extends LifecycleDeps {
   service: ServiceDeps;
@@ -17,6 +20,10 @@ export interface AppDeps extends LifecycleDeps {
   bodyLimit: string;
   log: Logger;
   tokens: TokenEntry[] | null;
+  metrics: Metrics;
+  /** /metrics and /openapi.json answer without a token (else they need an admin token). */
+  publicMetrics: boolean;
+  publicOpenapi: boolean;
 }
 
 /** Builds the express app; listening, signals and loops belong to main.ts. */
@@ -25,7 +32,9 @@ export function createApp(deps: AppDeps): Express {
   app.disable('x-powered-by');
   app.set('etag', false);
   app.use(requestContext(deps.log));
+  app.use(httpMetrics(deps.metrics));
   app.use(healthRoutes(deps.service.db));
+  app.use(metaRoutes(deps));
   app.use('/v1', authenticate(deps.tokens));
   app.use(express.json({ limit: deps.bodyLimit }));
   // Acks first: the hottest route should not walk past the others.

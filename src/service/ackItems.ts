@@ -61,6 +61,7 @@ export async function ackItems(deps: ServiceDeps, calls: AckCall[]): Promise<Ack
     return { results: plan.results, completed: written };
   });
   announceCompletions(deps, [...completed.values()].filter((b) => b.state === 'complete'));
+  results.forEach((r, i) => deps.observe.ackResult(calls[i]!.outcome, r.acked, r.duplicates, r.rejected.length));
   return results.map((result) => ({
     acked: result.acked,
     duplicates: result.duplicates,

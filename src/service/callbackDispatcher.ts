@@ -55,11 +55,13 @@ export class CallbackDispatcher {
     if (error === null) {
       await markDelivered(this.deps.db, event.id, this.claim, now);
       this.counters.delivered += 1;
+      this.deps.observe.delivery('delivered');
       return;
     }
     const giveUp = now - event.createdAt >= this.options.maxAgeMs;
     await markFailed(this.deps.db, event.id, this.claim, error, giveUp ? null : now + retryDelay(this.options.backoff, event.attempts));
     this.counters[giveUp ? 'dead' : 'failed'] += 1;
+    this.deps.observe.delivery(giveUp ? 'dead' : 'failed');
     this.deps.log.warn({ eventId: event.id, batchId: event.batchId, attempts: event.attempts, error, giveUp }, 'callback delivery failed');
   }
 

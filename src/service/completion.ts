@@ -25,5 +25,7 @@ export async function recordCompletions(trx: Knex.Transaction, deps: ServiceDeps
 
 /** Tells this process's listeners (waiters, the dispatcher) about completions after they committed. */
 export function announceCompletions(deps: ServiceDeps, completed: BatchRecord[]): void {
-  if (completed.length > 0) deps.onCompleted?.(completed);
+  if (completed.length === 0) return;
+  deps.observe.batchesCompleted(completed.length);
+  deps.onCompleted?.(completed);
 }

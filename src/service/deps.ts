@@ -3,6 +3,23 @@ import type { BatchRecord } from '../domain/batch';
 import type { Db } from '../store/db';
 import type { TransactionOptions } from '../store/transaction';
 
+/** What use cases report as it happens (metrics listen here; use cases know nothing of them). */
+export interface Observer {
+  batchOpened(): void;
+  batchSealed(): void;
+  batchesCompleted(count: number): void;
+  ackResult(outcome: string, acked: number, duplicates: number, rejected: number): void;
+  delivery(result: 'delivered' | 'failed' | 'dead'): void;
+}
+
+export const NO_OBSERVER: Observer = {
+  batchOpened: () => undefined,
+  batchSealed: () => undefined,
+  batchesCompleted: () => undefined,
+  ackResult: () => undefined,
+  delivery: () => undefined,
+};
+
 /** What every use case needs: the database, the clock and the few settings that shape behaviour. */
 export interface ServiceDeps {
   db: Db;
@@ -10,6 +27,7 @@ export interface ServiceDeps {
   groupSize: number;
   tx: TransactionOptions;
   log: Logger;
+  observe: Observer;
   /** Called after a transaction that completed batches has committed. */
   onCompleted?: (batches: BatchRecord[]) => void;
 }

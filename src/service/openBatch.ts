@@ -35,5 +35,6 @@ export async function openBatch(deps: ServiceDeps, caller: Caller, input: OpenBa
   } catch (caught) {
     throw asUnavailable(toError(caught));
   }
+  deps.observe.batchOpened();
   return toBatchView(batch);
 }

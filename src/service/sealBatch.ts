@@ -19,16 +19,17 @@ export interface SealResult {
  * sees the other's write. Sealing again is a no-op that returns the current state.
  */
 export async function sealBatch(deps: ServiceDeps, caller: Caller, batchId: string, expectedItems?: number): Promise<SealResult> {
-  const { next, completedNow } = await inTransaction(deps.db, deps.tx, async (trx) => {
+  const { next, sealedNow, completedNow } = await inTransaction(deps.db, deps.tx, async (trx) => {
     const batch = await lockExistingBatch(trx, caller, batchId);
-    if (batch.state !== 'open') return { next: batch, completedNow: false };
+    if (batch.state !== 'open') return { next: batch, sealedNow: false, completedNow: false };
     if (expectedItems !== undefined && expectedItems !== batch.total) throw new ExpectedItemsMismatchError(expectedItems, batch.total);
     const sealedBatch = sealed(batch, deps.now());
     await updateBatch(trx, sealedBatch);
     const complete = sealedBatch.state === 'complete';
     if (complete) await recordCompletions(trx, deps, [sealedBatch]);
-    return { next: sealedBatch, completedNow: complete };
+    return { next: sealedBatch, sealedNow: true, completedNow: complete };
   });
+  if (sealedNow) deps.observe.batchSealed();
   if (completedNow) announceCompletions(deps, [next]);
   return { batch: toBatchView(next), completedNow };
 }

@@ -1,0 +1,101 @@
+import { z } from 'zod';
+import * as req from './schemas';
+import * as res from './responseSchemas';
+
+type JsonObject = Record<string, unknown>;
+
+/** The named schemas, converted once; references between them become `#/components/schemas/<name>`. */
+function componentSchemas(): Record<string, JsonObject> {
+  const convert = (entries: Record<string, z.ZodType>, io: 'input' | 'output') => {
+    const registry = z.registry<{ id: string }>();
+    for (const [id, schema] of Object.entries(entries)) registry.add(schema, { id });
+    const { schemas } = z.toJSONSchema(registry, { target: 'draft-2020-12', io, unrepresentable: 'any', uri: (id) => `#/components/schemas/${id}` });
+    return Object.fromEntries(Object.entries(schemas).map(([id, s]) => [id, stripSchemaKey(s as JsonObject)]));
+  };
+  return {
+    ...convert(
+      { Batch: res.batchSchema, Error: res.errorSchema, BatchPage: res.batchPageSchema, AddResult: res.addResultSchema, AckResult: res.ackResultSchema, Events: res.eventsSchema, SweepResult: res.sweepResultSchema, Status: res.statusSchema },
+      'output',
+    ),
+    ...convert({ CreateBatch: req.createBatchBody, AddItems: req.addItemsBody, Seal: req.sealBody, Ack: req.ackBody, CompactAck: req.compactAckBody }, 'input'),
+  };
+}
+
+function stripSchemaKey(schema: JsonObject): JsonObject {
+  const { $schema: _ignored, ...rest } = schema;
+  return rest;
+}
+
+const ref = (name: string) => ({ $ref: `#/components/schemas/${name}` });
+const json = (name: string) => ({ content: { 'application/json': { schema: ref(name) } } });
+const answer = (description: string, name: string) => ({ description, ...json(name) });
+const failure = (description: string) => answer(description, 'Error');
+const batchId = { name: 'batchId', in: 'path', required: true, schema: { type: 'string', format: 'uuid' } };
+
+/** Query parameters from a zod object schema. */
+function queryParameters(schema: z.ZodObject): JsonObject[] {
+  const converted = z.toJSONSchema(schema, { io: 'input', unrepresentable: 'any' }) as { properties: Record<string, JsonObject>; required?: string[] };
+  return Object.entries(converted.properties).map(([name, s]) => ({ name, in: 'query', required: converted.required?.includes(name) ?? false, schema: s }));
+}
+
+/** The OpenAPI 3.1 document of the whole API, generated from the schemas that validate requests. */
+export function openApiDocument(): JsonObject {
+  const common = { '400': failure('invalid_request'), '401': failure('unauthorized (when tokens are configured)'), '403': failure('forbidden') };
+  return {
+    openapi: '3.1.0',
+    info: { title: 'rollcall', version: '1', description: 'Tracks when a fan-out batch is finished; completion is reported exactly once.' },
+    components: {
+      schemas: componentSchemas(),
+      securitySchemes: { bearer: { type: 'http', scheme: 'bearer' } },
+    },
+    security: [{ bearer: [] }, {}],
+    paths: {
+      '/v1/batches': {
+        post: { summary: 'Open a batch', requestBody: { required: false, ...json('CreateBatch') }, responses: { '201': answer('the new batch', 'Batch'), ...common } },
+        get: { summary: 'List batches, newest first', parameters: queryParameters(req.listQuery), responses: { '200': answer('a page of batches', 'BatchPage'), ...common } },
+      },
+      '/v1/batches/{batchId}': {
+        get: { summary: 'Read a batch', parameters: [batchId], responses: { '200': answer('the batch', 'Batch'), '404': failure('batch_not_found'), ...common } },
+        delete: { summary: 'Delete a batch with its groups and callbacks', parameters: [batchId], responses: { '204': { description: 'deleted' }, '404': failure('batch_not_found'), ...common } },
+      },
+      '/v1/batches/{batchId}/items': {
+        post: {
+          summary: 'Add items (as groups of up to GROUP_SIZE)',
+          parameters: [batchId, { name: 'Idempotency-Key', in: 'header', required: false, schema: { type: 'string', maxLength: 255 } }],
+          requestBody: { required: true, ...json('AddItems') },
+          responses: { '201': answer('the groups made', 'AddResult'), '404': failure('batch_not_found'), '409': failure('batch_not_open or idempotency_key_reused'), ...common },
+        },
+      },
+      '/v1/batches/{batchId}/seal': {
+        post: {
+          summary: 'Seal a batch: no more items',
+          parameters: [batchId],
+          requestBody: { required: false, ...json('Seal') },
+          responses: { '200': answer('the batch, sealed or complete', 'Batch'), '404': failure('batch_not_found'), '409': failure('expected_items_mismatch'), ...common },
+        },
+      },
+      '/v1/acks': {
+        post: {
+          summary: 'Record item outcomes (IDs, or the compact form by group with ranges)',
+          requestBody: { required: true, content: { 'application/json': { schema: { oneOf: [ref('Ack'), ref('CompactAck')] } } } },
+          responses: { '200': answer('what this call changed', 'AckResult'), '413': failure('payload_too_large'), ...common },
+        },
+      },
+      '/v1/batches/{batchId}/wait': {
+        get: {
+          summary: 'Wait until the batch is complete, or the timeout',
+          parameters: [batchId, ...queryParameters(req.waitQuery)],
+          responses: { '200': answer('the batch', 'Batch'), '404': failure('batch_not_found'), ...common },
+        },
+      },
+      '/v1/batches/{batchId}/events': {
+        get: { summary: 'Callback events of a batch and their delivery state', parameters: [batchId], responses: { '200': answer('events', 'Events'), '404': failure('batch_not_found'), ...common } },
+      },
+      '/v1/admin/sweep': { post: { summary: 'Run one sweep now', responses: { '200': answer('what was removed', 'SweepResult'), ...common } } },
+      '/healthz': { get: { summary: 'Liveness', security: [], responses: { '200': answer('the process runs', 'Status') } } },
+      '/readyz': { get: { summary: 'Readiness', security: [], responses: { '200': answer('ready', 'Status'), '503': failure('unavailable') } } },
+      '/metrics': { get: { summary: 'Prometheus metrics', responses: { '200': { description: 'text exposition format', content: { 'text/plain': { schema: { type: 'string' } } } } } } },
+      '/openapi.json': { get: { summary: 'This document', responses: { '200': { description: 'OpenAPI 3.1', content: { 'application/json': { schema: { type: 'object' } } } } } } },
+    },
+  };
+}

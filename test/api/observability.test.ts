@@ -1,0 +1,97 @@
+import Ajv2020 from 'ajv/dist/2020';
+import addFormats from 'ajv-formats';
+import { backends } from '../helpers/backends';
+import { itemIds, startService, TestService } from '../helpers/service';
+
+type Doc = { paths: Record<string, Record<string, { responses: Record<string, { content?: Record<string, { schema: object }> }> }>>; components: { schemas: Record<string, object> } };
+
+/** Validates a real response body against the document's schema for that path, method and status. */
+function validator(doc: Doc) {
+  const ajv = new Ajv2020({ strict: false, allErrors: true });
+  addFormats(ajv);
+  ajv.addSchema({ $id: 'doc', components: doc.components });
+  return (method: string, path: string, status: number, body: unknown) => {
+    const response = doc.paths[path]?.[method]?.responses[String(status)];
+    if (!response) throw new Error(`the document has no ${status} for ${method.toUpperCase()} ${path}`);
+    const schema = response.content?.['application/json']?.schema;
+    if (!schema) return;
+    const rewritten = JSON.parse(JSON.stringify(schema).replaceAll('"#/components', '"doc#/components'));
+    const validate = ajv.compile(rewritten);
+    if (!validate(body)) throw new Error(`${method.toUpperCase()} ${path} ${status}: ${ajv.errorsText(validate.errors)}\n${JSON.stringify(body)}`);
+  };
+}
+
+describe.each(backends())('observability (%s)', (_name, backend) => {
+  let svc: TestService;
+  beforeAll(async () => {
+    svc = await startService(backend);
+  });
+  afterAll(() => svc.stop());
+
+  it('when the service has worked, then /metrics shows requests by route, acks by outcome, batch events, group commits and the pool', async () => {
+    const id = (await svc.api.post('/v1/batches').send({})).body.id;
+    const added = await svc.api.post(`/v1/batches/${id}/items`).send({ count: 3 });
+    await svc.api.post(`/v1/batches/${id}/seal`);
+    const ids = itemIds(id, added.body.groups);
+    await svc.api.post('/v1/acks').send({ ids: [...ids, ids[0], 'junk'] });
+    await svc.api.post('/v1/admin/sweep');
+    const res = await svc.api.get('/metrics');
+    expect(res.status).toBe(200);
+    expect(res.headers['content-type']).toMatch(/text\/plain/);
+    const text = res.text;
+    expect(text).toMatch(/rollcall_http_requests_total\{method="GET",route="\/v1\/batches\/:batchId",status="200"\}|rollcall_http_requests_total\{method="POST",route="\/v1\/batches\/:batchId\/seal",status="200"\} 1/);
+    expect(text).toContain('rollcall_ack_items_total{outcome="succeeded",result="acked"} 3');
+    expect(text).toContain('rollcall_ack_items_total{outcome="succeeded",result="duplicate"} 1');
+    expect(text).toContain('rollcall_ack_items_total{outcome="succeeded",result="rejected"} 1');
+    expect(text).toContain('rollcall_batches_total{event="opened"} 1');
+    expect(text).toContain('rollcall_batches_total{event="sealed"} 1');
+    expect(text).toContain('rollcall_batches_total{event="completed"} 1');
+    expect(text).toMatch(/rollcall_group_commit_calls_count \d+/);
+    expect(text).toContain('rollcall_sweeper_runs_total 1');
+    expect(text).toMatch(/rollcall_db_pool_connections\{state="used"\} \d+/);
+    expect(text).toMatch(/rollcall_http_request_duration_seconds_bucket/);
+    expect(text).toMatch(/rollcall_process_resident_memory_bytes \d+/);
+  });
+
+  it('when real responses are checked against /openapi.json, then every one of them fits the document', async () => {
+    const docRes = await svc.api.get('/openapi.json');
+    expect(docRes.status).toBe(200);
+    expect(docRes.body.openapi).toBe('3.1.0');
+    const check = validator(docRes.body);
+    const seen = async (method: string, path: string, res: { status: number; body: unknown }) => {
+      check(method, path, res.status, res.body);
+      return res;
+    };
+    const created = await seen('post', '/v1/batches', await svc.api.post('/v1/batches').send({ userKey: 'doc', metadata: { a: [1] }, callbackUrl: 'http://127.0.0.1:9/x' }));
+    const id = (created.body as { id: string }).id;
+    await seen('post', '/v1/batches', await svc.api.post('/v1/batches').send({ userKey: 5 }));
+    await seen('get', '/v1/batches/{batchId}', await svc.api.get(`/v1/batches/${id}`));
+    await seen('get', '/v1/batches/{batchId}', await svc.api.get('/v1/batches/0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b'));
+    const added = await seen('post', '/v1/batches/{batchId}/items', await svc.api.post(`/v1/batches/${id}/items`).send({ count: 5 }));
+    await seen('post', '/v1/batches/{batchId}/seal', await svc.api.post(`/v1/batches/${id}/seal`).send({ expectedItems: 4 }));
+    await seen('post', '/v1/batches/{batchId}/seal', await svc.api.post(`/v1/batches/${id}/seal`).send({}));
+    await seen('post', '/v1/batches/{batchId}/items', await svc.api.post(`/v1/batches/${id}/items`).send({ count: 5 }));
+    const ids = itemIds(id, (added.body as { groups: Array<{ id: string; size: number }> }).groups);
+    await seen('post', '/v1/acks', await svc.api.post('/v1/acks').send({ ids: [...ids, 'junk', `${id}:${id}:0`] }));
+    await seen('post', '/v1/acks', await svc.api.post('/v1/acks').send({ ids: Array(10_001).fill('x') }));
+    await seen('get', '/v1/batches', await svc.api.get('/v1/batches?limit=1'));
+    await seen('get', '/v1/batches/{batchId}/events', await svc.api.get(`/v1/batches/${id}/events`));
+    await seen('get', '/v1/batches/{batchId}/wait', await svc.api.get(`/v1/batches/${id}/wait?timeout=0`));
+    await seen('post', '/v1/admin/sweep', await svc.api.post('/v1/admin/sweep'));
+    await seen('get', '/readyz', await svc.api.get('/readyz'));
+    await seen('get', '/healthz', await svc.api.get('/healthz'));
+  });
+
+  it('when metrics are configured private, then they need an admin token', async () => {
+    const tokens = JSON.stringify([{ token: 'admin-token-0123456789', tenant: 'ops', scopes: ['admin'] }, { token: 'reader-token-012345678', tenant: 'ops', scopes: ['read'] }]);
+    const closed = await startService(backend, { API_TOKENS: tokens, PUBLIC_METRICS: 'off' });
+    try {
+      expect((await closed.api.get('/metrics')).status).toBe(401);
+      expect((await closed.api.get('/metrics').set('Authorization', 'Bearer reader-token-012345678')).status).toBe(403);
+      expect((await closed.api.get('/metrics').set('Authorization', 'Bearer admin-token-0123456789')).status).toBe(200);
+      expect((await closed.api.get('/openapi.json')).status).toBe(200);
+    } finally {
+      await closed.stop();
+    }
+  });
+});
