@@ -5,7 +5,7 @@ import { toError } from './domain/errors';
 import { createRollcall } from './rollcall';
 
 /** Starts the service: config checked at boot, migrations applied, SIGTERM/SIGINT drain and exit. */
-async function main(): Promise<void> {
+export async function serve(): Promise<void> {
   const config = loadConfig();
   const rollcall = await createRollcall(config);
   rollcall.startBackground();
@@ -43,8 +43,11 @@ async function main(): Promise<void> {
   process.once('SIGINT', (s) => void stop(s));
 }
 
-main().catch((caught: unknown) => {
+/** Reports a failure to start (a config error by its message alone) and exits 1. */
+export function exitOnStartFailure(caught: unknown): never {
   const error = toError(caught);
   process.stderr.write(error instanceof ConfigError ? `${error.message}\n` : `rollcall failed to start: ${error.stack ?? error.message}\n`);
   process.exit(1);
-});
+}
+
+if (require.main === module) serve().catch(exitOnStartFailure);

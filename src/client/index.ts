@@ -1,0 +1,164 @@
+/**
+ * A typed client for rollcall's HTTP API: `import { RollcallClient } from 'rollcall/client'`.
+ * No dependencies beyond Node's fetch.
+ */
+
+export type BatchState = 'open' | 'sealed' | 'complete';
+
+export interface Batch {
+  id: string;
+  state: BatchState;
+  outcome: 'succeeded' | 'failed' | null;
+  userKey: string | null;
+  metadata: Record<string, unknown> | null;
+  callbackUrl: string | null;
+  total: number;
+  succeeded: number;
+  failed: number;
+  pending: number;
+  createdAt: string;
+  updatedAt: string;
+  sealedAt: string | null;
+  completedAt: string | null;
+}
+
+export interface Group {
+  id: string;
+  size: number;
+}
+
+export interface AckResult {
+  acked: number;
+  duplicates: number;
+  rejected: Array<{ id: string; reason: 'malformed' | 'unknown_batch' | 'unknown_group' | 'index_out_of_range' }>;
+  completed: Batch[];
+}
+
+export interface AddedItems {
+  batchId: string;
+  total: number;
+  groups: Group[];
+  /** Every item ID of these groups, made one at a time: millions of items never sit in memory as strings. */
+  itemIds(): IterableIterator<string>;
+}
+
+/** An error answer of the API, with its stable code (`batch_not_found`, `batch_not_open`, …). */
+export class RollcallApiError extends Error {
+  constructor(
+    readonly status: number,
+    readonly code: string,
+    message: string,
+  ) {
+    super(message);
+    this.name = new.target.name;
+  }
+}
+
+export interface RollcallClientOptions {
+  /** e.g. http://127.0.0.1:8080 */
+  baseUrl: string;
+  /** A bearer token, when the service has API_TOKENS. */
+  token?: string;
+  /** Per-request time limit (waits get theirs on top). Default 30 s. */
+  timeoutMs?: number;
+  fetch?: typeof fetch;
+}
+
+/** The most item IDs the service takes in one ack call. */
+export const MAX_IDS_PER_ACK = 10_000;
+
+/** Item IDs of the given groups, in order, made lazily. */
+export function* itemIdsOf(batchId: string, groups: readonly Group[]): IterableIterator<string> {
+  for (const group of groups) for (let i = 0; i < group.size; i++) yield `${batchId}:${group.id}:${i}`;
+}
+
+export class RollcallClient {
+  private readonly baseUrl: string;
+  private readonly send: typeof fetch;
+
+  constructor(private readonly options: RollcallClientOptions) {
+    this.baseUrl = options.baseUrl.replace(/\/+$/, '');
+    this.send = options.fetch ?? fetch;
+  }
+
+  open(input: { userKey?: string; metadata?: Record<string, unknown>; callbackUrl?: string } = {}): Promise<Batch> {
+    return this.request('POST', '/v1/batches', input);
+  }
+
+  async addItems(batchId: string, count: number, options: { idempotencyKey?: string } = {}): Promise<AddedItems> {
+    const headers = options.idempotencyKey ? { 'idempotency-key': options.idempotencyKey } : undefined;
+    const added = await this.request<{ batchId: string; total: number; groups: Group[] }>('POST', `/v1/batches/${batchId}/items`, { count }, headers);
+    return { ...added, itemIds: () => itemIdsOf(added.batchId, added.groups) };
+  }
+
+  seal(batchId: string, options: { expectedItems?: number } = {}): Promise<Batch> {
+    return this.request('POST', `/v1/batches/${batchId}/seal`, options);
+  }
+
+  status(batchId: string): Promise<Batch> {
+    return this.request('GET', `/v1/batches/${batchId}`);
+  }
+
+  delete(batchId: string): Promise<void> {
+    return this.request('DELETE', `/v1/batches/${batchId}`);
+  }
+
+  list(query: { state?: BatchState; userKey?: string; limit?: number; cursor?: string } = {}): Promise<{ batches: Batch[]; nextCursor: string | null }> {
+    const params = new URLSearchParams(Object.entries(query).filter(([, v]) => v !== undefined).map(([k, v]): [string, string] => [k, String(v)]));
+    return this.request('GET', `/v1/batches${params.size ? `?${params}` : ''}`);
+  }
+
+  /**
+   * Acks any number of IDs (an array or any iterable, such as `itemIds()`), in calls of at most
+   * MAX_IDS_PER_ACK, one after another; returns the results added up.
+   */
+  async ack(ids: Iterable<string>, options: { outcome?: 'succeeded' | 'failed' } = {}): Promise<AckResult> {
+    const total: AckResult = { acked: 0, duplicates: 0, rejected: [], completed: [] };
+    let chunk: string[] = [];
+    const flush = async () => {
+      const result = await this.request<AckResult>('POST', '/v1/acks', { ids: chunk, ...(options.outcome ? { outcome: options.outcome } : {}) });
+      total.acked += result.acked;
+      total.duplicates += result.duplicates;
+      total.rejected.push(...result.rejected);
+      total.completed.push(...result.completed);
+      chunk = [];
+    };
+    for (const id of ids) {
+      chunk.push(id);
+      if (chunk.length === MAX_IDS_PER_ACK) await flush();
+    }
+    if (chunk.length > 0) await flush();
+    return total;
+  }
+
+  /** Resolves with the batch once it is complete, or with its state when `timeoutMs` has passed. */
+  async waitForCompletion(batchId: string, options: { timeoutMs?: number } = {}): Promise<Batch> {
+    const deadline = Date.now() + (options.timeoutMs ?? 60_000);
+    for (;;) {
+      const left = Math.max(0, deadline - Date.now());
+      const seconds = Math.min(60, left / 1000);
+      const batch = await this.request<Batch>('GET', `/v1/batches/${batchId}/wait?timeout=${seconds.toFixed(3)}`, undefined, undefined, left);
+      if (batch.state === 'complete' || Date.now() >= deadline) return batch;
+    }
+  }
+
+  private async request<T>(method: string, path: string, body?: unknown, headers?: Record<string, string>, extraTimeoutMs = 0): Promise<T> {
+    const res = await this.send(`${this.baseUrl}${path}`, {
+      method,
+      headers: {
+        ...(body === undefined ? {} : { 'content-type': 'application/json' }),
+        ...(this.options.token ? { authorization: `Bearer ${this.options.token}` } : {}),
+        ...headers,
+      },
+      body: body === undefined ? undefined : JSON.stringify(body),
+      signal: AbortSignal.timeout((this.options.timeoutMs ?? 30_000) + extraTimeoutMs),
+    });
+    const text = await res.text();
+    const parsed: unknown = text ? JSON.parse(text) : undefined;
+    if (!res.ok) {
+      const error = (parsed as { error?: { code?: string; message?: string } } | undefined)?.error;
+      throw new RollcallApiError(res.status, error?.code ?? 'http_error', error?.message ?? `HTTP ${res.status}`);
+    }
+    return parsed as T;
+  }
+}

@@ -1,0 +1,87 @@
+import { execFile } from 'node:child_process';
+import path from 'node:path';
+
+import { RollcallApiError, RollcallClient } from '../src/client';
+import { backends } from './helpers/backends';
+import { listen } from './helpers/listening';
+import { startService, TestService } from './helpers/service';
+
+describe.each(backends())('the TypeScript client and the CLI against a real server (%s)', (_name, backend) => {
+  let svc: TestService;
+  let server: { url: string; close(): Promise<void> };
+  let ackCalls = 0;
+  let client: RollcallClient;
+  beforeAll(async () => {
+    svc = await startService(backend);
+    server = await listen(svc.rollcall.app);
+    const counting: typeof fetch = (input, init) => {
+      if (String(input).endsWith('/v1/acks')) ackCalls += 1;
+      return fetch(input, init);
+    };
+    client = new RollcallClient({ baseUrl: server.url, fetch: counting });
+  });
+  afterAll(async () => {
+    await server.close();
+    await svc.stop();
+  });
+
+  it('when a producer and a consumer use the client, then items are acked in chunks and completion is seen once', async () => {
+    const batch = await client.open({ userKey: 'client' });
+    const added = await client.addItems(batch.id, 20_005, { idempotencyKey: 'once' });
+    expect((await client.addItems(batch.id, 20_005, { idempotencyKey: 'once' })).groups).toEqual(added.groups);
+    expect((await client.seal(batch.id, { expectedItems: 20_005 })).state).toBe('sealed');
+    const ids = added.itemIds();
+    expect(Array.isArray(ids)).toBe(false); // an iterator: IDs are made as they are sent
+    const before = ackCalls;
+    const result = await client.ack(ids);
+    expect(ackCalls - before).toBe(3);
+    expect(result).toMatchObject({ acked: 20_005, duplicates: 0, rejected: [] });
+    expect(result.completed.map((b) => b.id)).toEqual([batch.id]);
+    expect((await client.waitForCompletion(batch.id, { timeoutMs: 5000 })).state).toBe('complete');
+    expect((await client.status(batch.id)).succeeded).toBe(20_005);
+    expect((await client.list({ userKey: 'client' })).batches.map((b) => b.id)).toEqual([batch.id]);
+  });
+
+  it('when the service answers with an error, then the client throws it with the status and code', async () => {
+    const missing = '0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b';
+    await expect(client.status(missing)).rejects.toMatchObject({ name: 'RollcallApiError', status: 404, code: 'batch_not_found' });
+    const batch = await client.open();
+    await client.seal(batch.id);
+    const error = await client.addItems(batch.id, 1).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(RollcallApiError);
+    expect(error).toMatchObject({ status: 409, code: 'batch_not_open' });
+  });
+
+  it('when a wait times out, then the batch comes back in its current state', async () => {
+    const batch = await client.open();
+    await client.addItems(batch.id, 1);
+    await client.seal(batch.id);
+    expect((await client.waitForCompletion(batch.id, { timeoutMs: 300 })).state).toBe('sealed');
+  });
+
+  it('when the CLI is used, then it opens, adds, seals, acks from standard input and reports status as JSON', async () => {
+    const run = (args: string[], input?: string) =>
+      new Promise<{ code: number; stdout: string; stderr: string }>((resolve) => {
+        const child = execFile(process.execPath, ['--import', 'tsx', 'src/cli/index.ts', ...args], { cwd: path.resolve(__dirname, '..'), env: { ...process.env, ROLLCALL_URL: server.url } }, (error, stdout, stderr) =>
+          resolve({ code: error ? Number(error.code) : 0, stdout, stderr }),
+        );
+        child.stdin?.end(input ?? '');
+      });
+    const opened = await run(['open', '--user-key', 'cli']);
+    expect(opened.code).toBe(0);
+    const id = JSON.parse(opened.stdout).id as string;
+    const added = JSON.parse((await run(['add', id, '3'])).stdout);
+    expect((await run(['seal', id])).code).toBe(0);
+    const ids = [0, 1, 2].map((i) => `${id}:${added.groups[0].id}:${i}`).join('\n');
+    const acked = JSON.parse((await run(['ack'], ids)).stdout);
+    expect(acked).toMatchObject({ acked: 3, completed: [{ id, state: 'complete' }] });
+    expect(JSON.parse((await run(['status', id])).stdout)).toMatchObject({ state: 'complete', succeeded: 3 });
+    const missing = await run(['status', '0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b']);
+    expect(missing.code).toBe(1);
+    expect(JSON.parse(missing.stderr)).toMatchObject({ status: 404, code: 'batch_not_found' });
+    const usage = await run(['frobnicate']);
+    expect(usage.code).toBe(2);
+    expect(usage.stderr).toMatch(/usage: rollcall/);
+  });
+});
+
