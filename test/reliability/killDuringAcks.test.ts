@@ -1,0 +1,69 @@
+import { mysqlBackend, TestDatabase } from '../helpers/backends';
+import { call, runClients, ServiceProcess, spawnService } from '../helpers/processes';
+import { chunks, itemIds, shuffled } from '../helpers/service';
+
+const backend = mysqlBackend();
+const describeOnMysql = backend ? describe : describe.skip;
+
+describeOnMysql('a service killed -9 during an ack storm (mysql)', () => {
+  jest.setTimeout(180_000);
+  let database: TestDatabase;
+  let service: ServiceProcess;
+  beforeAll(async () => {
+    database = await backend!.create();
+  });
+  afterAll(async () => {
+    await service?.stop();
+    await database.drop();
+  });
+
+  it('when the process dies mid-storm, then every ack answered 200 is durable, and resending all gives exact counts and one completion', async () => {
+    const env = { DATABASE_URL: database.config.DATABASE_URL! };
+    service = await spawnService(env);
+    const id = (await call(`${service.url}/v1/batches`, 'POST', {})).body.id;
+    const added = await call(`${service.url}/v1/batches/${id}/items`, 'POST', { count: 100_000 });
+    await call(`${service.url}/v1/batches/${id}/seal`, 'POST', {});
+    const ids = itemIds(id, added.body.groups);
+    const work = chunks(shuffled(ids, 9), 200);
+
+    const answeredOk: string[][] = [];
+    let completions = 0;
+    let sent = 0;
+    let failedRequests = 0;
+    const url = service.url;
+    const killer = setTimeout(() => void service.stop('SIGKILL'), 700);
+    await runClients(work, 32, async (chunk) => {
+      sent += 1;
+      try {
+        const res = await call(`${url}/v1/acks`, 'POST', { ids: chunk });
+        if (res.status === 200) {
+          answeredOk.push(chunk);
+          completions += res.body.completed.length;
+        }
+      } catch {
+        failedRequests += 1; // the connection died with the process: no answer, no promise made
+      }
+    });
+    clearTimeout(killer);
+    expect(failedRequests).toBeGreaterThan(0); // the kill really landed mid-storm
+    expect(answeredOk.length).toBeGreaterThan(0);
+
+    service = await spawnService(env);
+    const confirmed = answeredOk.flat();
+    const recheck = await call(`${service.url}/v1/acks`, 'POST', { ids: confirmed.slice(0, 10_000) });
+    // Every ID that was answered 200 before the kill is already recorded: resending it changes nothing.
+    expect(recheck.body.acked).toBe(0);
+    expect(recheck.body.duplicates).toBe(Math.min(confirmed.length, 10_000));
+    const before = (await call(`${service.url}/v1/batches/${id}`, 'GET')).body;
+    expect(before.succeeded).toBeGreaterThanOrEqual(confirmed.length);
+
+    for (const chunk of chunks(ids, 10_000)) {
+      const res = await call(`${service.url}/v1/acks`, 'POST', { ids: chunk });
+      completions += res.body.completed.length;
+    }
+    const after = (await call(`${service.url}/v1/batches/${id}`, 'GET')).body;
+    expect(after).toMatchObject({ state: 'complete', succeeded: 100_000, failed: 0, pending: 0 });
+    expect(completions).toBe(1);
+    console.log(`kill -9 storm: ${sent} ack requests started, ${answeredOk.length} answered 200 (${confirmed.length} IDs) before the kill, ${failedRequests} cut off; lost acks: 0`);
+  });
+});
