@@ -12,6 +12,7 @@ import { authenticate } from './auth';
 import type { TokenEntry } from '../config';
 import type { Metrics } from '../metrics';
 import { httpMetrics } from './httpMetrics';
+import { requireJsonBody } from './requireJson';
 import { metaRoutes } from './routes/meta';
 
 export interface AppDeps extends LifecycleDeps {
@@ -36,6 +37,7 @@ export function createApp(deps: AppDeps): Express {
   app.use(healthRoutes(deps.service.db));
   app.use(metaRoutes(deps));
   app.use('/v1', authenticate(deps.tokens));
+  app.use(requireJsonBody);
   app.use(express.json({ limit: deps.bodyLimit }));
   // Acks first: the hottest route should not walk past the others.
   app.use(ackRoutes(deps.submitAck));

@@ -60,6 +60,19 @@ describe.each(backends())('opening and reading batches (%s)', (_name, backend) =
     expect(res.body.error.code).toBe('invalid_request');
   });
 
+  it('when a body is sent that is not JSON, then 400 and nothing is created (found by fuzzing)', async () => {
+    const before = (await svc.api.get('/v1/batches?limit=500')).body.batches.length;
+    const res = await svc.api.post('/v1/batches').set('content-type', 'text/plain').send('userKey=x');
+    expect(res.status).toBe(400);
+    expect(res.body.error.code).toBe('invalid_request');
+    expect((await svc.api.get('/v1/batches?limit=500')).body.batches.length).toBe(before);
+  });
+
+  it('when a request carries an x-request-id, then the answer echoes it; otherwise it gets one', async () => {
+    expect((await svc.api.get('/healthz').set('x-request-id', 'trace-123')).headers['x-request-id']).toBe('trace-123');
+    expect((await svc.api.get('/healthz')).headers['x-request-id']).toMatch(/^[0-9a-f-]{36}$/);
+  });
+
   it('when a batch does not exist, then 404 batch_not_found (also for ids that are not UUIDs)', async () => {
     for (const id of ['0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b', 'nope']) {
       const res = await svc.api.get(`/v1/batches/${id}`);
