@@ -1,0 +1,34 @@
+import { backends, TestDatabase } from '../helpers/backends';
+import { call, spawnService } from '../helpers/processes';
+
+const databaseEnv = (database: TestDatabase): Record<string, string> =>
+  database.config.DATABASE_URL ? { DATABASE_URL: database.config.DATABASE_URL } : { SQLITE_PATH: database.config.SQLITE_PATH };
+
+describe.each(backends())('SIGTERM (%s)', (_name, backend) => {
+  jest.setTimeout(60_000);
+
+  it('when the service gets SIGTERM, then open waits and in-flight acks are answered and it exits 0', async () => {
+    const database = await backend.create();
+    const service = await spawnService(databaseEnv(database));
+    try {
+      const id = (await call(`${service.url}/v1/batches`, 'POST', {})).body.id;
+      const added = await call(`${service.url}/v1/batches/${id}/items`, 'POST', { count: 5000 });
+      await call(`${service.url}/v1/batches/${id}/seal`, 'POST', {});
+      const waiting = call(`${service.url}/v1/batches/${id}/wait?timeout=60`, 'GET');
+      const ids = Array.from({ length: 5000 }, (_, i) => `${id}:${added.body.groups[0].id}:${i}`);
+      await new Promise((r) => setTimeout(r, 200));
+      const acking = call(`${service.url}/v1/acks`, 'POST', { ids });
+      const exited = new Promise<number | null>((resolve) => service.child.once('exit', (code) => resolve(code)));
+      setTimeout(() => service.child.kill('SIGTERM'), 5);
+      const [wait, ack, code] = await Promise.all([waiting, acking, exited]);
+      expect(ack.status).toBe(200);
+      expect(ack.body.acked).toBe(5000);
+      expect(wait.status).toBe(200);
+      expect(['sealed', 'complete']).toContain(wait.body.state);
+      expect(code).toBe(0);
+    } finally {
+      await service.stop();
+      await database.drop();
+    }
+  });
+});
