@@ -10,6 +10,7 @@ RUN npm ci --no-audit --no-fund
 COPY tsconfig.json tsconfig.build.json ./
 COPY src ./src
 COPY migrations ./migrations
+COPY dashboard ./dashboard
 RUN npm run build && npm prune --omit=dev
 
 # Runtime stage: production dependencies and compiled code only, as the unprivileged `node` user.
@@ -22,6 +23,7 @@ WORKDIR /app
 COPY --from=build /app/package.json ./package.json
 COPY --from=build /app/node_modules ./node_modules
 COPY --from=build /app/dist ./dist
+COPY --from=build /app/dashboard ./dashboard
 RUN mkdir -p /data && chown node:node /data
 USER node
 VOLUME ["/data"]

@@ -14,6 +14,7 @@ import type { Metrics } from '../metrics';
 import { httpMetrics } from './httpMetrics';
 import { requireJsonBody } from './requireJson';
 import { metaRoutes } from './routes/meta';
+import { dashboardRoutes } from './routes/dashboard';
 
 export interface AppDeps extends LifecycleDeps {
   service: ServiceDeps;
@@ -36,6 +37,7 @@ export function createApp(deps: AppDeps): Express {
   app.use(httpMetrics(deps.metrics));
   app.use(healthRoutes(deps.service.db));
   app.use(metaRoutes(deps));
+  app.use(dashboardRoutes());
   app.use('/v1', authenticate(deps.tokens));
   app.use(requireJsonBody);
   app.use(express.json({ limit: deps.bodyLimit }));

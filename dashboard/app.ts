@@ -1,0 +1,205 @@
+/**
+ * The rollcall dashboard: lists batches with progress, filters and pages them with the cursor API,
+ * opens one batch with its counts, timeline, metadata and callback deliveries, and refreshes every
+ * second. Talks only to this service's own API; a token, when needed, lives in sessionStorage.
+ */
+
+interface Batch {
+  id: string;
+  state: 'open' | 'sealed' | 'complete';
+  outcome: 'succeeded' | 'failed' | null;
+  userKey: string | null;
+  metadata: Record<string, unknown> | null;
+  callbackUrl: string | null;
+  total: number;
+  succeeded: number;
+  failed: number;
+  pending: number;
+  createdAt: string;
+  updatedAt: string;
+  sealedAt: string | null;
+  completedAt: string | null;
+}
+
+interface EventView {
+  id: string;
+  event: string;
+  status: string;
+  attempts: number;
+  nextAttemptAt: string | null;
+  lastError: string | null;
+  deliveredAt: string | null;
+}
+
+const TOKEN_KEY = 'rollcall.token';
+const REFRESH_MS = 1000;
+
+const $ = <T extends HTMLElement>(id: string): T => {
+  const el = document.getElementById(id);
+  if (!el) throw new Error(`#${id} missing`);
+  return el as T;
+};
+
+class Unauthorized extends Error {}
+
+async function api<T>(path: string): Promise<T> {
+  const token = sessionStorage.getItem(TOKEN_KEY);
+  const res = await fetch(path, { headers: token ? { authorization: `Bearer ${token}` } : {} });
+  if (res.status === 401 || res.status === 403) throw new Unauthorized(res.status === 403 ? 'this token lacks the read scope' : 'a token is needed');
+  const body = (await res.json()) as T & { error?: { message: string } };
+  if (!res.ok) throw new Error(body.error?.message ?? `HTTP ${res.status}`);
+  return body;
+}
+
+const when = (iso: string | null) => (iso ? new Date(iso).toLocaleString() : '—');
+const pct = (n: number, total: number) => (total === 0 ? 0 : (100 * n) / total);
+const count = (n: number) => n.toLocaleString();
+
+function text(tag: string, content: string, className?: string): HTMLElement {
+  const el = document.createElement(tag);
+  el.textContent = content;
+  if (className) el.className = className;
+  return el;
+}
+
+function progressBar(batch: Batch, big = false): HTMLElement {
+  const bar = document.createElement('div');
+  bar.className = big ? 'bar big' : 'bar';
+  bar.setAttribute('role', 'progressbar');
+  bar.setAttribute('aria-valuenow', String(batch.succeeded + batch.failed));
+  bar.setAttribute('aria-valuemax', String(batch.total));
+  bar.title = `${count(batch.succeeded)} succeeded, ${count(batch.failed)} failed, ${count(batch.pending)} pending of ${count(batch.total)}`;
+  for (const kind of ['succeeded', 'failed'] as const) {
+    const part = document.createElement('div');
+    part.className = kind;
+    part.style.width = `${pct(batch[kind], batch.total)}%`;
+    bar.append(part);
+  }
+  return bar;
+}
+
+function stateBadge(batch: Batch): HTMLElement {
+  return text('span', batch.outcome ? `${batch.state} · ${batch.outcome}` : batch.state, `state ${batch.state} ${batch.outcome ?? ''}`);
+}
+
+/** What the list shows: filters, and the cursors of the pages visited (for "Previous"). */
+const view = { state: '', userKey: '', cursors: [null] as Array<string | null>, nextCursor: null as string | null, openBatch: null as string | null };
+
+async function renderList(): Promise<void> {
+  const params = new URLSearchParams({ limit: '20' });
+  if (view.state) params.set('state', view.state);
+  if (view.userKey) params.set('userKey', view.userKey);
+  const cursor = view.cursors[view.cursors.length - 1];
+  if (cursor) params.set('cursor', cursor);
+  const page = await api<{ batches: Batch[]; nextCursor: string | null }>(`/v1/batches?${params}`);
+  view.nextCursor = page.nextCursor;
+  const body = $('batches').querySelector('tbody') as HTMLTableSectionElement;
+  body.replaceChildren(
+    ...page.batches.map((b) => {
+      const row = document.createElement('tr');
+      row.className = 'batch';
+      row.dataset.id = b.id;
+      // UUIDv7s begin with their timestamp, so batches made together share a prefix: show the random tail.
+      const id = text('td', `…${b.id.slice(-8)}`, 'id');
+      id.title = b.id;
+      const state = document.createElement('td');
+      state.append(stateBadge(b));
+      const progress = document.createElement('td');
+      progress.append(progressBar(b));
+      row.append(id, state, text('td', b.userKey ?? '—'), progress, text('td', `${count(b.succeeded + b.failed)} / ${count(b.total)}`), text('td', when(b.createdAt)), text('td', when(b.completedAt)));
+      row.addEventListener('click', () => void openDetail(b.id));
+      return row;
+    }),
+  );
+  $('empty').hidden = page.batches.length > 0;
+  ($('next') as HTMLButtonElement).disabled = !page.nextCursor;
+  ($('prev') as HTMLButtonElement).disabled = view.cursors.length <= 1;
+  ($('first') as HTMLButtonElement).disabled = view.cursors.length <= 1;
+}
+
+async function renderDetail(id: string): Promise<void> {
+  const [batch, { events }] = await Promise.all([api<Batch>(`/v1/batches/${id}`), api<{ events: EventView[] }>(`/v1/batches/${id}/events`)]);
+  $('detail-title').replaceChildren(text('span', `Batch ${batch.id} `, 'id'), stateBadge(batch));
+  $('detail-bar').replaceWith(Object.assign(progressBar(batch, true), { id: 'detail-bar' }));
+  const counts: Array<[string, number]> = [['total', batch.total], ['succeeded', batch.succeeded], ['failed', batch.failed], ['pending', batch.pending]];
+  $('detail-counts').replaceChildren(...counts.flatMap(([k, v]) => [text('dt', k), text('dd', count(v))]));
+  const steps: Array<[string, string | null]> = [['created', batch.createdAt], ['sealed', batch.sealedAt], ['completed', batch.completedAt], ['last activity', batch.updatedAt]];
+  $('timeline').replaceChildren(...steps.map(([k, v]) => text('li', `${k}: ${when(v)}`)));
+  $('metadata').textContent = JSON.stringify({ userKey: batch.userKey, callbackUrl: batch.callbackUrl, metadata: batch.metadata }, null, 2);
+  const rows = events.map((e) => {
+    const row = document.createElement('tr');
+    row.append(text('td', e.event), text('td', e.status), text('td', String(e.attempts)), text('td', when(e.nextAttemptAt)), text('td', e.lastError ?? '—'));
+    return row;
+  });
+  ($('events').querySelector('tbody') as HTMLTableSectionElement).replaceChildren(...rows);
+  $('no-events').hidden = events.length > 0;
+}
+
+async function openDetail(id: string): Promise<void> {
+  view.openBatch = id;
+  $('list').hidden = true;
+  $('detail').hidden = false;
+  await refresh();
+}
+
+function showLogin(message: string): void {
+  $('login').hidden = false;
+  $('list').hidden = true;
+  $('detail').hidden = true;
+  $('login-error').textContent = sessionStorage.getItem(TOKEN_KEY) ? message : '';
+}
+
+async function refresh(): Promise<void> {
+  try {
+    if (view.openBatch) await renderDetail(view.openBatch);
+    else await renderList();
+    $('error').textContent = '';
+    $('live').style.opacity = '1';
+  } catch (error) {
+    if (error instanceof Unauthorized) return showLogin(error.message);
+    $('error').textContent = `Could not refresh: ${(error as Error).message}`;
+    $('live').style.opacity = '.3';
+  }
+}
+
+function wire(): void {
+  $('filters').addEventListener('submit', (e) => {
+    e.preventDefault();
+    view.state = ($('state') as HTMLSelectElement).value;
+    view.userKey = ($('user-key') as HTMLInputElement).value.trim();
+    view.cursors = [null];
+    void refresh();
+  });
+  $('next').addEventListener('click', () => {
+    if (!view.nextCursor) return;
+    view.cursors.push(view.nextCursor);
+    void refresh();
+  });
+  $('prev').addEventListener('click', () => {
+    if (view.cursors.length > 1) view.cursors.pop();
+    void refresh();
+  });
+  $('first').addEventListener('click', () => {
+    view.cursors = [null];
+    void refresh();
+  });
+  $('close').addEventListener('click', () => {
+    view.openBatch = null;
+    $('detail').hidden = true;
+    $('list').hidden = false;
+    void refresh();
+  });
+  $('login-form').addEventListener('submit', (e) => {
+    e.preventDefault();
+    sessionStorage.setItem(TOKEN_KEY, ($('token') as HTMLInputElement).value.trim());
+    $('login').hidden = true;
+    $('list').hidden = false;
+    void refresh();
+  });
+}
+
+wire();
+void refresh();
+setInterval(() => {
+  if ($('login').hidden) void refresh();
+}, REFRESH_MS);

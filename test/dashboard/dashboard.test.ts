@@ -1,0 +1,135 @@
+/// <reference lib="dom" />
+// Functions passed to page.evaluate / waitForFunction run in the browser, hence the DOM types.
+import fs from 'node:fs';
+import path from 'node:path';
+import { Browser, chromium, Page } from 'playwright-core';
+import { backends } from '../helpers/backends';
+import { listen } from '../helpers/listening';
+import { itemIds, startService, TestService } from '../helpers/service';
+
+const CHROMIUM = '/usr/bin/chromium';
+// CI installs Chromium (.ci/run); without it the browser tests cannot run and say so.
+const haveChromium = fs.existsSync(CHROMIUM);
+if (!haveChromium) {
+  if (process.env.CI) throw new Error(`${CHROMIUM} is missing: .ci/run installs it (apt-get install chromium)`);
+  console.warn(`dashboard browser tests skipped: ${CHROMIUM} is not installed (apt-get install chromium)`);
+}
+const describeWithBrowser = haveChromium ? describe : describe.skip;
+const [, sqlite] = backends()[0]!;
+
+async function launch(): Promise<Browser> {
+  return chromium.launch({
+    executablePath: CHROMIUM,
+    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update', '--no-first-run', '--disable-sync'],
+  });
+}
+
+describeWithBrowser('the dashboard in a real browser', () => {
+  jest.setTimeout(120_000);
+  let browser: Browser;
+  beforeAll(async () => {
+    browser = await launch();
+  });
+  afterAll(async () => {
+    await browser?.close();
+  });
+
+  async function withService(env: Record<string, string>, run: (svc: TestService, url: string, page: Page) => Promise<void>) {
+    const svc = await startService(sqlite, env);
+    svc.clock.now = Date.now();
+    const server = await listen(svc.rollcall.app);
+    const page = await browser.newPage({ viewport: { width: 1280, height: 720 } });
+    const external: string[] = [];
+    page.on('request', (r) => {
+      if (!r.url().startsWith(server.url)) external.push(r.url());
+    });
+    try {
+      await run(svc, server.url, page);
+      expect(external).toEqual([]); // nothing is loaded from other hosts
+    } finally {
+      await page.close();
+      await server.close();
+      await svc.stop();
+    }
+  }
+
+  async function batch(svc: TestService, body: object, count: number, ack: number, fail = 0, seal = true) {
+    const id = (await svc.api.post('/v1/batches').send(body)).body.id as string;
+    const added = count ? await svc.api.post(`/v1/batches/${id}/items`).send({ count }) : null;
+    const ids = added ? itemIds(id, added.body.groups) : [];
+    if (seal) await svc.api.post(`/v1/batches/${id}/seal`);
+    if (ack) await svc.api.post('/v1/acks').send({ ids: ids.slice(0, ack) });
+    if (fail) await svc.api.post('/v1/acks').send({ ids: ids.slice(ack, ack + fail), outcome: 'failed' });
+    return { id, ids };
+  }
+
+  it('when batches exist, then the page lists them with progress that moves as acks arrive, filters, pages and opens one', async () => {
+    await withService({}, async (svc, url, page) => {
+      await batch(svc, { userKey: 'nightly-export', metadata: { owner: 'data' } }, 5000, 5000);
+      await batch(svc, { userKey: 'thumbnails' }, 1200, 700, 120);
+      await batch(svc, { userKey: 'emails', callbackUrl: 'http://127.0.0.1:9/hook' }, 300, 300);
+      await batch(svc, { userKey: 'reindex' }, 20_000, 2500, 0, false);
+      const moving = await batch(svc, { userKey: 'catalog-42' }, 1000, 100);
+
+      await page.goto(url);
+      await page.waitForSelector('tr.batch');
+      expect(await page.locator('tr.batch').count()).toBe(5);
+      const row = page.locator(`tr.batch[data-id="${moving.id}"]`);
+      await expect(row.textContent()).resolves.toContain('catalog-42');
+      await expect(row.textContent()).resolves.toContain('sealed');
+      const done = async () => Number(await row.locator('[role=progressbar]').getAttribute('aria-valuenow'));
+      expect(await done()).toBe(100);
+
+      await svc.api.post('/v1/acks').send({ ids: moving.ids.slice(100, 600) });
+      await page.waitForFunction((id) => document.querySelector(`tr[data-id="${id}"] [role=progressbar]`)?.getAttribute('aria-valuenow') === '600', moving.id, { timeout: 10_000 });
+      const width = await row.locator('.bar .succeeded').evaluate((el) => (el as HTMLElement).style.width);
+      expect(width).toBe('60%');
+      fs.mkdirSync(path.resolve(__dirname, '../../docs/img'), { recursive: true });
+      await page.screenshot({ path: path.resolve(__dirname, '../../docs/img/dashboard.png'), fullPage: true });
+
+      await page.selectOption('#state', 'complete');
+      await page.click('#filters button');
+      await page.waitForFunction(() => document.querySelectorAll('tr.batch').length === 2);
+      const states = await page.locator('tr.batch .state').allTextContents();
+      expect(states.every((s) => s.startsWith('complete'))).toBe(true);
+
+      await page.selectOption('#state', '');
+      await page.click('#filters button');
+      await page.waitForFunction(() => document.querySelectorAll('tr.batch').length === 5);
+      for (let i = 0; i < 21; i++) await svc.api.post('/v1/batches').send({ userKey: `page-${i}` });
+      await page.waitForFunction(() => document.querySelectorAll('tr.batch').length === 20);
+      await page.click('#next');
+      await page.waitForFunction(() => document.querySelectorAll('tr.batch').length === 6);
+      await page.click('#prev');
+      await page.waitForFunction(() => document.querySelectorAll('tr.batch').length === 20);
+
+      await page.fill('#user-key', 'emails');
+      await page.click('#filters button');
+      await page.waitForFunction(() => document.querySelectorAll('tr.batch').length === 1);
+      await page.click('tr.batch');
+      await page.waitForSelector('#detail:not([hidden])');
+      await page.waitForFunction(() => (document.querySelector('#detail-counts')?.textContent ?? '').includes('300'));
+      expect(await page.locator('#timeline').textContent()).toContain('completed:');
+      expect(await page.locator('#events tbody').textContent()).toContain('batch.completed');
+      expect(await page.locator('#metadata').textContent()).toContain('127.0.0.1:9/hook');
+    });
+  });
+
+  it('when the service needs tokens, then the page asks for one, keeps it for the tab, and then shows the batches', async () => {
+    const tokens = JSON.stringify([{ token: 'dashboard-reader-123456', tenant: 't1', scopes: ['read'] }, { token: 'producer-token-1234567', tenant: 't1', scopes: ['produce', 'consume'] }]);
+    await withService({ API_TOKENS: tokens }, async (svc, url, page) => {
+      await svc.api.post('/v1/batches').set('Authorization', 'Bearer producer-token-1234567').send({ userKey: 'secured' });
+      await page.goto(url);
+      await page.waitForSelector('#login:not([hidden])');
+      await page.fill('#token', 'wrong-token-00000000000');
+      await page.click('#login-form button');
+      await page.waitForFunction(() => (document.querySelector('#login-error')?.textContent ?? '').length > 0);
+      await page.fill('#token', 'dashboard-reader-123456');
+      await page.click('#login-form button');
+      await page.waitForSelector('tr.batch');
+      expect(await page.locator('tr.batch').textContent()).toContain('secured');
+      expect(await page.evaluate(() => sessionStorage.getItem('rollcall.token'))).toBe('dashboard-reader-123456');
+      expect(await page.evaluate(() => localStorage.length)).toBe(0);
+    });
+  });
+});
