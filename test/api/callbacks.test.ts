@@ -76,6 +76,25 @@ describe.each(backends())('completion callbacks (%s)', (_name, backend) => {
     expect(event.lastError).toMatch(/fetch failed|ECONNREFUSED/);
   });
 
+  it('when the receiver does not answer within the timeout, then the attempt fails as timed out and is retried', async () => {
+    const slow = await startService(backend, { CALLBACK_TIMEOUT: '300ms', CALLBACK_BACKOFF_BASE: '1s' });
+    try {
+      receiver.script = ['hang'];
+      const id = (await slow.api.post('/v1/batches').send({ callbackUrl: receiver.url })).body.id;
+      await slow.api.post(`/v1/batches/${id}/seal`);
+      const started = Date.now();
+      expect(await slow.rollcall.dispatcher.deliverDue()).toBe(1);
+      expect(Date.now() - started).toBeLessThan(10_000);
+      const [event] = (await slow.api.get(`/v1/batches/${id}/events`)).body.events;
+      expect(event).toMatchObject({ status: 'pending', attempts: 1, lastError: 'timed out after 300 ms' });
+      slow.clock.now += 1000;
+      expect(await slow.rollcall.dispatcher.deliverDue()).toBe(1);
+      expect((await slow.api.get(`/v1/batches/${id}/events`)).body.events[0]).toMatchObject({ status: 'delivered', attempts: 2 });
+    } finally {
+      await slow.stop();
+    }
+  });
+
   it('when the seal completes a batch with a callback, then the callback is sent too; without a URL, none is', async () => {
     const withUrl = (await svc.api.post('/v1/batches').send({ callbackUrl: receiver.url })).body.id;
     const without = (await svc.api.post('/v1/batches').send({})).body.id;
