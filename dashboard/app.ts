@@ -4,6 +4,8 @@
  * second. Talks only to this service's own API; a token, when needed, lives in sessionStorage.
  */
 
+// The dashboard is compiled on its own for the browser, so it declares the API shapes it reads
+// (the same as src/domain/batch.ts BatchView; the OpenAPI test keeps the server to them).
 interface Batch {
   id: string;
   state: 'open' | 'sealed' | 'complete';

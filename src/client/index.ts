@@ -3,24 +3,10 @@
  * No dependencies beyond Node's fetch.
  */
 
-export type BatchState = 'open' | 'sealed' | 'complete';
+import type { BatchState, BatchView as Batch } from '../domain/batch';
+import type { Rejection } from '../domain/ackCall';
 
-export interface Batch {
-  id: string;
-  state: BatchState;
-  outcome: 'succeeded' | 'failed' | null;
-  userKey: string | null;
-  metadata: Record<string, unknown> | null;
-  callbackUrl: string | null;
-  total: number;
-  succeeded: number;
-  failed: number;
-  pending: number;
-  createdAt: string;
-  updatedAt: string;
-  sealedAt: string | null;
-  completedAt: string | null;
-}
+export type { Batch, BatchState };
 
 export interface Group {
   id: string;
@@ -30,7 +16,7 @@ export interface Group {
 export interface AckResult {
   acked: number;
   duplicates: number;
-  rejected: Array<{ id: string; reason: 'malformed' | 'unknown_batch' | 'unknown_group' | 'index_out_of_range' }>;
+  rejected: Rejection[];
   completed: Batch[];
 }
 

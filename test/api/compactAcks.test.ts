@@ -1,5 +1,5 @@
 import { backends } from '../helpers/backends';
-import { startService, TestService } from '../helpers/service';
+import { sealedBatch, startService, TestService } from '../helpers/service';
 
 describe.each(backends())('acking in the compact form (%s)', (_name, backend) => {
   let svc: TestService;
@@ -8,15 +8,10 @@ describe.each(backends())('acking in the compact form (%s)', (_name, backend) =>
   });
   afterAll(() => svc.stop());
 
-  async function sealedBatch(count: number) {
-    const id = (await svc.api.post('/v1/batches').send({})).body.id as string;
-    const added = await svc.api.post(`/v1/batches/${id}/items`).send({ count });
-    await svc.api.post(`/v1/batches/${id}/seal`);
-    return { id, groups: added.body.groups as Array<{ id: string; size: number }> };
-  }
+  const sealed = (count: number) => sealedBatch(svc.api, count);
 
   it('when whole groups are acked as ranges, then every item counts once and the batch completes once', async () => {
-    const { id, groups } = await sealedBatch(9000);
+    const { id, groups } = await sealed(9000);
     const [g1, g2] = groups as [{ id: string; size: number }, { id: string; size: number }];
     const first = await svc.api.post('/v1/acks').send({ groups: [{ batchId: id, groupId: g1.id, indexes: [[0, 4999], 5000, 5000] }] });
     expect(first.status).toBe(200);
@@ -32,7 +27,7 @@ describe.each(backends())('acking in the compact form (%s)', (_name, backend) =>
   });
 
   it('when entries name unknown groups or out-of-range indexes, then each item is rejected with the ID it stands for', async () => {
-    const { id, groups } = await sealedBatch(3);
+    const { id, groups } = await sealed(3);
     const g = groups[0]!.id;
     const unknown = '0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b';
     const res = await svc.api.post('/v1/acks').send({
@@ -54,7 +49,7 @@ describe.each(backends())('acking in the compact form (%s)', (_name, backend) =>
   });
 
   it('when a compact call names more than 10,000 items, then 413 and nothing is applied', async () => {
-    const { id, groups } = await sealedBatch(20_000);
+    const { id, groups } = await sealed(20_000);
     const res = await svc.api.post('/v1/acks').send({ groups: [{ batchId: id, groupId: groups[0]!.id, indexes: [[0, 8191]] }, { batchId: id, groupId: groups[1]!.id, indexes: [[0, 1808]] }] });
     expect(res.status).toBe(413);
     expect(res.body.error.code).toBe('payload_too_large');

@@ -1,6 +1,6 @@
 import { dialectOf } from '../../src/store/db';
 import { backends } from '../helpers/backends';
-import { itemIds, shuffled, startService, TestService } from '../helpers/service';
+import { itemIds, shuffled, sealedBatch, startService, TestService } from '../helpers/service';
 
 describe.each(backends())('group commit of concurrent acks (%s)', (_name, backend) => {
   let svc: TestService;
@@ -9,15 +9,10 @@ describe.each(backends())('group commit of concurrent acks (%s)', (_name, backen
   });
   afterEach(() => svc.stop());
 
-  async function sealedBatch(count: number) {
-    const id = (await svc.api.post('/v1/batches').send({})).body.id as string;
-    const added = await svc.api.post(`/v1/batches/${id}/items`).send({ count });
-    await svc.api.post(`/v1/batches/${id}/seal`);
-    return { id, ids: itemIds(id, added.body.groups) };
-  }
+  const sealed = (count: number) => sealedBatch(svc.api, count);
 
   it('when 300 small calls arrive together, then they share transactions and each gets its own exact result', async () => {
-    const { id, ids } = await sealedBatch(250);
+    const { id, ids } = await sealed(250);
     // Each call: 1-2 items (some repeated across calls), and a malformed ID of its own.
     const calls = shuffled(ids, 5).map((itemId, i) => [itemId, ...(i % 5 === 0 ? [ids[(i * 7) % ids.length]!] : []), `bad-${i}`]);
     calls.push(...ids.slice(0, 50).map((itemId, i) => [itemId, `bad-extra-${i}`]));
@@ -43,7 +38,7 @@ describe.each(backends())('group commit of concurrent acks (%s)', (_name, backen
   });
 
   it('when the merged transaction fails, then every merged caller gets the error and nothing of theirs is applied', async () => {
-    const { id, ids } = await sealedBatch(40);
+    const { id, ids } = await sealed(40);
     const db = svc.rollcall.db;
     // A real database failure: a trigger refuses any transaction that acks more than five items.
     if (dialectOf(db) === 'mysql') {

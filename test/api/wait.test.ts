@@ -1,5 +1,5 @@
 import { backends } from '../helpers/backends';
-import { itemIds, startReplica, startService, TestService } from '../helpers/service';
+import { itemIds, startReplica, sealedBatch, startService, TestService } from '../helpers/service';
 
 describe.each(backends())('waiting for completion (%s)', (_name, backend) => {
   let svc: TestService;
@@ -8,12 +8,7 @@ describe.each(backends())('waiting for completion (%s)', (_name, backend) => {
   });
   afterAll(() => svc.stop());
 
-  async function sealedBatch(count: number) {
-    const id = (await svc.api.post('/v1/batches').send({})).body.id as string;
-    const added = await svc.api.post(`/v1/batches/${id}/items`).send({ count });
-    await svc.api.post(`/v1/batches/${id}/seal`);
-    return { id, ids: itemIds(id, added.body.groups) };
-  }
+  const sealed = (count: number) => sealedBatch(svc.api, count);
 
   it('when the batch is already complete, then the wait answers at once', async () => {
     const id = (await svc.api.post('/v1/batches').send({})).body.id;
@@ -24,14 +19,14 @@ describe.each(backends())('waiting for completion (%s)', (_name, backend) => {
   });
 
   it('when the timeout passes first, then the wait answers with the current state', async () => {
-    const { id } = await sealedBatch(2);
+    const { id } = await sealed(2);
     const res = await svc.api.get(`/v1/batches/${id}/wait?timeout=0.3`);
     expect(res.status).toBe(200);
     expect(res.body).toMatchObject({ id, state: 'sealed', pending: 2 });
   });
 
   it('when an ack in this process completes the batch, then the waiter is answered before its timeout', async () => {
-    const { id, ids } = await sealedBatch(3);
+    const { id, ids } = await sealed(3);
     const started = Date.now();
     const waiting = svc.api.get(`/v1/batches/${id}/wait?timeout=60`).then((r) => r);
     await new Promise((r) => setTimeout(r, 100));
@@ -44,7 +39,7 @@ describe.each(backends())('waiting for completion (%s)', (_name, backend) => {
   it('when the completing ack goes through another replica, then the waiter here is answered too', async () => {
     const replica = await startReplica(svc);
     try {
-      const { id, ids } = await sealedBatch(3);
+      const { id, ids } = await sealed(3);
       const started = Date.now();
       const waiting = svc.api.get(`/v1/batches/${id}/wait?timeout=60`).then((r) => r);
       await new Promise((r) => setTimeout(r, 100));
@@ -59,7 +54,7 @@ describe.each(backends())('waiting for completion (%s)', (_name, backend) => {
   });
 
   it('when 300 clients wait, then the database sees one shared query per poll, not one per waiter', async () => {
-    const batches = await Promise.all(Array.from({ length: 30 }, () => sealedBatch(1)));
+    const batches = await Promise.all(Array.from({ length: 30 }, () => sealed(1)));
     let queries = 0;
     const count = () => (queries += 1);
     const waits = batches.flatMap((b) => Array.from({ length: 10 }, () => svc.api.get(`/v1/batches/${b.id}/wait?timeout=4`).then((r) => r)));
@@ -77,7 +72,7 @@ describe.each(backends())('waiting for completion (%s)', (_name, backend) => {
 
   it('when the batch does not exist or the timeout is out of range, then 404 or 400', async () => {
     expect((await svc.api.get('/v1/batches/0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b/wait')).status).toBe(404);
-    const { id } = await sealedBatch(1);
+    const { id } = await sealed(1);
     for (const t of ['61', '-1', 'soon']) {
       const res = await svc.api.get(`/v1/batches/${id}/wait?timeout=${t}`);
       expect(res.status).toBe(400);

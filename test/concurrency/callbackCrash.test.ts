@@ -1,10 +1,7 @@
-import { backends, TestDatabase } from '../helpers/backends';
+import { backends, processEnv, TestDatabase } from '../helpers/backends';
 import { call, spawnService } from '../helpers/processes';
 import { Receiver } from '../helpers/receiver';
 import { itemIds } from '../helpers/service';
-
-const databaseEnv = (database: TestDatabase): Record<string, string> =>
-  database.config.DATABASE_URL ? { DATABASE_URL: database.config.DATABASE_URL } : { SQLITE_PATH: database.config.SQLITE_PATH };
 
 describe.each(backends())('a service killed between completion and delivery (%s)', (_name, backend) => {
   jest.setTimeout(90_000);
@@ -13,7 +10,7 @@ describe.each(backends())('a service killed between completion and delivery (%s)
     const database = await backend.create();
     const receiver = new Receiver();
     await receiver.start();
-    const env = { ...databaseEnv(database), CALLBACK_TIMEOUT: '1s', CALLBACK_BACKOFF_BASE: '100ms', CALLBACK_POLL_INTERVAL: '100ms' };
+    const env = { ...processEnv(database), CALLBACK_TIMEOUT: '1s', CALLBACK_BACKOFF_BASE: '100ms', CALLBACK_POLL_INTERVAL: '100ms' };
     let service = await spawnService(env);
     try {
       receiver.script = ['hang']; // the first attempt never gets an answer

@@ -1,10 +1,6 @@
-import { backends, TestDatabase } from '../helpers/backends';
+import { backends, processEnv, TestDatabase } from '../helpers/backends';
 import { call, runClients, ServiceProcess, spawnService } from '../helpers/processes';
 import { chunks, itemIds, shuffled } from '../helpers/service';
-
-/** How a spawned process finds the test's database. */
-const databaseEnv = (database: TestDatabase): Record<string, string> =>
-  database.config.DATABASE_URL ? { DATABASE_URL: database.config.DATABASE_URL } : { SQLITE_PATH: database.config.SQLITE_PATH };
 
 type AckResult = { acked: number; duplicates: number; rejected: unknown[]; completed: Array<{ id: string; state: string }> };
 
@@ -16,8 +12,8 @@ describe.each(backends())('several service processes on one database (%s)', (_na
   beforeAll(async () => {
     database = await backend.create();
     // The first process migrates; the others find the schema current.
-    services.push(await spawnService(databaseEnv(database)));
-    services.push(...(await Promise.all([1, 2].map(() => spawnService(databaseEnv(database))))));
+    services.push(await spawnService(processEnv(database)));
+    services.push(...(await Promise.all([1, 2].map(() => spawnService(processEnv(database))))));
   });
 
   afterAll(async () => {

@@ -57,6 +57,11 @@ const mysql: Backend = {
   },
 };
 
+/** How a spawned service process finds a test's database. */
+export function processEnv(database: TestDatabase): Record<string, string> {
+  return database.config.DATABASE_URL ? { DATABASE_URL: database.config.DATABASE_URL } : { SQLITE_PATH: database.config.SQLITE_PATH };
+}
+
 /** SQLite always; MariaDB too when TEST_MYSQL_URL is set (.ci/run sets it and insists it answers). */
 export function backends(): Array<[name: string, backend: Backend]> {
   return (mysqlUrl ? [sqlite, mysql] : [sqlite]).map((backend) => [backend.name, backend]);

@@ -28,6 +28,15 @@ export async function startService(backend: Backend, env: Record<string, string>
   };
 }
 
+/** Opens a batch with `count` items and seals it; returns its id, groups and every item ID. */
+export async function sealedBatch(api: TestService['api'], count: number) {
+  const id = (await api.post('/v1/batches').send({})).body.id as string;
+  const added = await api.post(`/v1/batches/${id}/items`).send({ count });
+  await api.post(`/v1/batches/${id}/seal`);
+  const groups = added.body.groups as Array<{ id: string; size: number }>;
+  return { id, groups, ids: itemIds(id, groups) };
+}
+
 /** Item IDs of every item of the given groups. */
 export function itemIds(batchId: string, groups: Array<{ id: string; size: number }>): string[] {
   const ids: string[] = [];

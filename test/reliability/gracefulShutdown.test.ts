@@ -1,15 +1,12 @@
-import { backends, TestDatabase } from '../helpers/backends';
+import { backends, processEnv, TestDatabase } from '../helpers/backends';
 import { call, spawnService } from '../helpers/processes';
-
-const databaseEnv = (database: TestDatabase): Record<string, string> =>
-  database.config.DATABASE_URL ? { DATABASE_URL: database.config.DATABASE_URL } : { SQLITE_PATH: database.config.SQLITE_PATH };
 
 describe.each(backends())('SIGTERM (%s)', (_name, backend) => {
   jest.setTimeout(60_000);
 
   it('when the service gets SIGTERM, then open waits and in-flight acks are answered and it exits 0', async () => {
     const database = await backend.create();
-    const service = await spawnService(databaseEnv(database));
+    const service = await spawnService(processEnv(database));
     try {
       const id = (await call(`${service.url}/v1/batches`, 'POST', {})).body.id;
       const added = await call(`${service.url}/v1/batches/${id}/items`, 'POST', { count: 5000 });
