@@ -57,9 +57,6 @@ export const listQuery = z.strictObject({
   cursor: z.string().min(1).max(200).optional(),
 });
 
-export type CreateBatchBody = z.infer<typeof createBatchBody>;
-export type AckBody = z.infer<typeof ackBody>;
-
 export const waitQuery = z.strictObject({
   timeout: z.coerce.number().min(0).max(60).default(30),
 });

@@ -12,14 +12,6 @@ export interface Observer {
   delivery(result: 'delivered' | 'failed' | 'dead'): void;
 }
 
-export const NO_OBSERVER: Observer = {
-  batchOpened: () => undefined,
-  batchSealed: () => undefined,
-  batchesCompleted: () => undefined,
-  ackResult: () => undefined,
-  delivery: () => undefined,
-};
-
 /** What every use case needs: the database, the clock and the few settings that shape behaviour. */
 export interface ServiceDeps {
   db: Db;

@@ -73,18 +73,16 @@ export async function insertEvent(trx: Knex.Transaction, event: Pick<OutboxEvent
  * replica is claiming right now are skipped (SKIP LOCKED); SQLite has one writer.
  */
 export async function claimDueEvents(trx: Knex.Transaction, claim: string, now: number, leaseMs: number, limit: number): Promise<OutboxEvent[]> {
-  {
-    let query = trx('outbox').select('id').where('status', 'pending').where('next_attempt_at', '<=', now).orderBy('next_attempt_at').limit(limit);
-    if (dialectOf(trx) === 'mysql') query = query.forUpdate().skipLocked();
-    const ids = ((await query) as Array<{ id: string }>).map((r) => r.id);
-    if (ids.length === 0) return [];
-    await trx('outbox')
-      .whereIn('id', ids)
-      .where('status', 'pending')
-      .update({ claim, next_attempt_at: now + leaseMs, attempts: trx.raw('attempts + 1'), last_attempt_at: now });
-    const rows = (await trx('outbox').whereIn('id', ids).where('claim', claim)) as OutboxRow[];
-    return rows.map(fromRow);
-  }
+  let query = trx('outbox').select('id').where('status', 'pending').where('next_attempt_at', '<=', now).orderBy('next_attempt_at').limit(limit);
+  if (dialectOf(trx) === 'mysql') query = query.forUpdate().skipLocked();
+  const ids = ((await query) as Array<{ id: string }>).map((r) => r.id);
+  if (ids.length === 0) return [];
+  await trx('outbox')
+    .whereIn('id', ids)
+    .where('status', 'pending')
+    .update({ claim, next_attempt_at: now + leaseMs, attempts: trx.raw('attempts + 1'), last_attempt_at: now });
+  const rows = (await trx('outbox').whereIn('id', ids).where('claim', claim)) as OutboxRow[];
+  return rows.map(fromRow);
 }
 
 /** Records a 2xx. Only the holder of the claim may; returns false when the lease was lost. */
@@ -107,11 +105,5 @@ export async function markFailed(db: Db, id: string, claim: string, error: strin
 /** Every event of a batch, oldest first (for operators). */
 export async function listEventsOfBatch(q: Queryable, batchId: string): Promise<OutboxEvent[]> {
   return ((await q('outbox').where('batch_id', batchId).orderBy('created_at').orderBy('id')) as OutboxRow[]).map(fromRow);
-}
-
-/** Counts of events by status (for metrics and readiness of operators). */
-export async function countPendingEvents(q: Queryable): Promise<number> {
-  const [row] = (await q('outbox').where('status', 'pending').count({ n: '*' })) as Array<{ n: number | string }>;
-  return Number(row?.n ?? 0);
 }
 
