@@ -6,7 +6,8 @@ describe.each(backends())('SIGTERM (%s)', (_name, backend) => {
 
   it('when the service gets SIGTERM, then open waits and in-flight acks are answered and it exits 0', async () => {
     const database = await backend.create();
-    const service = await spawnService(processEnv(database));
+    // A long group-commit window holds the ack in the service, so SIGTERM surely finds it in flight.
+    const service = await spawnService({ ...processEnv(database), ACK_GROUP_COMMIT_WINDOW_MS: '50' });
     try {
       const id = (await call(`${service.url}/v1/batches`, 'POST', {})).body.id;
       const added = await call(`${service.url}/v1/batches/${id}/items`, 'POST', { count: 5000 });
@@ -16,7 +17,7 @@ describe.each(backends())('SIGTERM (%s)', (_name, backend) => {
       await new Promise((r) => setTimeout(r, 200));
       const acking = call(`${service.url}/v1/acks`, 'POST', { ids });
       const exited = new Promise<number | null>((resolve) => service.child.once('exit', (code) => resolve(code)));
-      setTimeout(() => service.child.kill('SIGTERM'), 5);
+      setTimeout(() => service.child.kill('SIGTERM'), 25);
       const [wait, ack, code] = await Promise.all([waiting, acking, exited]);
       expect(ack.status).toBe(200);
       expect(ack.body.acked).toBe(5000);
