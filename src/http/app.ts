@@ -35,16 +35,14 @@ export function createApp(deps: AppDeps): Express {
   app.set('etag', false);
   app.use(requestContext(deps.log));
   app.use(httpMetrics(deps.metrics));
-  app.use(healthRoutes(deps.service.db));
-  app.use(metaRoutes(deps));
-  app.use(dashboardRoutes());
-  app.use('/v1', authenticate(deps.tokens));
-  app.use(requireJsonBody);
-  app.use(express.json({ limit: deps.bodyLimit }));
-  // Acks first: the hottest route should not walk past the others.
+  // The API first, acks first of all: the hottest route should not walk past the others.
+  app.use('/v1', authenticate(deps.tokens), requireJsonBody, express.json({ limit: deps.bodyLimit }));
   app.use(ackRoutes(deps.submitAck));
   app.use(batchRoutes(deps.service));
   app.use(lifecycleRoutes(deps));
+  app.use(healthRoutes(deps.service.db));
+  app.use(metaRoutes(deps));
+  app.use(dashboardRoutes());
   app.use((req, _res, next) => next(new RouteNotFoundError(`no route for ${req.method} ${req.path}`)));
   app.use(errorHandler);
   return app;
