@@ -33,7 +33,7 @@ export function createApp(deps: AppDeps): Express {
   const app = express();
   app.disable('x-powered-by');
   app.set('etag', false);
-  app.use(requestContext(deps.log));
+  app.use(requestContext(app, deps.log));
   app.use(httpMetrics(deps.metrics));
   // The API first, acks first of all: the hottest route should not walk past the others.
   app.use('/v1', authenticate(deps.tokens), requireJsonBody, express.json({ limit: deps.bodyLimit }));
