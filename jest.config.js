@@ -2,8 +2,8 @@
 module.exports = {
   testEnvironment: 'node',
   roots: ['<rootDir>/test'],
-  // Transpile only: `npm run typecheck` (tsc) checks types, once, for the whole project.
-  transform: { '^.+\\.ts$': ['ts-jest', { isolatedModules: true }] },
+  // Each file is transpiled on its own (tsconfig's isolatedModules); `npm run typecheck` checks types.
+  transform: { '^.+\\.ts$': ['ts-jest', {}] },
   testTimeout: 60000,
   globalSetup: '<rootDir>/test/globalSetup.js',
   // Each API test file gets its own database; files run in parallel on two cores.
