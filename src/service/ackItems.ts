@@ -56,11 +56,12 @@ export async function ackItems(deps: ServiceDeps, calls: AckCall[]): Promise<Ack
     const plan = planAcks(calls, batches, groups, deps.now());
     await writeGroups(trx, plan.groupWrites);
     for (const batch of plan.batchWrites) await updateBatch(trx, batch);
-    const written = new Map<string, BatchRecord>(plan.batchWrites.map((b) => [b.id, b]));
-    await recordCompletions(trx, deps, plan.batchWrites.filter((b) => b.state === 'complete'));
-    return { results: plan.results, completed: written };
+    // A batch written here and complete now became complete in this transaction (complete ones are never written).
+    const newlyComplete = plan.batchWrites.filter((b) => b.state === 'complete');
+    await recordCompletions(trx, deps, newlyComplete);
+    return { results: plan.results, completed: new Map<string, BatchRecord>(newlyComplete.map((b) => [b.id, b])) };
   });
-  announceCompletions(deps, [...completed.values()].filter((b) => b.state === 'complete'));
+  announceCompletions(deps, [...completed.values()]);
   results.forEach((r, i) => deps.observe.ackResult(calls[i]!.outcome, r.acked, r.duplicates, r.rejected.length));
   return results.map((result) => ({
     acked: result.acked,

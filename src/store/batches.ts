@@ -94,10 +94,22 @@ export async function lockBatches(trx: Knex.Transaction, ids: string[]): Promise
   return found;
 }
 
-/** Writes a batch's state and counters (absolute values computed under its row lock). */
+/**
+ * Writes a batch's state, counters and times (absolute values computed under its row lock). Only the
+ * columns that can change after creation: every ack transaction runs this, and re-writing metadata,
+ * tenant or callback URL there would be work for nothing.
+ */
 export async function updateBatch(trx: Knex.Transaction, batch: BatchRecord): Promise<void> {
-  const { id, ...changes } = toRow(batch);
-  await trx('batches').where({ id }).update(changes);
+  await trx('batches').where({ id: batch.id }).update({
+    state: batch.state,
+    total: batch.total,
+    succeeded: batch.succeeded,
+    failed: batch.failed,
+    open_groups: batch.openGroups,
+    updated_at: batch.updatedAt,
+    sealed_at: batch.sealedAt,
+    completed_at: batch.completedAt,
+  });
 }
 
 /** The batches among `ids` that are complete (one query for every waiter of a process). */
