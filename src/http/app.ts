@@ -3,7 +3,7 @@ import type { Logger } from 'pino';
 import { RouteNotFoundError } from '../domain/errors';
 import { ServiceDeps } from '../service/deps';
 import { errorHandler } from './errorHandler';
-import { ackRoutes, SubmitAck } from './routes/acks';
+import { ackHandlers, SubmitAck } from './routes/acks';
 import { batchRoutes } from './routes/batches';
 import { healthRoutes } from './routes/health';
 import { lifecycleRoutes, LifecycleDeps } from './routes/lifecycle';
@@ -33,11 +33,13 @@ export function createApp(deps: AppDeps): Express {
   const app = express();
   app.disable('x-powered-by');
   app.set('etag', false);
-  app.use(requestContext(app, deps.log));
-  app.use(httpMetrics(deps.metrics));
-  // The API first, acks first of all: the hottest route should not walk past the others.
-  app.use('/v1', authenticate(deps.tokens), requireJsonBody, express.json({ limit: deps.bodyLimit }));
-  app.use(ackRoutes(deps.submitAck));
+  const everyRequest = [requestContext(app, deps.log), httpMetrics(deps.metrics)];
+  const apiRequest = [authenticate(deps.tokens), requireJsonBody, express.json({ limit: deps.bodyLimit })];
+  // The hottest route first, its whole chain as handlers of one route: a one-ID ack then runs them in
+  // a single route dispatch instead of walking the router's layer stack once per middleware.
+  app.post('/v1/acks', ...everyRequest, ...apiRequest, ...ackHandlers(deps.submitAck));
+  app.use(everyRequest);
+  app.use('/v1', apiRequest);
   app.use(batchRoutes(deps.service));
   app.use(lifecycleRoutes(deps));
   app.use(healthRoutes(deps.service.db));

@@ -1,4 +1,4 @@
-import { Router } from 'express';
+import type { RequestHandler } from 'express';
 import { AckCall, callFromCompact, callFromIds, compactSize } from '../../domain/ackCall';
 import { PayloadTooLargeError } from '../../domain/errors';
 import { AckResult } from '../../service/ackItems';
@@ -26,11 +26,12 @@ function callFromBody(body: unknown, tenant: string): AckCall {
   return callFromIds(plain.ids, plain.outcome ?? 'succeeded', tenant);
 }
 
-/** Consumer route: POST /v1/acks. */
-export function ackRoutes(submit: SubmitAck): Router {
-  const router = Router();
-  router.post('/v1/acks', requireScope('consume'), async (req, res) => {
-    res.json(await submit(callFromBody(req.body, req.caller.tenant)));
-  });
-  return router;
+/** Consumer route POST /v1/acks: its handlers, which app.ts mounts after the common middleware. */
+export function ackHandlers(submit: SubmitAck): RequestHandler[] {
+  return [
+    requireScope('consume'),
+    async (req, res) => {
+      res.json(await submit(callFromBody(req.body, req.caller.tenant)));
+    },
+  ];
 }
