@@ -60,6 +60,7 @@ export const configSchema = z.object({
   PUBLIC_OPENAPI: z.enum(['on', 'off']).default('on'),
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
   SHUTDOWN_TIMEOUT_MS: int(0, 600_000).default(10_000),
+  HEAP_GROWTH_PERCENT: int(0, 300).default(100),
 });
 
 export const SCOPES = ['produce', 'consume', 'read', 'admin'] as const;

@@ -6,7 +6,7 @@ import { ConfigError, loadConfig } from '../src/config';
 describe('configuration', () => {
   it('when nothing is set, then the documented defaults apply', () => {
     const config = loadConfig({});
-    expect(config).toMatchObject({ PORT: 8080, HOST: '127.0.0.1', GROUP_SIZE: 8192, SQLITE_PATH: './data/rollcall.sqlite', OPEN_BATCH_TTL: 7 * 86_400_000, tokens: null });
+    expect(config).toMatchObject({ PORT: 8080, HOST: '127.0.0.1', GROUP_SIZE: 8192, SQLITE_PATH: './data/rollcall.sqlite', OPEN_BATCH_TTL: 7 * 86_400_000, HEAP_GROWTH_PERCENT: 100, tokens: null });
     expect(config.DATABASE_URL).toBeUndefined();
   });
 
@@ -16,6 +16,7 @@ describe('configuration', () => {
     ['DATABASE_URL', 'postgres://x'],
     ['OPEN_BATCH_TTL', 'a week'],
     ['LOG_LEVEL', 'loud'],
+    ['HEAP_GROWTH_PERCENT', '500'],
     ['API_TOKENS', '[{"token":"short","tenant":"a","scopes":["read"]}]'],
     ['API_TOKENS', 'not json'],
   ])('when %s is %s, then loading stops with a message naming the key', (key, value) => {
