@@ -1,9 +1,7 @@
-import { Knex } from 'knex';
 import { AckCall, Rejection } from '../domain/ackCall';
-import { GroupRecord, groupKey, planAcks } from '../domain/ackPlan';
+import { groupKey, planAcks } from '../domain/ackPlan';
 import { BatchRecord, BatchView, toBatchView } from '../domain/batch';
-import { lockBatches, updateBatch } from '../store/batches';
-import { lockGroups, readGroups, writeGroups } from '../store/groups';
+import { lockAckTargets, writeAckTargets } from '../store/ackTargets';
 import { inTransaction } from '../store/transaction';
 import { announceCompletions, recordCompletions } from './completion';
 import { ServiceDeps } from './deps';
@@ -30,32 +28,15 @@ function groupIdsByBatch(calls: AckCall[]): Map<string, Set<string>> {
 }
 
 /**
- * Loads what the calls touch, in the one lock order: batch rows by id, then each batch's group rows
- * by id. Groups of a complete batch are only read: nothing of theirs will change.
- */
-async function loadTouched(trx: Knex.Transaction, calls: AckCall[]) {
-  const wanted = groupIdsByBatch(calls);
-  const batches = await lockBatches(trx, [...wanted.keys()]);
-  const groups = new Map<string, GroupRecord>();
-  for (const batch of batches.values()) {
-    const ids = [...(wanted.get(batch.id) ?? [])];
-    const rows = batch.state === 'complete' ? await readGroups(trx, batch.id, ids) : await lockGroups(trx, batch.id, ids);
-    for (const group of rows) groups.set(groupKey(group.batchId, group.id), group);
-  }
-  return { batches, groups };
-}
-
-/**
  * Applies ack calls in one transaction: one locked read and one write per touched group row, one
  * write per touched batch row, whatever the number of IDs. Returns each call's own result, in order.
  * Completion happens here, under the batch row lock, at most once per batch.
  */
 export async function ackItems(deps: ServiceDeps, calls: AckCall[]): Promise<AckResult[]> {
   const { results, completed } = await inTransaction(deps.db, deps.tx, async (trx) => {
-    const { batches, groups } = await loadTouched(trx, calls);
-    const plan = planAcks(calls, batches, groups, deps.now());
-    await writeGroups(trx, plan.groupWrites);
-    for (const batch of plan.batchWrites) await updateBatch(trx, batch);
+    const { batches, groups } = await lockAckTargets(trx, groupIdsByBatch(calls));
+    const plan = planAcks(calls, batches, new Map(groups.map((g) => [groupKey(g.batchId, g.id), g])), deps.now());
+    await writeAckTargets(trx, plan.groupWrites, plan.batchWrites);
     // A batch written here and complete now became complete in this transaction (complete ones are never written).
     const newlyComplete = plan.batchWrites.filter((b) => b.state === 'complete');
     await recordCompletions(trx, deps, newlyComplete);

@@ -2,7 +2,7 @@ import { Knex } from 'knex';
 import { BatchRecord, BatchState } from '../domain/batch';
 import { dialectOf, Queryable } from './db';
 
-interface BatchRow {
+export interface BatchRow {
   id: string;
   tenant: string;
   state: string;
@@ -22,7 +22,7 @@ interface BatchRow {
 const num = (value: number | string): number => Number(value);
 const numOrNull = (value: number | string | null): number | null => (value === null ? null : Number(value));
 
-function fromRow(row: BatchRow): BatchRecord {
+export function batchFromRow(row: BatchRow): BatchRecord {
   return {
     id: row.id,
     tenant: row.tenant,
@@ -73,25 +73,26 @@ export async function insertBatch(q: Queryable, batch: BatchRecord): Promise<voi
 /** Reads one batch without locking. Returns null when it does not exist. */
 export async function findBatch(q: Queryable, id: string): Promise<BatchRecord | null> {
   const row = (await q('batches').where({ id }).first()) as BatchRow | undefined;
-  return row ? fromRow(row) : null;
+  return row ? batchFromRow(row) : null;
 }
 
 /** Reads and row-locks one batch until the transaction ends. Returns null when it does not exist. */
 export async function lockBatch(trx: Knex.Transaction, id: string): Promise<BatchRecord | null> {
   const row = (await lockRows(trx, trx('batches').where({ id })).first()) as BatchRow | undefined;
-  return row ? fromRow(row) : null;
+  return row ? batchFromRow(row) : null;
 }
 
 /**
- * Reads and row-locks several batches, in id order (the one lock order every transaction keeps:
- * batch rows by id, then their group rows by id). Missing ids are simply absent from the map.
+ * Reads and row-locks several batches in id order (the one lock order every transaction keeps:
+ * batch rows by id, then their group rows by id).
  */
-export async function lockBatches(trx: Knex.Transaction, ids: string[]): Promise<Map<string, BatchRecord>> {
-  const found = new Map<string, BatchRecord>();
-  if (ids.length === 0) return found;
-  const rows = (await lockRows(trx, trx('batches').whereIn('id', [...ids].sort()).orderBy('id'))) as BatchRow[];
-  for (const row of rows) found.set(row.id, fromRow(row));
-  return found;
+export function lockBatchesQuery(trx: Knex.Transaction, ids: string[]): Knex.QueryBuilder {
+  return lockRows(trx, trx('batches').whereIn('id', [...ids].sort()).orderBy('id'));
+}
+
+/** Runs updateBatchQuery. */
+export async function updateBatch(trx: Knex.Transaction, batch: BatchRecord): Promise<void> {
+  await updateBatchQuery(trx, batch);
 }
 
 /**
@@ -99,8 +100,8 @@ export async function lockBatches(trx: Knex.Transaction, ids: string[]): Promise
  * columns that can change after creation: every ack transaction runs this, and re-writing metadata,
  * tenant or callback URL there would be work for nothing.
  */
-export async function updateBatch(trx: Knex.Transaction, batch: BatchRecord): Promise<void> {
-  await trx('batches').where({ id: batch.id }).update({
+export function updateBatchQuery(trx: Knex.Transaction, batch: BatchRecord): Knex.QueryBuilder {
+  return trx('batches').where({ id: batch.id }).update({
     state: batch.state,
     total: batch.total,
     succeeded: batch.succeeded,
@@ -115,7 +116,7 @@ export async function updateBatch(trx: Knex.Transaction, batch: BatchRecord): Pr
 /** The batches among `ids` that are complete (one query for every waiter of a process). */
 export async function findCompleteBatches(q: Queryable, ids: string[]): Promise<BatchRecord[]> {
   if (ids.length === 0) return [];
-  return ((await q('batches').whereIn('id', ids).where('state', 'complete')) as BatchRow[]).map(fromRow);
+  return ((await q('batches').whereIn('id', ids).where('state', 'complete')) as BatchRow[]).map(batchFromRow);
 }
 
 export interface BatchFilter {
@@ -133,5 +134,5 @@ export async function listBatches(q: Queryable, filter: BatchFilter): Promise<Ba
   if (filter.state) query.where('state', filter.state);
   if (filter.userKey !== undefined) query.where('user_key', filter.userKey);
   if (filter.beforeId) query.where('id', '<', filter.beforeId);
-  return ((await query) as BatchRow[]).map(fromRow);
+  return ((await query) as BatchRow[]).map(batchFromRow);
 }

@@ -1,9 +1,8 @@
 import { Knex } from 'knex';
 import { GroupRecord } from '../domain/ackPlan';
 import { lockRows } from './batches';
-import { Queryable } from './db';
 
-interface GroupRow {
+export interface GroupRow {
   batch_id: string;
   id: string;
   size: number;
@@ -12,7 +11,7 @@ interface GroupRow {
   failed_bits: Buffer | null;
 }
 
-const fromRow = (row: GroupRow): GroupRecord => ({
+export const groupFromRow = (row: GroupRow): GroupRecord => ({
   batchId: row.batch_id,
   id: row.id,
   size: Number(row.size),
@@ -41,26 +40,23 @@ export async function insertGroups(trx: Knex.Transaction, groups: GroupRecord[])
 }
 
 /** Reads and row-locks the named groups of one batch, in id order. Unknown ids are absent. */
-export async function lockGroups(trx: Knex.Transaction, batchId: string, groupIds: string[]): Promise<GroupRecord[]> {
-  const query = trx('item_groups').where('batch_id', batchId).whereIn('id', [...groupIds].sort()).orderBy('id');
-  return ((await lockRows(trx, query)) as GroupRow[]).map(fromRow);
-}
-
-/** Reads the named groups of one batch without locking (for batches that can no longer change). */
-export async function readGroups(q: Queryable, batchId: string, groupIds: string[]): Promise<GroupRecord[]> {
-  const rows = (await q('item_groups').where('batch_id', batchId).whereIn('id', groupIds)) as GroupRow[];
-  return rows.map(fromRow);
+export function lockGroupsQuery(trx: Knex.Transaction, batchId: string, groupIds: Iterable<string>): Knex.QueryBuilder {
+  return lockRows(trx, trx('item_groups').where('batch_id', batchId).whereIn('id', [...groupIds].sort()).orderBy('id'));
 }
 
 /**
- * Writes changed groups back in one statement (an upsert of rows this transaction holds locked,
- * so it only ever updates). One round trip for all groups an ack transaction touched.
+ * Writes changed groups back (upserts of rows this transaction holds locked, so they only ever
+ * update): one statement per INSERT_CHUNK groups, whatever the number of IDs acked in them.
  */
-export async function writeGroups(trx: Knex.Transaction, groups: GroupRecord[]): Promise<void> {
+export function writeGroupsQueries(trx: Knex.Transaction, groups: GroupRecord[]): Knex.QueryBuilder[] {
+  const statements: Knex.QueryBuilder[] = [];
   for (let i = 0; i < groups.length; i += INSERT_CHUNK) {
-    await trx('item_groups')
-      .insert(groups.slice(i, i + INSERT_CHUNK).map(toRow))
-      .onConflict(['batch_id', 'id'])
-      .merge(['pending', 'succeeded_bits', 'failed_bits']);
+    statements.push(
+      trx('item_groups')
+        .insert(groups.slice(i, i + INSERT_CHUNK).map(toRow))
+        .onConflict(['batch_id', 'id'])
+        .merge(['pending', 'succeeded_bits', 'failed_bits']),
+    );
   }
+  return statements;
 }
