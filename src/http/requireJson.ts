@@ -7,7 +7,8 @@ import { InvalidRequestError } from '../domain/errors';
  */
 export const requireJsonBody: RequestHandler = (req, _res, next) => {
   const hasBody = Number(req.headers['content-length'] ?? 0) > 0 || req.headers['transfer-encoding'] !== undefined;
-  if (hasBody && !req.is('application/json')) {
+  // The exact header most clients send is checked first; type-is parses the header otherwise.
+  if (hasBody && req.headers['content-type'] !== 'application/json' && !req.is('application/json')) {
     return next(new InvalidRequestError(`the body must be application/json, not ${req.headers['content-type'] ?? 'untyped'}`));
   }
   next();

@@ -1,6 +1,6 @@
 import { AckCall, Rejection } from '../domain/ackCall';
-import { groupKey, planAcks } from '../domain/ackPlan';
-import { BatchRecord, BatchView, toBatchView } from '../domain/batch';
+import { CallResult, groupKey, planAcks } from '../domain/ackPlan';
+import { BatchRecord, BatchView, Outcome, toBatchView } from '../domain/batch';
 import { lockAckTargets, writeAckTargets } from '../store/ackTargets';
 import { inTransaction } from '../store/transaction';
 import { announceCompletions, recordCompletions } from './completion';
@@ -27,6 +27,20 @@ function groupIdsByBatch(calls: AckCall[]): Map<string, Set<string>> {
   return byBatch;
 }
 
+/** Counts a transaction's acks once per outcome, not once per call: every metrics update hashes its labels. */
+function observeResults(deps: ServiceDeps, calls: AckCall[], results: CallResult[]): void {
+  const totals = new Map<Outcome, { acked: number; duplicates: number; rejected: number }>();
+  results.forEach((result, i) => {
+    const outcome = calls[i]!.outcome;
+    let total = totals.get(outcome);
+    if (!total) totals.set(outcome, (total = { acked: 0, duplicates: 0, rejected: 0 }));
+    total.acked += result.acked;
+    total.duplicates += result.duplicates;
+    total.rejected += result.rejected.length;
+  });
+  for (const [outcome, total] of totals) deps.observe.ackResult(outcome, total.acked, total.duplicates, total.rejected);
+}
+
 /**
  * Applies ack calls in one transaction: one locked read and one write per touched group row, one
  * write per touched batch row, whatever the number of IDs. Returns each call's own result, in order.
@@ -43,7 +57,7 @@ export async function ackItems(deps: ServiceDeps, calls: AckCall[]): Promise<Ack
     return { results: plan.results, completed: new Map<string, BatchRecord>(newlyComplete.map((b) => [b.id, b])) };
   });
   announceCompletions(deps, [...completed.values()]);
-  results.forEach((r, i) => deps.observe.ackResult(calls[i]!.outcome, r.acked, r.duplicates, r.rejected.length));
+  observeResults(deps, calls, results);
   return results.map((result) => ({
     acked: result.acked,
     duplicates: result.duplicates,
