@@ -19,6 +19,7 @@ const ROOT = path.resolve(__dirname, '..');
 const MYSQL_URL = process.env.BENCH_MYSQL_URL ?? 'mysql://root@127.0.0.1:3306/test';
 const BATCHED_ITEMS = Number(process.env.BENCH_BATCHED_ITEMS ?? 2_000_000);
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 10);
+const SINGLE_ROUNDS = Number(process.env.BENCH_SINGLE_ROUNDS ?? 3);
 const BULLMQ_CHILDREN = Number(process.env.BENCH_BULLMQ_CHILDREN ?? 20_000);
 
 type Group = { id: string; size: number };
@@ -160,18 +161,40 @@ async function main(): Promise<void> {
       const itemAcksPerSecond = BATCHED_ITEMS / batchedRun.seconds;
       phase('batched acks');
 
-      // 2. Single-ID ack requests, 64 clients.
+      // 2 and 3. Single-ID ack requests, 64 clients, against the HTTP ceiling with the same loads. The
+      // machine's speed drifts from minute to minute, so the two alternate in rounds and the ratio is
+      // the median of the rounds' ratios.
       const single = await openBatch(url, 3_000_000);
       const singlePrefixes = single.groups.map((g) => `${single.id}:${g.id}:`);
       let next = 0;
-      const singleRun = check(
-        await load({ url: `${url}/v1/acks`, connections: 64, duration: SECONDS, body: () => `{"ids":["${singlePrefixes[Math.floor(next / 8192)]}${next++ % 8192}"]}` }),
-        'single acks',
-      );
+      const noop = await startNoop();
+      const fake = '01234567-89ab-7def-8123-456789abcdef';
+      const rounds: Array<{ rollcall: LoadResult; noop: LoadResult }> = [];
+      let noopBatched: LoadResult;
+      try {
+        noopBatched = check(await load({ url: `${noop.url}/v1/acks`, connections: 16, duration: SECONDS, body: () => idsBody(`${fake}:${fake}:`, 0, 1000) }), 'noop batched');
+        let n = 0;
+        for (let round = 0; round < SINGLE_ROUNDS; round++) {
+          rounds.push({
+            rollcall: check(
+              await load({ url: `${url}/v1/acks`, connections: 64, duration: SECONDS, body: () => `{"ids":["${singlePrefixes[Math.floor(next / 8192)]}${next++ % 8192}"]}` }),
+              'single acks',
+            ),
+            noop: check(await load({ url: `${noop.url}/v1/acks`, connections: 64, duration: SECONDS, body: () => `{"ids":["${fake}:${fake}:${n++}"]}` }), 'noop single'),
+          });
+        }
+      } finally {
+        noop.stop();
+      }
+      const answered = rounds.reduce((sum, r) => sum + r.rollcall.requests, 0);
       const singleState = (await call(`${url}/v1/batches/${single.id}`, 'GET')).body;
-      // autocannon stops at the deadline without counting the requests still in flight (one per connection).
-      const unanswered = singleState.succeeded - singleRun.requests;
-      if (unanswered < 0 || unanswered > 64) throw new Error(`single run: ${singleRun.requests} answered, ${singleState.succeeded} recorded`);
+      // autocannon stops at each deadline without counting the requests still in flight (one per connection).
+      const unanswered = singleState.succeeded - answered;
+      if (unanswered < 0 || unanswered > 64 * SINGLE_ROUNDS) throw new Error(`single run: ${answered} answered, ${singleState.succeeded} recorded`);
+      const byRatio = [...rounds].sort((a, b) => a.rollcall.rps / a.noop.rps - b.rollcall.rps / b.noop.rps);
+      const medianRound = byRatio[Math.floor(byRatio.length / 2)]!;
+      const singleRun = medianRound.rollcall;
+      const noopSingle = medianRound.noop;
 
       phase('single-ID acks');
       const metricsText = (await (await fetch(`${url}/metrics`)).text()).split('\n');
@@ -179,26 +202,19 @@ async function main(): Promise<void> {
       const mergeFactor = metric('rollcall_group_commit_calls_sum') / metric('rollcall_group_commit_calls_count');
       const rss = peakRssMiB(pid);
 
-      // 3. The HTTP ceiling with the same loads.
-      const noop = await startNoop();
-      let noopSingle: LoadResult;
-      let noopBatched: LoadResult;
-      try {
-        const fake = '01234567-89ab-7def-8123-456789abcdef';
-        noopBatched = check(await load({ url: `${noop.url}/v1/acks`, connections: 16, duration: SECONDS, body: () => idsBody(`${fake}:${fake}:`, 0, 1000) }), 'noop batched');
-        let n = 0;
-        noopSingle = check(await load({ url: `${noop.url}/v1/acks`, connections: 64, duration: SECONDS, body: () => `{"ids":["${fake}:${fake}:${n++}"]}` }), 'noop single');
-      } finally {
-        noop.stop();
-      }
-
       // 4. BullMQ flows.
       const bull = await runBullmq(BULLMQ_CHILDREN);
 
       const ratio = itemAcksPerSecond / bull.completedPerSecond;
       add('1. batched acks (1,000 IDs/request, 16 clients): item acks/s', fmt(itemAcksPerSecond), `BullMQ completes ${fmt(bull.completedPerSecond)} children/s`, `${fmt(ratio, 1)}× (target ≥ 50×)`);
       add('   same load, requests/s vs no-op ceiling', fmt(batchedRun.rps), `no-op: ${fmt(noopBatched.rps)} req/s`, `${fmt(batchedRun.rps / noopBatched.rps, 2)}×`);
-      add('2. single-ID acks (64 clients): requests/s', fmt(singleRun.rps), `no-op: ${fmt(noopSingle.rps)} req/s`, `${fmt(singleRun.rps / noopSingle.rps, 2)}× (target ≥ 0.7×)`);
+      const roundRatios = rounds.map((r) => fmt(r.rollcall.rps / r.noop.rps, 2)).join(', ');
+      add(
+        `2. single-ID acks (64 clients): requests/s, median of ${SINGLE_ROUNDS} alternating rounds`,
+        fmt(singleRun.rps),
+        `no-op: ${fmt(noopSingle.rps)} req/s`,
+        `${fmt(singleRun.rps / noopSingle.rps, 2)}× (rounds: ${roundRatios}) (target ≥ 0.7×)`,
+      );
       add('   single-ID latency p50 / p99 (ms)', `${singleRun.p50} / ${singleRun.p99}`, `no-op: ${noopSingle.p50} / ${noopSingle.p99}`, '');
       add('   ack calls merged per transaction (whole run, mean)', fmt(mergeFactor, 1), '', '');
       add('3. BullMQ flow: children registered/s', '—', fmt(bull.registeredPerSecond), `${BULLMQ_CHILDREN.toLocaleString('en-US')} children, one flow`);
@@ -208,7 +224,9 @@ async function main(): Promise<void> {
       add('6. storage, 10M acked items: bitfield bits/item', fmt(payloadBits, 3), '', payloadBits <= 1.1 ? 'target ≤ 1.1: met' : 'target ≤ 1.1: MISSED');
       add('   on disk (InnoDB pages incl. row overhead) bits/item', fmt(diskBits, 3), `${fmt(diskBytesForBatch / 2 ** 20, 2)} MiB for ${payload.n} group rows`, '');
       add('   compact acks of the 10M batch (10,000 items/request): items/s', fmt(10_000_000 / compact.seconds), '', '');
-      add('7. service RSS peak', `${fmt(rss, 1)} MiB`, '', rss < 150 ? 'target < 150 MB: met' : 'target < 150 MB: MISSED');
+      // The target is in MB (10^6 bytes); VmHWM is read in MiB.
+      const rssMB = (rss * 2 ** 20) / 1e6;
+      add('7. service RSS peak', `${fmt(rssMB, 1)} MB (${fmt(rss, 1)} MiB)`, '', rssMB < 150 ? 'target < 150 MB: met' : 'target < 150 MB: MISSED');
 
       writeReport(rows, describeMachine(mysqlVersion));
     } finally {
