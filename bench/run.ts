@@ -244,7 +244,7 @@ function writeReport(rows: Array<[string, string, string, string]>, machine: str
   fs.writeFileSync(
     file,
     `# Benchmarks\n\nWritten by \`npm run bench\` (bench/run.ts) on ${date}.\n\nMachine: ${machine}. BullMQ ${BULLMQ_VERSION}.\n` +
-      `rollcall runs as one process (\`node dist/src/main.js\`) on MariaDB with a durable commit (fsync) per transaction; ` +
+      `rollcall runs as one process (\`npm start\`'s command: \`node ${FROM_BUILD.join(' ')}\`) on MariaDB with a durable commit (fsync) per transaction; ` +
       `the load generator (autocannon), MariaDB and Redis share the same two cores.\n\n${table}\n\n${notes}`,
   );
   console.log(`\n${table}\n\nwritten to docs/benchmarks.md`);
