@@ -48,8 +48,8 @@ export async function serve(): Promise<void> {
 /**
  * Between full collections V8 lets the old generation grow to up to 4× what was live after the
  * last one. Under a steady request load what fills that room is short-lived request garbage that
- * survived two young collections, not data: with the growth capped at 2× (100 %) a busy replica
- * stays near 130 MiB instead of ~190 MiB for about 2 % more time in GC (docs/benchmarks.md).
+ * survived two young collections, not data: capping the growth at 2× (100 %) took the benchmark's
+ * peak from ~197 to ~155 MiB for about 2 % more time in GC (docs/benchmarks.md).
  * V8 reads this flag whenever it sets the next limit, so setting it at boot takes effect. 0 keeps
  * V8's own adaptive factor.
  */
