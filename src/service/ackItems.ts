@@ -1,5 +1,5 @@
 import { AckCall, Rejection } from '../domain/ackCall';
-import { CallResult, groupKey, planAcks } from '../domain/ackPlan';
+import { CallResult, planAcks } from '../domain/ackPlan';
 import { BatchRecord, BatchView, Outcome, toBatchView } from '../domain/batch';
 import { lockAckTargets, writeAckTargets } from '../store/ackTargets';
 import { inTransaction } from '../store/transaction';
@@ -49,7 +49,7 @@ function observeResults(deps: ServiceDeps, calls: AckCall[], results: CallResult
 export async function ackItems(deps: ServiceDeps, calls: AckCall[]): Promise<AckResult[]> {
   const { results, completed } = await inTransaction(deps.db, deps.tx, async (trx) => {
     const { batches, groups } = await lockAckTargets(trx, groupIdsByBatch(calls));
-    const plan = planAcks(calls, batches, new Map(groups.map((g) => [groupKey(g.batchId, g.id), g])), deps.now());
+    const plan = planAcks(calls, batches, groups, deps.now());
     await writeAckTargets(trx, plan.groupWrites, plan.batchWrites);
     // A batch written here and complete now became complete in this transaction (complete ones are never written).
     const newlyComplete = plan.batchWrites.filter((b) => b.state === 'complete');

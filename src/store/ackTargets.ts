@@ -1,5 +1,5 @@
 import { Knex } from 'knex';
-import { GroupRecord } from '../domain/ackPlan';
+import { GroupRecord, groupKey } from '../domain/ackPlan';
 import { BatchRecord } from '../domain/batch';
 import { BatchRow, batchFromRow, lockBatchesQuery, updateBatchQuery } from './batches';
 import { GroupRow, groupFromRow, lockGroupsQuery, writeGroupsQueries } from './groups';
@@ -7,7 +7,8 @@ import { runInOrder } from './statements';
 
 export interface AckTargets {
   batches: Map<string, BatchRecord>;
-  groups: GroupRecord[];
+  /** By groupKey(batchId, groupId), as the ack planner looks them up. */
+  groups: Map<string, GroupRecord>;
 }
 
 /**
@@ -17,12 +18,12 @@ export interface AckTargets {
  */
 export async function lockAckTargets(trx: Knex.Transaction, groupIdsByBatch: Map<string, Set<string>>): Promise<AckTargets> {
   const batchIds = [...groupIdsByBatch.keys()].sort();
-  if (batchIds.length === 0) return { batches: new Map(), groups: [] };
+  if (batchIds.length === 0) return { batches: new Map(), groups: new Map() };
   const statements = [lockBatchesQuery(trx, batchIds), ...batchIds.map((id) => lockGroupsQuery(trx, id, groupIdsByBatch.get(id) ?? []))];
   const [batchRows, ...groupRows] = (await runInOrder(trx, statements)) as [BatchRow[], ...GroupRow[][]];
   return {
     batches: new Map(batchRows.map((row) => [row.id, batchFromRow(row)])),
-    groups: groupRows.flat().map(groupFromRow),
+    groups: new Map(groupRows.flat().map((row) => [groupKey(row.batch_id, row.id), groupFromRow(row)])),
   };
 }
 
