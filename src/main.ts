@@ -3,6 +3,7 @@ import { Server } from 'node:http';
 import v8 from 'node:v8';
 import { ConfigError, loadConfig } from './config';
 import { toError } from './domain/errors';
+import { createServer } from './http/server';
 import { createRollcall } from './rollcall';
 
 /** Starts the service: config checked at boot, migrations applied, SIGTERM/SIGINT drain and exit. */
@@ -15,7 +16,7 @@ export async function serve(): Promise<void> {
   if (!config.tokens) {
     log.warn({ host: config.HOST }, 'API_TOKENS is not set: every request is allowed; keep HOST on a loopback address');
   }
-  const server: Server = rollcall.app.listen(config.PORT, config.HOST);
+  const server: Server = createServer(rollcall.app).listen(config.PORT, config.HOST);
   await once(server, 'listening');
   const address = server.address();
   const port = typeof address === 'object' && address ? address.port : config.PORT;

@@ -1,6 +1,7 @@
 import pino from 'pino';
 import request from 'supertest';
 import { Writable } from 'node:stream';
+import { createServer } from '../../src/http/server';
 import { createRollcall, Rollcall } from '../../src/rollcall';
 import { backends, TestDatabase } from '../helpers/backends';
 import { itemIds } from '../helpers/service';
@@ -23,7 +24,7 @@ describe.each(backends())('authentication and tenants (%s)', (_name, backend) =>
     database = await backend.create({ API_TOKENS: JSON.stringify(TOKENS) });
     const sink = new Writable({ write: (chunk, _enc, done) => (logLines.push(chunk.toString()), done()) });
     rollcall = await createRollcall({ ...database.config, LOG_LEVEL: 'debug' }, { log: pino({ level: 'debug' }, sink) });
-    api = request(rollcall.app);
+    api = request(createServer(rollcall.app));
   });
   afterAll(async () => {
     await rollcall.close();

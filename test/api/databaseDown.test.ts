@@ -2,6 +2,7 @@ import { mysqlBackend, TestDatabase } from '../helpers/backends';
 import { TcpProxy } from '../helpers/tcpProxy';
 import request from 'supertest';
 import { loadConfig } from '../../src/config';
+import { createServer } from '../../src/http/server';
 import { createRollcall, Rollcall } from '../../src/rollcall';
 
 const backend = mysqlBackend();
@@ -27,7 +28,7 @@ describeOnMysql('when the database goes away (mysql)', () => {
   });
 
   it('then requests get 503 unavailable, readiness fails, and service resumes when it is back', async () => {
-    const api = request(rollcall.app);
+    const api = request(createServer(rollcall.app));
     const batch = (await api.post('/v1/batches').send({})).body;
     const added = (await api.post(`/v1/batches/${batch.id}/items`).send({ count: 10 })).body;
     const id0 = `${batch.id}:${added.groups[0].id}:0`;

@@ -1,4 +1,5 @@
 import request from 'supertest';
+import { createServer } from '../../src/http/server';
 import { createRollcall, Rollcall } from '../../src/rollcall';
 import { Backend, TestDatabase } from './backends';
 
@@ -17,7 +18,7 @@ export async function startService(backend: Backend, env: Record<string, string>
   const clock = { now: Date.UTC(2026, 10, 21, 12, 0, 0) };
   const rollcall = await createRollcall(database.config, { now: () => clock.now });
   return {
-    api: request(rollcall.app),
+    api: request(createServer(rollcall.app)),
     rollcall,
     database,
     clock,
@@ -65,5 +66,5 @@ export function chunks<T>(items: T[], size: number): T[][] {
 /** A second app on the same database and clock: another replica, in-process. */
 export async function startReplica(svc: TestService): Promise<{ api: ReturnType<typeof request>; rollcall: Rollcall }> {
   const rollcall = await createRollcall(svc.database.config, { now: () => svc.clock.now });
-  return { api: request(rollcall.app), rollcall };
+  return { api: request(createServer(rollcall.app)), rollcall };
 }

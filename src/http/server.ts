@@ -1,0 +1,48 @@
+import http from 'node:http';
+import type { Express } from 'express';
+
+type Constructor<T> = new (...args: any[]) => T;
+
+/** A subclass of `base` whose instances also inherit everything `prototype` holds. */
+function subclassWith<T extends object>(base: Constructor<T>, prototype: object): Constructor<T> {
+  const Subclass = class extends (base as Constructor<object>) {};
+  Object.setPrototypeOf(Subclass.prototype, prototype);
+  return Subclass as unknown as Constructor<T>;
+}
+
+/**
+ * The HTTP server for an express app, whose requests and responses are created with the app's
+ * prototypes from the start.
+ *
+ * Express's `app.handle` otherwise swaps the prototype of every request and response
+ * (`Object.setPrototypeOf(req, app.request)`). V8 then builds new hidden classes and misses its
+ * inline caches all along the request path: a third of the service's CPU on a one-ID ack went
+ * there (expressjs/express#5998). Here node's server constructs requests and responses as
+ * subclasses that already inherit `app.request` and `app.response`, and those two become the
+ * subclasses' prototypes, so the swap in `app.handle` finds nothing to change. Every method and
+ * property express or this service put on `app.request` stays reachable one step up the chain.
+ */
+export function createServer(app: Express): http.Server {
+  return http.createServer(messageClassesOf(app), app);
+}
+
+interface MessageClasses {
+  IncomingMessage: typeof http.IncomingMessage;
+  ServerResponse: typeof http.ServerResponse;
+}
+
+const classesByApp = new WeakMap<Express, MessageClasses>();
+
+/** Made once per app, so a second server for the same app shares them. */
+function messageClassesOf(app: Express): MessageClasses {
+  let classes = classesByApp.get(app);
+  if (!classes) {
+    const Request = subclassWith(http.IncomingMessage, app.request);
+    const Response = subclassWith(http.ServerResponse, app.response);
+    app.request = Request.prototype as Express['request'];
+    app.response = Response.prototype as Express['response'];
+    classes = { IncomingMessage: Request as typeof http.IncomingMessage, ServerResponse: Response as unknown as typeof http.ServerResponse };
+    classesByApp.set(app, classes);
+  }
+  return classes;
+}

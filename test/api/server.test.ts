@@ -1,0 +1,50 @@
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import request from 'supertest';
+import { createServer } from '../../src/http/server';
+import { backends } from '../helpers/backends';
+import { sealedBatch, startService, TestService } from '../helpers/service';
+
+describe.each(backends())('the HTTP server (%s)', (_name, backend) => {
+  let svc: TestService;
+  beforeAll(async () => {
+    svc = await startService(backend);
+  });
+  afterAll(() => svc.stop());
+
+  /** Serves the requests through a server of the app, noting each request's and response's prototypes on arrival and when answered. */
+  async function prototypesSeen(send: (api: ReturnType<typeof request>) => Promise<unknown>) {
+    const { app } = svc.rollcall;
+    const server = createServer(app);
+    const seen: Array<{ arrived: [object, object]; answered?: [object, object] }> = [];
+    server.prependListener('request', (req: IncomingMessage, res: ServerResponse) => {
+      const entry: (typeof seen)[number] = { arrived: [Object.getPrototypeOf(req), Object.getPrototypeOf(res)] };
+      res.on('finish', () => (entry.answered = [Object.getPrototypeOf(req), Object.getPrototypeOf(res)]));
+      seen.push(entry);
+    });
+    await send(request(server));
+    return { seen, app };
+  }
+
+  it('when requests arrive, then they and their responses already have the app prototypes, which express keeps', async () => {
+    const batch = await sealedBatch(svc.api, 3);
+    const { seen, app } = await prototypesSeen(async (api) => {
+      expect((await api.post('/v1/acks').send({ ids: [batch.ids[0]] })).body.acked).toBe(1);
+      expect((await api.get('/healthz')).status).toBe(200);
+      expect((await api.get('/v1/nothing-here')).body.error.code).toBe('not_found');
+    });
+    expect(seen).toHaveLength(3);
+    for (const entry of seen) {
+      expect(entry.arrived).toEqual([app.request, app.response]);
+      expect(entry.answered).toEqual([app.request, app.response]);
+    }
+  });
+
+  it('when a second server serves the same app, then it answers alike and the app prototypes are not wrapped again', async () => {
+    const { app } = svc.rollcall;
+    const before = [app.request, app.response];
+    const res = await request(createServer(app)).get('/healthz').set('x-request-id', 'second-server');
+    expect(res.status).toBe(200);
+    expect(res.headers['x-request-id']).toBe('second-server');
+    expect([app.request, app.response]).toEqual(before);
+  });
+});
