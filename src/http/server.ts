@@ -1,6 +1,7 @@
 import http from 'node:http';
 import type { Express } from 'express';
 
+// `any[]`: TypeScript lets a class extend a constructor value only when it takes `...args: any[]`.
 type Constructor<T> = new (...args: any[]) => T;
 
 /** A subclass of `base` whose instances also inherit everything `prototype` holds. */
