@@ -1,9 +1,9 @@
 import { AckCall, Rejection } from '../domain/ackCall';
 import { CallResult, planAcks } from '../domain/ackPlan';
 import { BatchRecord, BatchView, Outcome, toBatchView } from '../domain/batch';
-import { lockAckTargets, writeAckTargets } from '../store/ackTargets';
-import { inTransaction } from '../store/transaction';
-import { announceCompletions, recordCompletions } from './completion';
+import { ackTargetReads, ackTargetsFrom, ackTargetWrites } from '../store/ackTargets';
+import { readDecideWrite } from '../store/readDecideWrite';
+import { announceCompletions, completionEvents } from './completion';
 import { ServiceDeps } from './deps';
 
 /** The Ack result of the HTTP contract. */
@@ -47,14 +47,18 @@ function observeResults(deps: ServiceDeps, calls: AckCall[], results: CallResult
  * Completion happens here, under the batch row lock, at most once per batch.
  */
 export async function ackItems(deps: ServiceDeps, calls: AckCall[]): Promise<AckResult[]> {
-  const { results, completed } = await inTransaction(deps.db, deps.tx, async (trx) => {
-    const { batches, groups } = await lockAckTargets(trx, groupIdsByBatch(calls));
-    const plan = planAcks(calls, batches, groups, deps.now());
-    await writeAckTargets(trx, plan.groupWrites, plan.batchWrites);
-    // A batch written here and complete now became complete in this transaction (complete ones are never written).
-    const newlyComplete = plan.batchWrites.filter((b) => b.state === 'complete');
-    await recordCompletions(trx, deps, newlyComplete);
-    return { results: plan.results, completed: new Map<string, BatchRecord>(newlyComplete.map((b) => [b.id, b])) };
+  const { results, completed } = await readDecideWrite(deps.db, deps.tx, {
+    reads: (q) => ackTargetReads(q, groupIdsByBatch(calls)),
+    decide(q, rows) {
+      const { batches, groups } = ackTargetsFrom(rows);
+      const plan = planAcks(calls, batches, groups, deps.now());
+      // A batch written here and complete now became complete in this transaction (complete ones are never written).
+      const newlyComplete = plan.batchWrites.filter((b) => b.state === 'complete');
+      return {
+        writes: [...ackTargetWrites(q, plan.groupWrites, plan.batchWrites), ...completionEvents(q, deps, newlyComplete)],
+        answer: { results: plan.results, completed: new Map<string, BatchRecord>(newlyComplete.map((b) => [b.id, b])) },
+      };
+    },
   });
   announceCompletions(deps, [...completed.values()]);
   observeResults(deps, calls, results);

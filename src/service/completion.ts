@@ -2,25 +2,32 @@ import { Knex } from 'knex';
 import { v7 as uuidv7 } from 'uuid';
 import { BatchRecord, toBatchView } from '../domain/batch';
 import { completionEventBody } from '../domain/delivery';
-import { insertEvent } from '../store/outbox';
+import { Queryable } from '../store/db';
+import { insertEventQuery } from '../store/outbox';
 import { ServiceDeps } from './deps';
 
 /**
- * Writes the outbox event of each newly complete batch that has a callback URL, in the transaction
- * that completed it: the event exists if and only if the completion committed.
+ * The outbox inserts for the newly complete batches that have a callback URL, to run in the
+ * transaction that completed them: the event exists if and only if the completion committed.
  */
+export function completionEvents(q: Queryable, deps: ServiceDeps, completed: BatchRecord[]): Knex.QueryBuilder[] {
+  return completed
+    .filter((batch) => batch.callbackUrl)
+    .map((batch) =>
+      insertEventQuery(q, {
+        id: uuidv7(),
+        batchId: batch.id,
+        event: 'batch.completed',
+        url: batch.callbackUrl as string,
+        payload: completionEventBody(toBatchView(batch)),
+        createdAt: deps.now(),
+      }),
+    );
+}
+
+/** Runs completionEvents in `trx`. */
 export async function recordCompletions(trx: Knex.Transaction, deps: ServiceDeps, completed: BatchRecord[]): Promise<void> {
-  for (const batch of completed) {
-    if (!batch.callbackUrl) continue;
-    await insertEvent(trx, {
-      id: uuidv7(),
-      batchId: batch.id,
-      event: 'batch.completed',
-      url: batch.callbackUrl,
-      payload: completionEventBody(toBatchView(batch)),
-      createdAt: deps.now(),
-    });
-  }
+  for (const insert of completionEvents(trx, deps, completed)) await insert;
 }
 
 /** Tells this process's listeners (waiters, the dispatcher) about completions after they committed. */

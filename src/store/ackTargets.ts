@@ -2,8 +2,8 @@ import { Knex } from 'knex';
 import { GroupRecord, groupKey } from '../domain/ackPlan';
 import { BatchRecord } from '../domain/batch';
 import { BatchRow, batchFromRow, lockBatchesQuery, updateBatchQuery } from './batches';
+import { Queryable } from './db';
 import { GroupRow, groupFromRow, lockGroupsQuery, writeGroupsQueries } from './groups';
-import { runInOrder } from './statements';
 
 export interface AckTargets {
   batches: Map<string, BatchRecord>;
@@ -12,22 +12,25 @@ export interface AckTargets {
 }
 
 /**
- * Reads and row-locks what an ack transaction touches, in the one lock order: the batch rows by id,
- * then each batch's named group rows by id. One round trip on MySQL. Unknown batches and groups are
- * simply absent.
+ * The locking reads of an ack transaction, in the one lock order: the batch rows by id, then each
+ * batch's named group rows by id. ackTargetsFrom reads their results.
  */
-export async function lockAckTargets(trx: Knex.Transaction, groupIdsByBatch: Map<string, Set<string>>): Promise<AckTargets> {
+export function ackTargetReads(q: Queryable, groupIdsByBatch: Map<string, Set<string>>): Knex.QueryBuilder[] {
   const batchIds = [...groupIdsByBatch.keys()].sort();
-  if (batchIds.length === 0) return { batches: new Map(), groups: new Map() };
-  const statements = [lockBatchesQuery(trx, batchIds), ...batchIds.map((id) => lockGroupsQuery(trx, id, groupIdsByBatch.get(id) ?? []))];
-  const [batchRows, ...groupRows] = (await runInOrder(trx, statements)) as [BatchRow[], ...GroupRow[][]];
+  if (batchIds.length === 0) return [];
+  return [lockBatchesQuery(q, batchIds), ...batchIds.map((id) => lockGroupsQuery(q, id, groupIdsByBatch.get(id) ?? []))];
+}
+
+/** The rows ackTargetReads returned. Unknown batches and groups are simply absent. */
+export function ackTargetsFrom(results: unknown[]): AckTargets {
+  const [batchRows = [], ...groupRows] = results as [BatchRow[]?, ...GroupRow[][]];
   return {
     batches: new Map(batchRows.map((row) => [row.id, batchFromRow(row)])),
     groups: new Map(groupRows.flat().map((row) => [groupKey(row.batch_id, row.id), groupFromRow(row)])),
   };
 }
 
-/** Writes back the group rows and batch rows an ack transaction changed, in one round trip on MySQL. */
-export async function writeAckTargets(trx: Knex.Transaction, groups: GroupRecord[], batches: BatchRecord[]): Promise<void> {
-  await runInOrder(trx, [...writeGroupsQueries(trx, groups), ...batches.map((batch) => updateBatchQuery(trx, batch))]);
+/** The writes of the group rows and batch rows an ack transaction changed. */
+export function ackTargetWrites(q: Queryable, groups: GroupRecord[], batches: BatchRecord[]): Knex.QueryBuilder[] {
+  return [...writeGroupsQueries(q, groups), ...batches.map((batch) => updateBatchQuery(q, batch))];
 }

@@ -86,8 +86,8 @@ export async function lockBatch(trx: Knex.Transaction, id: string): Promise<Batc
  * Reads and row-locks several batches in id order (the one lock order every transaction keeps:
  * batch rows by id, then their group rows by id).
  */
-export function lockBatchesQuery(trx: Knex.Transaction, ids: string[]): Knex.QueryBuilder {
-  return lockRows(trx, trx('batches').whereIn('id', [...ids].sort()).orderBy('id'));
+export function lockBatchesQuery(q: Queryable, ids: string[]): Knex.QueryBuilder {
+  return lockRows(q, q('batches').whereIn('id', [...ids].sort()).orderBy('id'));
 }
 
 /** Runs updateBatchQuery. */
@@ -100,8 +100,8 @@ export async function updateBatch(trx: Knex.Transaction, batch: BatchRecord): Pr
  * columns that can change after creation: every ack transaction runs this, and re-writing metadata,
  * tenant or callback URL there would be work for nothing.
  */
-export function updateBatchQuery(trx: Knex.Transaction, batch: BatchRecord): Knex.QueryBuilder {
-  return trx('batches').where({ id: batch.id }).update({
+export function updateBatchQuery(q: Queryable, batch: BatchRecord): Knex.QueryBuilder {
+  return q('batches').where({ id: batch.id }).update({
     state: batch.state,
     total: batch.total,
     succeeded: batch.succeeded,

@@ -27,7 +27,7 @@ export function openDb(config: Pick<Config, 'DATABASE_URL' | 'SQLITE_PATH' | 'DB
     return knex({
       log: knexLog(log),
       client: 'mysql2',
-      // multipleStatements lets an ack transaction send its statements in one round trip (statements.ts);
+      // multipleStatements lets an ack transaction take two round trips (readDecideWrite.ts);
       // every value is still bound by knex, never spliced into the SQL text.
       connection: { uri: config.DATABASE_URL.replace(/^mysql2:/, 'mysql:'), supportBigNumbers: true, connectTimeout: 5000, multipleStatements: true },
       pool: { min: 0, max: config.DB_POOL_SIZE },

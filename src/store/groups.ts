@@ -1,6 +1,7 @@
 import { Knex } from 'knex';
 import { GroupRecord } from '../domain/ackPlan';
 import { lockRows } from './batches';
+import { Queryable } from './db';
 
 export interface GroupRow {
   batch_id: string;
@@ -40,19 +41,19 @@ export async function insertGroups(trx: Knex.Transaction, groups: GroupRecord[])
 }
 
 /** Reads and row-locks the named groups of one batch, in id order. Unknown ids are absent. */
-export function lockGroupsQuery(trx: Knex.Transaction, batchId: string, groupIds: Iterable<string>): Knex.QueryBuilder {
-  return lockRows(trx, trx('item_groups').where('batch_id', batchId).whereIn('id', [...groupIds].sort()).orderBy('id'));
+export function lockGroupsQuery(q: Queryable, batchId: string, groupIds: Iterable<string>): Knex.QueryBuilder {
+  return lockRows(q, q('item_groups').where('batch_id', batchId).whereIn('id', [...groupIds].sort()).orderBy('id'));
 }
 
 /**
  * Writes changed groups back (upserts of rows this transaction holds locked, so they only ever
  * update): one statement per INSERT_CHUNK groups, whatever the number of IDs acked in them.
  */
-export function writeGroupsQueries(trx: Knex.Transaction, groups: GroupRecord[]): Knex.QueryBuilder[] {
+export function writeGroupsQueries(q: Queryable, groups: GroupRecord[]): Knex.QueryBuilder[] {
   const statements: Knex.QueryBuilder[] = [];
   for (let i = 0; i < groups.length; i += INSERT_CHUNK) {
     statements.push(
-      trx('item_groups')
+      q('item_groups')
         .insert(groups.slice(i, i + INSERT_CHUNK).map(toRow))
         .onConflict(['batch_id', 'id'])
         .merge(['pending', 'succeeded_bits', 'failed_bits']),

@@ -51,9 +51,12 @@ const fromRow = (row: OutboxRow): OutboxEvent => ({
   createdAt: Number(row.created_at),
 });
 
-/** Writes a new pending event; called in the transaction that completes the batch. */
-export async function insertEvent(trx: Knex.Transaction, event: Pick<OutboxEvent, 'id' | 'batchId' | 'event' | 'url' | 'payload' | 'createdAt'>): Promise<void> {
-  await trx('outbox').insert({
+/** What a new event needs; the rest starts as pending with no attempts. */
+export type NewEvent = Pick<OutboxEvent, 'id' | 'batchId' | 'event' | 'url' | 'payload' | 'createdAt'>;
+
+/** Writes a new pending event; runs in the transaction that completes the batch. */
+export function insertEventQuery(q: Queryable, event: NewEvent): Knex.QueryBuilder {
+  return q('outbox').insert({
     id: event.id,
     batch_id: event.batchId,
     event: event.event,

@@ -18,18 +18,28 @@ const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
  * inside the transaction, so a retry sees fresh rows. A database that does not answer becomes
  * UnavailableError.
  */
-export async function inTransaction<T>(db: Db, options: TransactionOptions, work: (trx: Knex.Transaction) => Promise<T>): Promise<T> {
-  for (let attempt = 0; ; attempt++) {
+export function inTransaction<T>(db: Db, options: TransactionOptions, work: (trx: Knex.Transaction) => Promise<T>): Promise<T> {
+  return withRetries(options, () =>
+    db.transaction(async (trx) => {
+      if (dialectOf(trx) === 'sqlite') await claimSqliteWriteLock(trx);
+      return work(trx);
+    }),
+  );
+}
+
+/**
+ * Runs one attempt of a transaction, and again after a deadlock or lock-wait timeout (bounded by
+ * `retries`, with a short random pause). A database that does not answer becomes UnavailableError.
+ */
+export async function withRetries<T>(options: TransactionOptions, attempt: () => Promise<T>): Promise<T> {
+  for (let retry = 0; ; retry++) {
     try {
-      return await db.transaction(async (trx) => {
-        if (dialectOf(trx) === 'sqlite') await claimSqliteWriteLock(trx);
-        return work(trx);
-      });
+      return await attempt();
     } catch (caught) {
       const error = toError(caught);
-      if (isRetryable(error) && attempt < options.retries) {
-        options.onRetry?.(error, attempt + 1);
-        await sleep(Math.random() * 5 * (attempt + 1));
+      if (isRetryable(error) && retry < options.retries) {
+        options.onRetry?.(error, retry + 1);
+        await sleep(Math.random() * 5 * (retry + 1));
         continue;
       }
       throw asUnavailable(error);
