@@ -4,9 +4,9 @@ import { Db, dialectOf, Queryable } from './db';
 import { inTransaction, TransactionOptions, withRetries } from './transaction';
 
 /**
- * A transaction in three steps: locking reads, a decision from what they returned (pure, no I/O),
- * and the writes that decision made. Statements are built with `q` and run by the caller of these
- * functions; a retry calls both again from the start.
+ * A transaction in three steps: locking reads, a decision from what they returned (no I/O), and
+ * the writes that decision made. Both functions only build statements with `q`; readDecideWrite
+ * runs them, and a retry calls both again from the start.
  */
 export interface ReadDecideWrite<T> {
   reads(q: Queryable): Knex.QueryBuilder[];
