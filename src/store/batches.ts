@@ -1,6 +1,7 @@
 import { Knex } from 'knex';
 import { BatchRecord, BatchState } from '../domain/batch';
 import { dialectOf, Queryable } from './db';
+import { selectRows } from './mysqlDriver';
 
 export interface BatchRow {
   id: string;
@@ -72,7 +73,7 @@ export async function insertBatch(q: Queryable, batch: BatchRecord): Promise<voi
 
 /** Reads one batch without locking. Returns null when it does not exist. */
 export async function findBatch(q: Queryable, id: string): Promise<BatchRecord | null> {
-  const row = (await q('batches').where({ id }).first()) as BatchRow | undefined;
+  const [row] = await selectRows<BatchRow>(q, q('batches').where({ id }));
   return row ? batchFromRow(row) : null;
 }
 

@@ -1,6 +1,7 @@
 import { Knex } from 'knex';
 import { toError } from '../domain/errors';
 import { Db, dialectOf, Queryable } from './db';
+import { MysqlConnection, send, withConnection } from './mysqlDriver';
 import { inTransaction, TransactionOptions, withRetries } from './transaction';
 
 /**
@@ -40,51 +41,18 @@ async function runEach(statements: Knex.QueryBuilder[]): Promise<unknown[]> {
   return results;
 }
 
-/** The part of a mysql2 connection this module uses. */
-interface MysqlConnection {
-  query(sql: string, values: unknown[], callback: (error: Error | null, results: unknown) => void): void;
-  destroy(): void;
-}
-
-/**
- * Statements as one multi-statement query, values bound by the driver (never spliced into the text),
- * resolving with each statement's result in order. The server stops at the first failing statement,
- * so a COMMIT after a failed write never runs.
- */
-function send(connection: MysqlConnection, statements: Array<Knex.QueryBuilder | string>): Promise<unknown[]> {
-  const sql: string[] = [];
-  const values: unknown[] = [];
-  for (const statement of statements) {
-    if (typeof statement === 'string') {
-      sql.push(statement);
-      continue;
+function onOneConnection<T>(db: Db, work: ReadDecideWrite<T>): Promise<T> {
+  return withConnection(db, async (connection) => {
+    try {
+      const [, ...results] = await send(connection, ['BEGIN', ...work.reads(db)]);
+      const { writes, answer } = work.decide(db, results);
+      await send(connection, [...writes, 'COMMIT']);
+      return answer;
+    } catch (caught) {
+      await rollBack(connection);
+      throw toError(caught);
     }
-    const native = statement.toSQL().toNative();
-    sql.push(native.sql);
-    values.push(...native.bindings);
-  }
-  return new Promise((resolve, reject) => {
-    connection.query(sql.join(';\n'), values, (error, results) => {
-      if (error) return reject(error);
-      // mysql2 answers a single statement with its result, several with a list of results.
-      resolve(statements.length === 1 ? [results] : (results as unknown[]));
-    });
   });
-}
-
-async function onOneConnection<T>(db: Db, work: ReadDecideWrite<T>): Promise<T> {
-  const connection = (await db.client.acquireConnection()) as MysqlConnection;
-  try {
-    const [, ...results] = await send(connection, ['BEGIN', ...work.reads(db)]);
-    const { writes, answer } = work.decide(db, results);
-    await send(connection, [...writes, 'COMMIT']);
-    return answer;
-  } catch (caught) {
-    await rollBack(connection);
-    throw toError(caught);
-  } finally {
-    await db.client.releaseConnection(connection);
-  }
 }
 
 /**
