@@ -5,6 +5,7 @@ import * as m0003 from './0003_create_add_requests';
 import * as m0004 from './0004_create_outbox';
 import * as m0005 from './0005_index_batches_for_sweep';
 import * as m0006 from './0006_add_batch_tenant';
+import * as m0007 from './0007_exact_identifier_collation';
 
 export interface Migration {
   up(knex: Knex): Promise<void>;
@@ -22,4 +23,5 @@ export const migrations: ReadonlyArray<readonly [name: string, migration: Migrat
   ['0004_create_outbox', m0004],
   ['0005_index_batches_for_sweep', m0005],
   ['0006_add_batch_tenant', m0006],
+  ['0007_exact_identifier_collation', m0007],
 ];

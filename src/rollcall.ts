@@ -13,6 +13,7 @@ import { Db, openDb } from './store/db';
 import { migrateLatest } from './store/migrations';
 import { AckCall } from './domain/ackCall';
 import { Metrics } from './metrics';
+import { isLoopback } from './http/loopbackHost';
 
 /** The service wired together: database, use cases, HTTP app, background loops. */
 export interface Rollcall {
@@ -128,7 +129,7 @@ export async function createRollcall(config: Config, options: RollcallOptions = 
     ? (call: AckCall) => committer.submit(call)
     : async (call: AckCall) => (await ackItems(deps, [call]))[0]!;
 
-  const app = createApp({ service: deps, submitAck, bodyLimit: config.BODY_LIMIT, log, watcher, sweepNow: sweep, tokens: config.tokens, metrics, publicMetrics: config.PUBLIC_METRICS === 'on', publicOpenapi: config.PUBLIC_OPENAPI === 'on' });
+  const app = createApp({ service: deps, submitAck, bodyLimit: config.BODY_LIMIT, log, watcher, sweepNow: sweep, tokens: config.tokens, metrics, publicMetrics: config.PUBLIC_METRICS === 'on', publicOpenapi: config.PUBLIC_OPENAPI === 'on', loopbackHostsOnly: !config.tokens && isLoopback(config.HOST) });
   return {
     app,
     deps,

@@ -23,6 +23,18 @@ export class PayloadTooLargeError extends RollcallError {
   readonly status = 413;
 }
 
+/** A content type a plain HTML form can send: refused so a cross-site page cannot forge a call. */
+export class UnsupportedMediaTypeError extends RollcallError {
+  readonly code = 'unsupported_media_type';
+  readonly status = 415;
+}
+
+/** A Host that is not this loopback service's own name (DNS rebinding). */
+export class MisdirectedRequestError extends RollcallError {
+  readonly code = 'misdirected_request';
+  readonly status = 421;
+}
+
 export class BatchNotFoundError extends RollcallError {
   readonly code = 'batch_not_found';
   readonly status = 404;
@@ -70,7 +82,11 @@ export class RouteNotFoundError extends RollcallError {
   readonly status = 404;
 }
 
-/** The database does not answer (refused, lost, pool exhausted): the caller may retry later. */
+/**
+ * The database does not answer (refused, lost, pool exhausted), a lock was not granted within
+ * LOCK_TIMEOUT, a transaction kept being aborted, or this process has too much ack work queued:
+ * the caller may retry later (the HTTP answer carries Retry-After).
+ */
 export class UnavailableError extends RollcallError {
   readonly code = 'unavailable';
   readonly status = 503;

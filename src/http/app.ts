@@ -15,6 +15,7 @@ import { httpMetrics } from './httpMetrics';
 import { requireJsonBody } from './requireJson';
 import { metaRoutes } from './routes/meta';
 import { dashboardRoutes } from './routes/dashboard';
+import { requireLoopbackHost } from './loopbackHost';
 
 export interface AppDeps extends LifecycleDeps {
   service: ServiceDeps;
@@ -26,6 +27,8 @@ export interface AppDeps extends LifecycleDeps {
   /** /metrics and /openapi.json answer without a token (else they need an admin token). */
   publicMetrics: boolean;
   publicOpenapi: boolean;
+  /** Refuse requests whose Host is not a loopback name (a token-less service bound to loopback). */
+  loopbackHostsOnly: boolean;
 }
 
 /** Builds the express app; listening, signals and loops belong to main.ts. */
@@ -33,7 +36,7 @@ export function createApp(deps: AppDeps): Express {
   const app = express();
   app.disable('x-powered-by');
   app.set('etag', false);
-  const everyRequest = [requestContext(app, deps.log), httpMetrics(deps.metrics)];
+  const everyRequest = [requestContext(app, deps.log), httpMetrics(deps.metrics), ...(deps.loopbackHostsOnly ? [requireLoopbackHost()] : [])];
   const apiRequest = [authenticate(deps.tokens), requireJsonBody, express.json({ limit: deps.bodyLimit })];
   // The hottest route first, its whole chain as handlers of one route: a one-ID ack then runs them in
   // a single route dispatch instead of walking the router's layer stack once per middleware.

@@ -1,15 +1,28 @@
 import type { RequestHandler } from 'express';
-import { InvalidRequestError } from '../domain/errors';
+import { InvalidRequestError, UnsupportedMediaTypeError } from '../domain/errors';
+
+/** Content types a plain HTML form can send cross-site without a CORS preflight. */
+const FORM_TYPES = new Set(['application/x-www-form-urlencoded', 'multipart/form-data', 'text/plain']);
+
+/** The media type of a Content-Type header, without parameters, lower case. */
+const mediaType = (header: string): string => (header.split(';', 1)[0] as string).trim().toLowerCase();
 
 /**
  * A request that carries a body must carry JSON: otherwise express.json leaves `req.body` unset and
- * the route would take the request for one without a body (an empty create, a plain seal).
+ * the route would take the request for one without a body (an empty create, a plain seal). A
+ * content type a form can send is refused even with an empty body: a cross-site form POST to a
+ * token-less service must change nothing (docs/security.md).
  */
 export const requireJsonBody: RequestHandler = (req, _res, next) => {
+  const type = req.headers['content-type'];
+  // The exact header most clients send is checked first, so the hot path parses nothing.
+  if (type === 'application/json') return next();
+  if (type !== undefined && req.method !== 'GET' && req.method !== 'HEAD' && FORM_TYPES.has(mediaType(type))) {
+    return next(new UnsupportedMediaTypeError(`${mediaType(type)} is not accepted: send application/json`));
+  }
   const hasBody = Number(req.headers['content-length'] ?? 0) > 0 || req.headers['transfer-encoding'] !== undefined;
-  // The exact header most clients send is checked first; type-is parses the header otherwise.
-  if (hasBody && req.headers['content-type'] !== 'application/json' && !req.is('application/json')) {
-    return next(new InvalidRequestError(`the body must be application/json, not ${req.headers['content-type'] ?? 'untyped'}`));
+  if (hasBody && !req.is('application/json')) {
+    return next(new InvalidRequestError(`the body must be application/json, not ${type ?? 'untyped'}`));
   }
   next();
 };

@@ -5,12 +5,31 @@ import { z } from 'zod';
 export const MAX_METADATA_BYTES = 4096;
 export const MAX_ADD_COUNT = 10_000_000;
 export const MAX_ACK_IDS = 10_000;
+export const MAX_METADATA_DEPTH = 32;
 
-const metadata = z
-  .record(z.string(), z.unknown())
-  .refine((value) => Buffer.byteLength(JSON.stringify(value)) <= MAX_METADATA_BYTES, {
-    message: `must be at most ${MAX_METADATA_BYTES} bytes as JSON`,
-  });
+/**
+ * Whether a parsed JSON value nests objects and arrays deeper than `limit`. Iterative: a body of a
+ * few thousand levels would overflow the stack of any recursive walk (JSON.stringify included).
+ */
+export function nestsDeeperThan(value: unknown, limit: number): boolean {
+  const stack: Array<[unknown, number]> = [[value, 1]];
+  while (stack.length > 0) {
+    const [node, depth] = stack.pop() as [unknown, number];
+    if (typeof node !== 'object' || node === null) continue;
+    if (depth > limit) return true;
+    for (const child of Object.values(node)) stack.push([child, depth + 1]);
+  }
+  return false;
+}
+
+/** Depth is checked before size: measuring the size serialises the value. */
+const metadata = z.record(z.string(), z.unknown()).superRefine((value, ctx) => {
+  if (nestsDeeperThan(value, MAX_METADATA_DEPTH)) {
+    ctx.addIssue({ code: 'custom', message: `must nest at most ${MAX_METADATA_DEPTH} levels deep` });
+  } else if (Buffer.byteLength(JSON.stringify(value)) > MAX_METADATA_BYTES) {
+    ctx.addIssue({ code: 'custom', message: `must be at most ${MAX_METADATA_BYTES} bytes as JSON` });
+  }
+});
 
 export const createBatchBody = z.strictObject({
   userKey: z.string().min(1).max(255).nullish(),
@@ -44,7 +63,9 @@ export const compactAckBody = z.strictObject({
     z.strictObject({
       batchId: z.string().max(64),
       groupId: z.string().max(64),
-      indexes: z.array(z.union([index, z.tuple([index, index]).refine(([from, to]) => from <= to, 'a range is [from, to] with from <= to')])),
+      indexes: z
+        .array(z.union([index, z.tuple([index, index]).refine(([from, to]) => from <= to, 'a range is [from, to] with from <= to')]))
+        .min(1, 'an entry names at least one index'),
     }),
   ),
   outcome: outcome.optional(),

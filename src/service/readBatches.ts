@@ -55,9 +55,12 @@ function decodeCursor(cursor: string): string {
 /** Batches newest first (id order = creation order), filtered, paged by an opaque cursor. */
 export async function listBatches(deps: ServiceDeps, caller: Caller, input: ListInput): Promise<BatchPage> {
   const beforeId = input.cursor === undefined ? undefined : decodeCursor(input.cursor);
-  const rows = await reading(() =>
+  const found = await reading(() =>
     listBatchRows(deps.db, { tenant: caller.tenant, state: input.state, userKey: input.userKey, beforeId, limit: input.limit + 1 }),
   );
+  // The store filters by tenant and userKey exactly (binary collations); checked again here so a
+  // lax collation can never show one tenant another's batches.
+  const rows = found.filter((b) => b.tenant === caller.tenant && (input.userKey === undefined || b.userKey === input.userKey));
   const page = rows.slice(0, input.limit);
   const last = page[page.length - 1];
   return {

@@ -11,12 +11,17 @@ export interface StoredAdd {
   answer: AddAnswer;
 }
 
-/** Finds the answer stored for an earlier add with this Idempotency-Key. Read under the batch row lock. */
+/**
+ * Finds the answer stored for an earlier add with this Idempotency-Key. Read under the batch row
+ * lock. Keys compare byte for byte: the column's collation is binary (migration 0007), and the key
+ * is compared again here so a lax collation can never hand one key's answer to another.
+ */
 export async function findAddRequest(trx: Knex.Transaction, batchId: string, key: string): Promise<StoredAdd | null> {
   const row = (await trx('add_requests').where({ batch_id: batchId, idempotency_key: key }).first()) as
-    | { count: number | string; response: string }
+    | { idempotency_key: string; count: number | string; response: string }
     | undefined;
-  return row ? { count: Number(row.count), answer: JSON.parse(row.response) as AddAnswer } : null;
+  if (!row || row.idempotency_key !== key) return null;
+  return { count: Number(row.count), answer: JSON.parse(row.response) as AddAnswer };
 }
 
 /** Stores the answer of an add made with an Idempotency-Key, in the transaction that made it. */

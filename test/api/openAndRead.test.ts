@@ -62,7 +62,7 @@ describe.each(backends())('opening and reading batches (%s)', (_name, backend) =
 
   it('when a body is sent that is not JSON, then 400 and nothing is created (found by fuzzing)', async () => {
     const before = (await svc.api.get('/v1/batches?limit=500')).body.batches.length;
-    const res = await svc.api.post('/v1/batches').set('content-type', 'text/plain').send('userKey=x');
+    const res = await svc.api.post('/v1/batches').set('content-type', 'application/xml').send('<userKey>x</userKey>');
     expect(res.status).toBe(400);
     expect(res.body.error.code).toBe('invalid_request');
     expect((await svc.api.get('/v1/batches?limit=500')).body.batches.length).toBe(before);

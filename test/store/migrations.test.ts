@@ -6,7 +6,7 @@ import { backends } from '../helpers/backends';
 async function describeSchema(db: Db): Promise<unknown> {
   if (dialectOf(db) === 'mysql') {
     const [columns] = await db.raw(
-      `SELECT table_name t, column_name c, column_type ty, is_nullable n, column_default d FROM information_schema.columns
+      `SELECT table_name t, column_name c, column_type ty, is_nullable n, column_default d, collation_name co FROM information_schema.columns
        WHERE table_schema = DATABASE() ORDER BY table_name, ordinal_position`,
     );
     const [indexes] = await db.raw(

@@ -1,0 +1,61 @@
+import { backends } from '../helpers/backends';
+import { startService, TestService } from '../helpers/service';
+
+const TOKENS = [
+  { token: 'lower-acme-token-0123456789', tenant: 'acme', scopes: ['produce', 'read', 'consume'] },
+  { token: 'upper-acme-token-0123456789', tenant: 'Acme', scopes: ['produce', 'read', 'consume'] },
+  { token: 'padded-acme-token-012345678', tenant: 'acme ', scopes: ['produce', 'read', 'consume'] },
+];
+const [lower, upper, padded] = TOKENS.map((t) => `Bearer ${t.token}`) as [string, string, string];
+
+describe.each(backends())('tenant, userKey and Idempotency-Key compare exactly (%s)', (_name, backend) => {
+  let svc: TestService;
+  beforeAll(async () => {
+    svc = await startService(backend, { API_TOKENS: JSON.stringify(TOKENS) });
+  });
+  afterAll(() => svc.stop());
+
+  it('when tenant acme has batches, then tenants Acme and "acme " list none of them and cannot read them', async () => {
+    const secret = await svc.api.post('/v1/batches').set('Authorization', lower).send({ metadata: { secret: 1 }, userKey: 'k' });
+    expect(secret.status).toBe(201);
+    for (const other of [upper, padded]) {
+      const listed = await svc.api.get('/v1/batches').set('Authorization', other);
+      expect(listed.status).toBe(200);
+      expect(listed.body.batches).toEqual([]);
+      expect((await svc.api.get('/v1/batches?userKey=k').set('Authorization', other)).body.batches).toEqual([]);
+      expect((await svc.api.get(`/v1/batches/${secret.body.id}`).set('Authorization', other)).status).toBe(404);
+    }
+    expect((await svc.api.get('/v1/batches').set('Authorization', lower)).body.batches.map((b: { id: string }) => b.id)).toEqual([secret.body.id]);
+  });
+
+  it.each([
+    ['case', 'Catalog', 'catalog'],
+    ['trailing spaces', 'a', 'a '],
+    ['accents', 'é', 'e'],
+  ])('when userKeys differ only in %s, then the userKey filter tells them apart', async (_what, one, other) => {
+    const auth = upper;
+    const first = (await svc.api.post('/v1/batches').set('Authorization', auth).send({ userKey: one })).body.id as string;
+    const second = (await svc.api.post('/v1/batches').set('Authorization', auth).send({ userKey: other })).body.id as string;
+    const listOne = await svc.api.get('/v1/batches').query({ userKey: one }).set('Authorization', auth);
+    const listOther = await svc.api.get('/v1/batches').query({ userKey: other }).set('Authorization', auth);
+    expect(listOne.body.batches.map((b: { id: string }) => b.id)).toEqual([first]);
+    expect(listOther.body.batches.map((b: { id: string }) => b.id)).toEqual([second]);
+  });
+
+  it.each([
+    // (HTTP trims a header's surrounding spaces, so a trailing space cannot reach the service.)
+    ['case', 'abc', 'ABC'],
+    ['accents', 'clé', 'cle'],
+    ['sharp s', 'straße', 'strase'],
+  ])('when Idempotency-Keys differ only in %s, then the second add adds items of its own', async (_what, one, other) => {
+    const id = (await svc.api.post('/v1/batches').set('Authorization', lower).send({})).body.id as string;
+    const first = await svc.api.post(`/v1/batches/${id}/items`).set('Authorization', lower).set('Idempotency-Key', one).send({ count: 3 });
+    const second = await svc.api.post(`/v1/batches/${id}/items`).set('Authorization', lower).set('Idempotency-Key', other).send({ count: 3 });
+    expect([first.status, second.status]).toEqual([201, 201]);
+    expect(second.body.total).toBe(6);
+    expect(second.body.groups[0].id).not.toBe(first.body.groups[0].id);
+    const repeat = await svc.api.post(`/v1/batches/${id}/items`).set('Authorization', lower).set('Idempotency-Key', other).send({ count: 3 });
+    expect(repeat.body).toEqual(second.body);
+    expect((await svc.api.get(`/v1/batches/${id}`).set('Authorization', lower)).body.total).toBe(6);
+  });
+});

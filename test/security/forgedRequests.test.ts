@@ -1,0 +1,72 @@
+import { backends } from '../helpers/backends';
+import { startService, TestService } from '../helpers/service';
+
+const FORM_TYPES = ['text/plain', 'application/x-www-form-urlencoded', 'multipart/form-data; boundary=x', 'Text/Plain; charset=utf-8'];
+
+describe.each(backends())('requests a browser page could forge (%s)', (_name, backend) => {
+  let svc: TestService;
+  beforeAll(async () => {
+    svc = await startService(backend);
+  });
+  afterAll(() => svc.stop());
+
+  const count = async () => (await svc.api.get('/v1/batches?limit=500')).body.batches.length as number;
+
+  it.each(FORM_TYPES)('when a form posts %s to create a batch, with or without a body, then 415 and nothing is created', async (type) => {
+    const before = await count();
+    for (const body of ['{}', 'userKey=x', '']) {
+      const res = await svc.api.post('/v1/batches').set('Content-Type', type).send(body);
+      expect(res.status).toBe(415);
+      expect(res.body.error.code).toBe('unsupported_media_type');
+    }
+    expect(await count()).toBe(before);
+  });
+
+  it('when a form posts to seal, sweep or delete, then 415 and the batch is untouched', async () => {
+    const id = (await svc.api.post('/v1/batches').send({})).body.id as string;
+    await svc.api.post(`/v1/batches/${id}/items`).send({ count: 1 });
+    expect((await svc.api.post(`/v1/batches/${id}/seal`).set('Content-Type', 'text/plain').send('')).status).toBe(415);
+    expect((await svc.api.post('/v1/admin/sweep').set('Content-Type', 'application/x-www-form-urlencoded').send('')).status).toBe(415);
+    expect((await svc.api.delete(`/v1/batches/${id}`).set('Content-Type', 'multipart/form-data; boundary=y').send('')).status).toBe(415);
+    expect((await svc.api.get(`/v1/batches/${id}`)).body).toMatchObject({ state: 'open', total: 1 });
+  });
+
+  it('when a bodiless call carries no content type (curl -XPOST …/seal), then it is served', async () => {
+    const id = (await svc.api.post('/v1/batches').send({})).body.id as string;
+    const sealed = await svc.api.post(`/v1/batches/${id}/seal`);
+    expect(sealed.status).toBe(200);
+    expect(sealed.body.state).toBe('complete');
+  });
+
+  it.each(['evil.example', 'evil.example:8080', '10.0.0.5', 'localhost.evil.example'])(
+    'when the Host is %s on a token-less loopback service, then 421 and nothing is read or changed',
+    async (host) => {
+      const before = await count();
+      const list = await svc.api.get('/v1/batches').set('Host', host);
+      expect(list.status).toBe(421);
+      expect(list.body.error.code).toBe('misdirected_request');
+      expect((await svc.api.post('/v1/batches').set('Host', host).send({})).status).toBe(421);
+      expect((await svc.api.get('/').set('Host', host)).status).toBe(421);
+      expect(await count()).toBe(before);
+    },
+  );
+
+  it.each(['localhost', 'localhost:8080', '127.0.0.1:1', '[::1]', '[::1]:8080', '127.0.0.2'])('when the Host is %s, then it is served', async (host) => {
+    expect((await svc.api.get('/v1/batches').set('Host', host)).status).toBe(200);
+  });
+});
+
+describe.each(backends())('Host checks where they do not apply (%s)', (_name, backend) => {
+  it('when tokens are configured or the service listens beyond loopback, then any Host is served', async () => {
+    const token = { token: 'host-test-token-0123456789', tenant: 't', scopes: ['read'] };
+    for (const env of [{ API_TOKENS: JSON.stringify([token]) }, { HOST: '0.0.0.0' }] as Array<Record<string, string>>) {
+      const svc = await startService(backend, env);
+      try {
+        const res = await svc.api.get('/v1/batches').set('Host', 'rollcall.internal:8080').set('Authorization', `Bearer ${token.token}`);
+        expect(res.status).toBe(200);
+      } finally {
+        await svc.stop();
+      }
+    }
+  });
+});
