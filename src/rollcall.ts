@@ -9,7 +9,7 @@ import { CompletionWatcher } from './service/completionWatcher';
 import { ServiceDeps } from './service/deps';
 import { PeriodicTask } from './service/periodic';
 import { sweepOnce, SweepResult } from './service/sweep';
-import { Db, openDb } from './store/db';
+import { Db, openDb, writerSlots } from './store/db';
 import { migrateLatest } from './store/migrations';
 import { AckCall } from './domain/ackCall';
 import { Metrics } from './metrics';
@@ -116,14 +116,19 @@ export async function createRollcall(config: Config, options: RollcallOptions = 
 
   const committer =
     config.ACK_GROUP_COMMIT === 'on'
-      ? new AckCommitter(deps, {
-          windowMs: config.ACK_GROUP_COMMIT_WINDOW_MS,
-          maxIds: config.ACK_GROUP_COMMIT_MAX_IDS,
-          concurrency: config.ACK_GROUP_COMMIT_CONCURRENCY,
-        }, (calls, ids) => {
-          metrics.groupCommitCalls.observe(calls);
-          metrics.groupCommitIds.observe(ids);
-        })
+      ? new AckCommitter(
+          deps,
+          {
+            windowMs: config.ACK_GROUP_COMMIT_WINDOW_MS,
+            maxIds: config.ACK_GROUP_COMMIT_MAX_IDS,
+            concurrency: Math.min(config.ACK_GROUP_COMMIT_CONCURRENCY, writerSlots(db)),
+            maxQueuedIds: config.ACK_QUEUE_MAX_IDS,
+          },
+          (calls, ids) => {
+            metrics.groupCommitCalls.observe(calls);
+            metrics.groupCommitIds.observe(ids);
+          },
+        )
       : null;
   const submitAck = committer
     ? (call: AckCall) => committer.submit(call)

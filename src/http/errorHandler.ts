@@ -27,7 +27,11 @@ export const errorHandler: ErrorRequestHandler = (caught, req, res, _next) => {
   if (error instanceof RollcallError) answer = [error.status, body(error.code, error.message)];
   else answer = fromBodyParser(error) ?? [500, body('internal', 'internal error')];
   const [status] = answer;
-  if (status >= 500) req.log.error({ err: error }, 'request failed');
+  if (status === 503) {
+    // Busy or down, not broken: worth a retry shortly (API.md, "Input limits that protect other callers").
+    res.setHeader('retry-after', '1');
+    req.log.warn({ err: error }, 'request answered 503');
+  } else if (status >= 500) req.log.error({ err: error }, 'request failed');
   else req.log.debug({ err: error }, 'request refused');
   res.status(status).json(answer[1]);
 };

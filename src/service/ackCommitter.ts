@@ -1,47 +1,63 @@
 import { AckCall, callSize } from '../domain/ackCall';
+import { UnavailableError } from '../domain/errors';
 import { AckResult, ackItems } from './ackItems';
 import { ServiceDeps } from './deps';
 
-export interface GroupCommitOptions {
-  /** How long the first call of a group waits for others to join it. */
+export interface AckMergeOptions {
+  /** How long the first call of a round waits for others to join it. */
   windowMs: number;
-  /** A group is closed early once it holds this many IDs. */
+  /** A round is closed early once it holds this many IDs. */
   maxIds: number;
-  /** Merged transactions in flight at once; the next one's start overlaps the previous one's commit. */
+  /** Merged transactions (rounds) in flight at once; no two of them touch the same batch. */
   concurrency: number;
+  /** IDs that may wait in this process at once; a call past it is answered 503 at once. */
+  maxQueuedIds: number;
 }
 
 interface Waiting {
   call: AckCall;
+  size: number;
+  batchIds: string[];
   resolve: (result: AckResult) => void;
   reject: (error: unknown) => void;
 }
 
+const batchIdsOf = (call: AckCall): string[] => [...new Set(call.targets.map((t) => t.batchId))];
+
 /**
  * Group commit for acks: calls that arrive while transactions are running, or within `windowMs`
- * of each other, are merged into one transaction. Each caller gets its own result, and only after
- * the commit; if the transaction fails, every merged caller gets the error. At most `concurrency`
- * merged transactions run at once (they take the same locks in the same order, so one that touches
- * a batch another holds simply waits for its commit).
+ * of each other, are merged into one transaction (a round). Each caller gets its own result, and
+ * only after the commit; if the transaction fails, every merged caller gets the error.
+ *
+ * Up to `concurrency` rounds run at once, and a batch is in at most one of them: a call waits while
+ * a round in flight holds one of its batches, and so does every later call of that batch (each
+ * batch keeps its order). A batch whose row another connection holds therefore stalls only its
+ * own calls (up to LOCK_TIMEOUT), while rounds of other batches keep committing.
  */
 export class AckCommitter {
-  /** Transactions run and calls answered through them (calls / transactions = merge factor). */
+  /** Rounds run and calls answered through them (calls / transactions = merge factor). */
   readonly stats = { transactions: 0, calls: 0, ids: 0 };
   private queue: Waiting[] = [];
   private queuedIds = 0;
   private timer: NodeJS.Timeout | null = null;
   private readonly inFlight = new Set<Promise<void>>();
+  /** Batches that a round in flight touches. */
+  private readonly busy = new Set<string>();
 
   constructor(
     private readonly deps: ServiceDeps,
-    private readonly options: GroupCommitOptions,
-    private readonly onGroup?: (calls: number, ids: number) => void,
+    private readonly options: AckMergeOptions,
+    private readonly onRound?: (calls: number, ids: number) => void,
   ) {}
 
   submit(call: AckCall): Promise<AckResult> {
+    const size = callSize(call);
+    if (this.queue.length > 0 && this.queuedIds + size > this.options.maxQueuedIds) {
+      return Promise.reject(new UnavailableError(`more than ${this.options.maxQueuedIds} acked IDs are waiting for the database in this process; try again`));
+    }
     return new Promise<AckResult>((resolve, reject) => {
-      this.queue.push({ call, resolve, reject });
-      this.queuedIds += callSize(call);
+      this.queue.push({ call, size, batchIds: batchIdsOf(call), resolve, reject });
+      this.queuedIds += size;
       this.schedule();
     });
   }
@@ -55,7 +71,7 @@ export class AckCommitter {
   }
 
   private schedule(): void {
-    if (this.inFlight.size >= this.options.concurrency) return; // a finishing transaction starts the next group
+    if (this.inFlight.size >= this.options.concurrency) return; // a finishing round starts the next one
     if (this.queuedIds >= this.options.maxIds || this.options.windowMs === 0) {
       this.flush();
     } else if (!this.timer) {
@@ -63,39 +79,59 @@ export class AckCommitter {
     }
   }
 
-  private takeGroup(): Waiting[] {
+  /**
+   * The next round, in arrival order: calls none of whose batches is busy, up to maxIds. A call left
+   * waiting reserves its batches, so no later call of those batches overtakes it.
+   */
+  private takeRound(): Waiting[] {
+    const round: Waiting[] = [];
+    const waiting: Waiting[] = [];
+    const reserved = new Set<string>();
     let ids = 0;
-    let count = 0;
-    for (const waiting of this.queue) {
-      const size = callSize(waiting.call);
-      if (count > 0 && ids + size > this.options.maxIds) break;
-      ids += size;
-      count += 1;
+    for (const entry of this.queue) {
+      const free = entry.batchIds.every((id) => !this.busy.has(id) && !reserved.has(id));
+      if (free && (round.length === 0 || ids + entry.size <= this.options.maxIds)) {
+        round.push(entry);
+        ids += entry.size;
+      } else {
+        waiting.push(entry);
+        for (const id of entry.batchIds) reserved.add(id);
+      }
     }
+    this.queue = waiting;
     this.queuedIds -= ids;
-    return this.queue.splice(0, count);
+    return round;
   }
 
   private flush(): void {
     if (this.timer) clearTimeout(this.timer);
     this.timer = null;
-    if (this.inFlight.size >= this.options.concurrency || this.queue.length === 0) return;
-    const group = this.takeGroup();
-    const ids = group.reduce((n, w) => n + callSize(w.call), 0);
+    while (this.inFlight.size < this.options.concurrency && this.queue.length > 0) {
+      const round = this.takeRound();
+      if (round.length === 0) return; // every waiting call needs a busy batch
+      this.run(round);
+    }
+  }
+
+  private run(round: Waiting[]): void {
+    const batchIds = round.flatMap((w) => w.batchIds);
+    for (const id of batchIds) this.busy.add(id);
+    const ids = round.reduce((n, w) => n + w.size, 0);
     this.stats.transactions += 1;
-    this.stats.calls += group.length;
+    this.stats.calls += round.length;
     this.stats.ids += ids;
-    this.onGroup?.(group.length, ids);
+    this.onRound?.(round.length, ids);
     const running: Promise<void> = ackItems(
       this.deps,
-      group.map((w) => w.call),
+      round.map((w) => w.call),
     )
       .then(
-        (results) => group.forEach((w, i) => w.resolve(results[i] as AckResult)),
-        (error: unknown) => group.forEach((w) => w.reject(error)),
+        (results) => round.forEach((w, i) => w.resolve(results[i] as AckResult)),
+        (error: unknown) => round.forEach((w) => w.reject(error)),
       )
       .finally(() => {
         this.inFlight.delete(running);
+        for (const id of batchIds) this.busy.delete(id);
         // Calls that queued meanwhile have waited a whole transaction already: run them now.
         if (this.queue.length > 0) this.flush();
       });

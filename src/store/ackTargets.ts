@@ -3,7 +3,7 @@ import { GroupRecord, groupKey } from '../domain/ackPlan';
 import { BatchRecord } from '../domain/batch';
 import { BatchRow, batchFromRow, lockBatchesQuery, updateBatchQuery } from './batches';
 import { Queryable } from './db';
-import { GroupRow, groupFromRow, lockGroupsQuery, writeGroupsQueries } from './groups';
+import { GroupRow, groupFromRow, lockGroupsQueries, writeGroupsQueries } from './groups';
 
 export interface AckTargets {
   batches: Map<string, BatchRecord>;
@@ -18,7 +18,7 @@ export interface AckTargets {
 export function ackTargetReads(q: Queryable, groupIdsByBatch: Map<string, Set<string>>): Knex.QueryBuilder[] {
   const batchIds = [...groupIdsByBatch.keys()].sort();
   if (batchIds.length === 0) return [];
-  return [lockBatchesQuery(q, batchIds), ...batchIds.map((id) => lockGroupsQuery(q, id, groupIdsByBatch.get(id) ?? []))];
+  return [lockBatchesQuery(q, batchIds), ...batchIds.flatMap((id) => lockGroupsQueries(q, id, groupIdsByBatch.get(id) ?? []))];
 }
 
 /** The rows ackTargetReads returned. Unknown batches and groups are simply absent. */

@@ -21,19 +21,76 @@ function knexLog(log?: Logger): Knex.Config['log'] {
   return { warn: write('warn'), error: write('error'), deprecate: write('warn'), debug: write('debug') };
 }
 
+export type DbConfig = Pick<Config, 'DATABASE_URL' | 'SQLITE_PATH' | 'DB_POOL_SIZE' | 'LOCK_TIMEOUT'>;
+
+/**
+ * The sql_mode of every MySQL connection, whatever the server's default. Without
+ * NO_BACKSLASH_ESCAPES (and ANSI_QUOTES) the driver's escaping of bound values is exact; with it, a
+ * crafted string could end its literal early (docs/security.md).
+ */
+const SAFE_SQL_MODE = 'STRICT_TRANS_TABLES,ERROR_FOR_DIVISION_BY_ZERO,NO_ENGINE_SUBSTITUTION';
+
+interface MysqlSession {
+  query(sql: string, values: unknown[], callback: (error: Error | null) => void): void;
+}
+
+/** Lock waits end after LOCK_TIMEOUT (InnoDB counts whole seconds, at least one). */
+const lockWaitSeconds = (lockTimeoutMs: number) => Math.max(1, Math.ceil(lockTimeoutMs / 1000));
+
+function mysqlPool(config: DbConfig, log: Logger | undefined, multipleStatements: boolean): Db {
+  return knex({
+    log: knexLog(log),
+    client: 'mysql2',
+    // Every value is bound by the driver, never spliced into the SQL text by this code.
+    connection: { uri: (config.DATABASE_URL as string).replace(/^mysql2:/, 'mysql:'), supportBigNumbers: true, connectTimeout: 5000, multipleStatements },
+    pool: {
+      min: 0,
+      max: config.DB_POOL_SIZE,
+      afterCreate(conn: MysqlSession, done: (err: Error | null, conn: unknown) => void) {
+        conn.query('SET SESSION sql_mode = ?, innodb_lock_wait_timeout = ?', [SAFE_SQL_MODE, lockWaitSeconds(config.LOCK_TIMEOUT)], (err) => done(err, conn));
+      },
+    },
+    acquireConnectionTimeout: 5000,
+  } as Knex.Config);
+}
+
+/**
+ * How many write transactions can make progress at once: the pool's size (SQLite's one writer is
+ * one). More merged ack transactions than this would only queue for a connection, and smaller.
+ */
+export function writerSlots(db: Db): number {
+  return dialectOf(db) === 'sqlite' ? 1 : Number((db.client.config.pool as { max?: number } | undefined)?.max ?? 1);
+}
+
+/** The pool whose connections take several statements per query (readDecideWrite.ts); else db itself. */
+const multiStatementPools = new WeakMap<Db, Db>();
+
+export function multiStatementPool(db: Db): Db {
+  return multiStatementPools.get(db) ?? db;
+}
+
+/**
+ * MySQL/MariaDB: two pools. Only the ack transaction needs multi-statement queries (two round
+ * trips instead of four), so only its pool allows them: every other statement runs where a second
+ * statement could never ride along. Destroying the main pool destroys both.
+ */
+function openMysql(config: DbConfig, log?: Logger): Db {
+  const main = mysqlPool(config, log, false);
+  const multi = mysqlPool(config, log, true);
+  multiStatementPools.set(main, multi);
+  // knex's own destroy() is read-only; it ends in its client's destroy().
+  const client = main.client as { destroy(callback?: unknown): Promise<void> };
+  const destroyMain = client.destroy.bind(client);
+  client.destroy = async (callback?: unknown) => {
+    await multi.destroy();
+    await destroyMain(callback);
+  };
+  return main;
+}
+
 /** Opens the configured database: MySQL/MariaDB when DATABASE_URL is set, else an embedded SQLite file. */
-export function openDb(config: Pick<Config, 'DATABASE_URL' | 'SQLITE_PATH' | 'DB_POOL_SIZE'>, log?: Logger): Db {
-  if (config.DATABASE_URL) {
-    return knex({
-      log: knexLog(log),
-      client: 'mysql2',
-      // multipleStatements lets an ack transaction take two round trips (readDecideWrite.ts);
-      // every value is still bound by knex, never spliced into the SQL text.
-      connection: { uri: config.DATABASE_URL.replace(/^mysql2:/, 'mysql:'), supportBigNumbers: true, connectTimeout: 5000, multipleStatements: true },
-      pool: { min: 0, max: config.DB_POOL_SIZE },
-      acquireConnectionTimeout: 5000,
-    } as Knex.Config);
-  }
+export function openDb(config: DbConfig, log?: Logger): Db {
+  if (config.DATABASE_URL) return openMysql(config, log);
   if (config.SQLITE_PATH !== ':memory:') fs.mkdirSync(path.dirname(path.resolve(config.SQLITE_PATH)), { recursive: true });
   return knex({
     log: knexLog(log),
@@ -46,10 +103,11 @@ export function openDb(config: Pick<Config, 'DATABASE_URL' | 'SQLITE_PATH' | 'DB
       max: 1,
       afterCreate(conn: { pragma(sql: string): unknown }, done: (err: Error | null, conn: unknown) => void) {
         // WAL lets readers of other processes run beside the writer; FULL fsyncs every commit so an
-        // answered ack survives a power loss; the busy timeout makes other processes wait, not fail.
+        // answered ack survives a power loss; the busy timeout makes other processes wait, not
+        // fail, for up to LOCK_TIMEOUT.
         conn.pragma('journal_mode = WAL');
         conn.pragma('synchronous = FULL');
-        conn.pragma('busy_timeout = 5000');
+        conn.pragma(`busy_timeout = ${config.LOCK_TIMEOUT}`);
         conn.pragma('foreign_keys = ON');
         done(null, conn);
       },

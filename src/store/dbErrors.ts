@@ -1,11 +1,15 @@
 /**
  * Database errors classified by driver code, never by message text.
- * Retryable: the transaction was aborted by the database and can run again from the start.
+ * Retryable: the transaction was aborted by the database and can run again from the start at once.
+ * Lock timeout: a lock was not granted within LOCK_TIMEOUT; running again would wait as long
+ * again, so the request fails with 503 and Retry-After instead.
  * Unavailable: the database does not answer; the request fails with 503.
  */
-const RETRYABLE_CODES = new Set(['ER_LOCK_DEADLOCK', 'ER_LOCK_WAIT_TIMEOUT']);
+const RETRYABLE_CODES = new Set(['ER_LOCK_DEADLOCK']);
 /** SQLite's extended codes: SQLITE_BUSY_SNAPSHOT, SQLITE_BUSY_RECOVERY, SQLITE_LOCKED_SHAREDCACHE … */
-const RETRYABLE_PREFIXES = ['SQLITE_BUSY', 'SQLITE_LOCKED'];
+const RETRYABLE_PREFIXES = ['SQLITE_BUSY_', 'SQLITE_LOCKED'];
+/** Plain SQLITE_BUSY is what busy_timeout (= LOCK_TIMEOUT) ends in. */
+const LOCK_TIMEOUT_CODES = new Set(['ER_LOCK_WAIT_TIMEOUT', 'SQLITE_BUSY']);
 
 const UNAVAILABLE_CODES = new Set([
   'ECONNREFUSED',
@@ -34,6 +38,11 @@ function codeOf(error: unknown): string | undefined {
 export function isRetryable(error: unknown): boolean {
   const code = codeOf(error);
   return code !== undefined && (RETRYABLE_CODES.has(code) || RETRYABLE_PREFIXES.some((p) => code.startsWith(p)));
+}
+
+export function isLockTimeout(error: unknown): boolean {
+  const code = codeOf(error);
+  return code !== undefined && LOCK_TIMEOUT_CODES.has(code);
 }
 
 export function isUnavailable(error: unknown): boolean {

@@ -40,24 +40,47 @@ export async function insertGroups(trx: Knex.Transaction, groups: GroupRecord[])
   }
 }
 
-/** Reads and row-locks the named groups of one batch, in id order. Unknown ids are absent. */
-export function lockGroupsQuery(q: Queryable, batchId: string, groupIds: Iterable<string>): Knex.QueryBuilder {
-  return lockRows(q, q('item_groups').where('batch_id', batchId).whereIn('id', [...groupIds].sort()).orderBy('id'));
+/** Group ids per locking read: 5,000 UUIDs are ~200 KB of SQL, and SQLite binds at most 32,766 values. */
+const LOCK_CHUNK = 5000;
+
+/**
+ * Reads and row-locks the named groups of one batch, in id order (a statement per LOCK_CHUNK ids,
+ * still in that order). Unknown ids are absent.
+ */
+export function lockGroupsQueries(q: Queryable, batchId: string, groupIds: Iterable<string>): Knex.QueryBuilder[] {
+  const sorted = [...groupIds].sort();
+  const statements: Knex.QueryBuilder[] = [];
+  for (let i = 0; i < sorted.length; i += LOCK_CHUNK) {
+    statements.push(lockRows(q, q('item_groups').where('batch_id', batchId).whereIn('id', sorted.slice(i, i + LOCK_CHUNK)).orderBy('id')));
+  }
+  return statements;
 }
+
+/** The most escaped bytes one upsert statement carries: far below any server's max_allowed_packet. */
+const WRITE_STATEMENT_BYTES = 1024 * 1024;
+
+/** Bytes a group row takes as escaped SQL: its bitfields in hex, plus ids and counters. */
+const rowBytes = (group: GroupRecord) => 2 * ((group.succeededBits?.length ?? 0) + (group.failedBits?.length ?? 0)) + 128;
 
 /**
  * Writes changed groups back (upserts of rows this transaction holds locked, so they only ever
- * update): one statement per INSERT_CHUNK groups, whatever the number of IDs acked in them.
+ * update): a statement per INSERT_CHUNK groups or WRITE_STATEMENT_BYTES, whichever comes first,
+ * whatever the number of IDs acked in them.
  */
 export function writeGroupsQueries(q: Queryable, groups: GroupRecord[]): Knex.QueryBuilder[] {
   const statements: Knex.QueryBuilder[] = [];
-  for (let i = 0; i < groups.length; i += INSERT_CHUNK) {
-    statements.push(
-      q('item_groups')
-        .insert(groups.slice(i, i + INSERT_CHUNK).map(toRow))
-        .onConflict(['batch_id', 'id'])
-        .merge(['pending', 'succeeded_bits', 'failed_bits']),
-    );
+  const write = (rows: GroupRecord[]) =>
+    statements.push(q('item_groups').insert(rows.map(toRow)).onConflict(['batch_id', 'id']).merge(['pending', 'succeeded_bits', 'failed_bits']));
+  let chunk: GroupRecord[] = [];
+  let bytes = 0;
+  for (const group of groups) {
+    if (chunk.length === INSERT_CHUNK || (chunk.length > 0 && bytes + rowBytes(group) > WRITE_STATEMENT_BYTES)) {
+      write(chunk);
+      [chunk, bytes] = [[], 0];
+    }
+    chunk.push(group);
+    bytes += rowBytes(group);
   }
+  if (chunk.length > 0) write(chunk);
   return statements;
 }

@@ -1,7 +1,7 @@
 import { Knex } from 'knex';
 import { toError } from '../domain/errors';
-import { Db, dialectOf, Queryable } from './db';
-import { MysqlConnection, send, withConnection } from './mysqlDriver';
+import { Db, dialectOf, multiStatementPool, Queryable } from './db';
+import { MysqlConnection, packetBudget, send, sendWithin, withConnection } from './mysqlDriver';
 import { inTransaction, TransactionOptions, withRetries } from './transaction';
 
 /**
@@ -42,11 +42,13 @@ async function runEach(statements: Knex.QueryBuilder[]): Promise<unknown[]> {
 }
 
 function onOneConnection<T>(db: Db, work: ReadDecideWrite<T>): Promise<T> {
-  return withConnection(db, async (connection) => {
+  const pool = multiStatementPool(db);
+  return withConnection(pool, async (connection) => {
     try {
-      const [, ...results] = await send(connection, ['BEGIN', ...work.reads(db)]);
+      const budget = await packetBudget(pool, connection);
+      const [, ...results] = await sendWithin(connection, ['BEGIN', ...work.reads(db)], budget);
       const { writes, answer } = work.decide(db, results);
-      await send(connection, [...writes, 'COMMIT']);
+      await sendWithin(connection, [...writes, 'COMMIT'], budget);
       return answer;
     } catch (caught) {
       await rollBack(connection);

@@ -1,7 +1,7 @@
 import { Knex } from 'knex';
 import { UnavailableError, toError } from '../domain/errors';
 import { Db, dialectOf } from './db';
-import { isRetryable, isUnavailable } from './dbErrors';
+import { isLockTimeout, isRetryable, isUnavailable } from './dbErrors';
 
 export interface TransactionOptions {
   /** How many times a transaction aborted by a deadlock or lock timeout is run again. */
@@ -19,17 +19,39 @@ const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
  * UnavailableError.
  */
 export function inTransaction<T>(db: Db, options: TransactionOptions, work: (trx: Knex.Transaction) => Promise<T>): Promise<T> {
+  if (dialectOf(db) !== 'sqlite') return withRetries(options, () => db.transaction(work));
   return withRetries(options, () =>
-    db.transaction(async (trx) => {
-      if (dialectOf(trx) === 'sqlite') await claimSqliteWriteLock(trx);
-      return work(trx);
-    }),
+    oneWriterPerFile(db, () =>
+      db.transaction(async (trx) => {
+        await claimSqliteWriteLock(trx);
+        return work(trx);
+      }),
+    ),
   );
 }
 
+/** The tail of each SQLite file's queue of write transactions in this process. */
+const sqliteWriters = new Map<string, Promise<unknown>>();
+
 /**
- * Runs one attempt of a transaction, and again after a deadlock or lock-wait timeout (bounded by
- * `retries`, with a short random pause). A database that does not answer becomes UnavailableError.
+ * Runs SQLite write transactions of this process one after another per database file, across
+ * every pool open on it (in-process replicas in tests, the CLI beside the service). better-sqlite3
+ * waits for a busy file synchronously: a second connection of the same process waiting there
+ * would block the event loop, and with it the transaction it waits for, until LOCK_TIMEOUT.
+ */
+function oneWriterPerFile<T>(db: Db, work: () => Promise<T>): Promise<T> {
+  const file = String((db.client.config.connection as { filename?: string }).filename);
+  const run = (sqliteWriters.get(file) ?? Promise.resolve()).then(work, work);
+  const tail = run.catch(() => undefined);
+  sqliteWriters.set(file, tail);
+  void tail.then(() => sqliteWriters.get(file) === tail && sqliteWriters.delete(file));
+  return run;
+}
+
+/**
+ * Runs one attempt of a transaction, and again after a deadlock (bounded by `retries`, with a
+ * short random pause). What the caller can only retry later becomes UnavailableError (503): a
+ * database that does not answer, a lock not granted within LOCK_TIMEOUT, and retries used up.
  */
 export async function withRetries<T>(options: TransactionOptions, attempt: () => Promise<T>): Promise<T> {
   for (let retry = 0; ; retry++) {
@@ -37,18 +59,19 @@ export async function withRetries<T>(options: TransactionOptions, attempt: () =>
       return await attempt();
     } catch (caught) {
       const error = toError(caught);
-      if (isRetryable(error) && retry < options.retries) {
-        options.onRetry?.(error, retry + 1);
-        await sleep(Math.random() * 5 * (retry + 1));
-        continue;
+      if (!isRetryable(error)) throw asUnavailable(error);
+      if (retry >= options.retries) {
+        throw new UnavailableError(`the database aborted the transaction ${retry + 1} times (deadlock or conflict); try again`, { cause: error });
       }
-      throw asUnavailable(error);
+      options.onRetry?.(error, retry + 1);
+      await sleep(Math.random() * 5 * (retry + 1));
     }
   }
 }
 
-/** Maps a "database does not answer" error to UnavailableError and passes every other error through. */
+/** Maps what the caller can only retry later to UnavailableError and passes every other error through. */
 export function asUnavailable(error: Error): Error {
+  if (isLockTimeout(error)) return new UnavailableError('a lock this request needs is held elsewhere (LOCK_TIMEOUT); try again', { cause: error });
   return isUnavailable(error) ? new UnavailableError('the database is not available', { cause: error }) : error;
 }
 

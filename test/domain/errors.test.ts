@@ -1,6 +1,6 @@
 import vm from 'node:vm';
 import { toError } from '../../src/domain/errors';
-import { isRetryable, isUnavailable } from '../../src/store/dbErrors';
+import { isLockTimeout, isRetryable, isUnavailable } from '../../src/store/dbErrors';
 
 describe('errors', () => {
   it('when an Error from another realm is caught, then it is kept as it is, not wrapped', () => {
@@ -15,13 +15,17 @@ describe('errors', () => {
     expect(toError('text').message).toBe('text');
   });
 
-  it.each(['ER_LOCK_DEADLOCK', 'ER_LOCK_WAIT_TIMEOUT', 'SQLITE_BUSY', 'SQLITE_BUSY_SNAPSHOT', 'SQLITE_LOCKED'])(
+  it.each(['ER_LOCK_DEADLOCK', 'SQLITE_BUSY_SNAPSHOT', 'SQLITE_LOCKED'])(
     'when the database aborts with %s, then the transaction is retryable',
     (code) => expect(isRetryable({ code })).toBe(true),
   );
 
-  it.each(['ER_DUP_ENTRY', 'SQLITE_CONSTRAINT', undefined])('when it fails with %s, then it is not retried', (code) => {
+  it.each(['ER_DUP_ENTRY', 'SQLITE_CONSTRAINT', 'ER_LOCK_WAIT_TIMEOUT', 'SQLITE_BUSY', undefined])('when it fails with %s, then it is not retried', (code) => {
     expect(isRetryable({ code })).toBe(false);
+  });
+
+  it.each(['ER_LOCK_WAIT_TIMEOUT', 'SQLITE_BUSY'])('when a lock wait ends with %s, then it is a lock timeout (503, not retried)', (code) => {
+    expect(isLockTimeout({ code })).toBe(true);
   });
 
   it('when the connection is refused or lost, then the database counts as unavailable', () => {

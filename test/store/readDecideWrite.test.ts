@@ -104,7 +104,7 @@ describe.each(backends())('read-decide-write transactions (%s)', (name, backend)
       reads: (q) => [lockRows(q, scratch(q).select('id', 'n').where({ id: 'a' }))],
       decide: (q, [rows]) => {
         attempts += 1;
-        if (attempts === 1) throw Object.assign(new Error('aborted'), { code: name === 'mysql' ? 'ER_LOCK_DEADLOCK' : 'SQLITE_BUSY' });
+        if (attempts === 1) throw Object.assign(new Error('aborted'), { code: name === 'mysql' ? 'ER_LOCK_DEADLOCK' : 'SQLITE_BUSY_SNAPSHOT' });
         return { writes: [scratch(q).where({ id: 'a' }).update({ n: Number((rows as Row[])[0]!.n) + 1 })], answer: attempts };
       },
     });

@@ -53,12 +53,14 @@ describeOnMysql('transactions aborted by the database (mysql)', () => {
     expect(await db('scratch').orderBy('id')).toEqual([{ id: 'a', n: 1 }, { id: 'b', n: 1 }]);
   });
 
-  it('when retries are used up, then the deadlock error reaches the caller and its work is rolled back', async () => {
+  it('when retries are used up, then the caller gets unavailable (503) caused by the deadlock, and its work is rolled back', async () => {
     const retried: string[] = [];
     const results = await Promise.allSettled(crossLock(db, 0, retried));
     const failed = results.filter((r) => r.status === 'rejected');
     expect(failed).toHaveLength(1);
-    expect((failed[0] as PromiseRejectedResult).reason.code).toBe('ER_LOCK_DEADLOCK');
+    const reason = (failed[0] as PromiseRejectedResult).reason;
+    expect(reason).toMatchObject({ code: 'unavailable', status: 503 });
+    expect(reason.cause.code).toBe('ER_LOCK_DEADLOCK');
     const total = (await db('scratch')).reduce((sum: number, row: { n: number }) => sum + row.n, 0);
     expect(total).toBe(1);
   });

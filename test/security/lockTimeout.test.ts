@@ -1,0 +1,114 @@
+import { spawn } from 'node:child_process';
+import knex, { Knex } from 'knex';
+import { backends, mysqlBackend } from '../helpers/backends';
+import { sealedBatch, startService, TestService } from '../helpers/service';
+
+/** Times a promise: [its value, milliseconds taken]. */
+async function timed<T>(promise: Promise<T>): Promise<[T, number]> {
+  const started = performance.now();
+  const value = await promise;
+  return [value, performance.now() - started];
+}
+
+const mysql = mysqlBackend();
+const describeOnMysql = mysql ? describe : describe.skip;
+
+describeOnMysql('a batch row held locked by another connection (mysql)', () => {
+  let svc: TestService;
+  let holder: Knex;
+  beforeAll(async () => {
+    svc = await startService(mysql!, { ACK_QUEUE_MAX_IDS: '10000' });
+    holder = knex({ client: 'mysql2', connection: { uri: svc.database.config.DATABASE_URL } as never, pool: { min: 0, max: 1 } });
+  });
+  afterAll(async () => {
+    await holder.destroy();
+    await svc.stop();
+  });
+
+  /** Holds batch `id`'s row lock (as a stuck replica would) until the returned function is called. */
+  async function holdRow(id: string): Promise<() => Promise<void>> {
+    const trx = await holder.transaction();
+    await trx('batches').where({ id }).forUpdate();
+    return async () => {
+      if (!trx.isCompleted()) await trx.rollback();
+    };
+  }
+
+  it('when batch X is locked for 6 s, then acks of Y are answered at once and the ack of X gets 503 with Retry-After after LOCK_TIMEOUT', async () => {
+    const x = await sealedBatch(svc.api, 4);
+    const y = await sealedBatch(svc.api, 40);
+    const release = await holdRow(x.id);
+    const unlock = setTimeout(() => void release(), 6000);
+    try {
+      const ackOfX = timed(svc.api.post('/v1/acks').send({ ids: [x.ids[0]] }));
+      await new Promise((resolve) => setTimeout(resolve, 100));
+      for (const id of y.ids) {
+        const [res, ms] = await timed(svc.api.post('/v1/acks').send({ ids: [id] }));
+        expect(res.status).toBe(200);
+        expect(ms).toBeLessThan(1000);
+      }
+      expect((await svc.api.get(`/v1/batches/${y.id}`)).body.state).toBe('complete');
+      const [res, ms] = await ackOfX;
+      expect(res.status).toBe(503);
+      expect(res.body.error.code).toBe('unavailable');
+      expect(res.headers['retry-after']).toBe('1');
+      expect(ms).toBeGreaterThan(1500);
+      expect(ms).toBeLessThan(5000);
+    } finally {
+      clearTimeout(unlock);
+      await release();
+    }
+    expect((await svc.api.get(`/v1/batches/${x.id}`)).body.succeeded).toBe(0);
+    expect((await svc.api.post('/v1/acks').send({ ids: x.ids })).body).toMatchObject({ acked: 4, completed: [expect.objectContaining({ id: x.id })] });
+  }, 30_000);
+
+  it('when more acked IDs wait than ACK_QUEUE_MAX_IDS, then the excess is answered 503 at once and applies nothing', async () => {
+    const x = await sealedBatch(svc.api, 18_000);
+    const release = await holdRow(x.id);
+    try {
+      // (supertest sends a request only once it is awaited: Promise.resolve sends it now.)
+      const first = Promise.resolve(svc.api.post('/v1/acks').send({ ids: x.ids.slice(0, 6000) }));
+      await new Promise((resolve) => setTimeout(resolve, 100));
+      const second = Promise.resolve(svc.api.post('/v1/acks').send({ ids: x.ids.slice(6000, 12_000) }));
+      await new Promise((resolve) => setTimeout(resolve, 100));
+      const [third, ms] = await timed(svc.api.post('/v1/acks').send({ ids: x.ids.slice(12_000) }));
+      expect(third.status).toBe(503);
+      expect(third.headers['retry-after']).toBe('1');
+      expect(ms).toBeLessThan(1000);
+      await release();
+      const answers = await Promise.all([first, second]);
+      const acked = answers.reduce((n, r) => n + (r.status === 200 ? r.body.acked : 0), 0);
+      expect((await svc.api.get(`/v1/batches/${x.id}`)).body.succeeded).toBe(acked);
+    } finally {
+      await release();
+    }
+  }, 30_000);
+});
+
+describe.each(backends().filter(([name]) => name === 'sqlite'))('a database file held locked by another process (%s)', (_name, backend) => {
+  let svc: TestService;
+  beforeAll(async () => {
+    svc = await startService(backend, { LOCK_TIMEOUT: '1s' });
+  });
+  afterAll(() => svc.stop());
+
+  it('when another process holds the write lock, then an ack is answered 503 with Retry-After, not 500, and applies nothing', async () => {
+    const x = await sealedBatch(svc.api, 2);
+    const holder = spawn(process.execPath, [
+      '-e',
+      `const db = require('better-sqlite3')(process.argv[1]); db.exec('BEGIN IMMEDIATE'); console.log('held');
+       Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 4000); db.exec('ROLLBACK');`,
+      svc.database.config.SQLITE_PATH,
+    ]);
+    await new Promise<void>((resolve) => holder.stdout.once('data', () => resolve()));
+    try {
+      const [res, ms] = await timed(svc.api.post('/v1/acks').send({ ids: [x.ids[0]] }));
+      expect(res.status).toBe(503);
+      expect(res.headers['retry-after']).toBe('1');
+      expect(ms).toBeLessThan(3500);
+    } finally {
+      await new Promise((resolve) => holder.once('exit', resolve));
+    }
+    expect((await svc.api.get(`/v1/batches/${x.id}`)).body.succeeded).toBe(0);
+  }, 20_000);
+});
