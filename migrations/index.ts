@@ -6,6 +6,7 @@ import * as m0004 from './0004_create_outbox';
 import * as m0005 from './0005_index_batches_for_sweep';
 import * as m0006 from './0006_add_batch_tenant';
 import * as m0007 from './0007_exact_identifier_collation';
+import * as m0008 from './0008_outbox_tenant_and_host';
 
 export interface Migration {
   up(knex: Knex): Promise<void>;
@@ -24,4 +25,5 @@ export const migrations: ReadonlyArray<readonly [name: string, migration: Migrat
   ['0005_index_batches_for_sweep', m0005],
   ['0006_add_batch_tenant', m0006],
   ['0007_exact_identifier_collation', m0007],
+  ['0008_outbox_tenant_and_host', m0008],
 ];

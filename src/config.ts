@@ -1,5 +1,6 @@
 import fs from 'node:fs';
 import { z } from 'zod';
+import { invalidAllowEntry } from './domain/callbackTarget';
 
 const int = (min: number, max: number) => z.coerce.number().int().min(min).max(max);
 
@@ -55,6 +56,16 @@ export const configSchema = z.object({
   CALLBACK_MAX_AGE: duration('3d', 1000),
   CALLBACK_CONCURRENCY: int(1, 256).default(8),
   CALLBACK_POLL_INTERVAL: duration('1s', 10),
+  CALLBACK_ALLOW_HOSTS: z
+    .string()
+    .default('')
+    .transform((text) => text.split(',').map((entry) => entry.trim()).filter((entry) => entry !== ''))
+    .superRefine((entries, ctx) => {
+      for (const entry of entries) {
+        const problem = invalidAllowEntry(entry);
+        if (problem) ctx.addIssue({ code: 'custom', message: problem });
+      }
+    }),
   WAIT_POLL_INTERVAL: duration('250ms', 10),
   API_TOKENS: z.string().optional(),
   API_TOKENS_FILE: z.string().optional(),
@@ -74,6 +85,8 @@ const tokensSchema = z
       token: z.string().min(16, 'a token must be at least 16 characters'),
       tenant: z.string().min(1).max(64),
       scopes: z.array(z.enum(SCOPES)).min(1),
+      /** Signs this tenant's callbacks instead of CALLBACK_SECRET. */
+      callbackSecret: z.string().min(16, 'a callbackSecret must be at least 16 characters').optional(),
     }),
   )
   .min(1)

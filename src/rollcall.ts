@@ -14,6 +14,9 @@ import { migrateLatest } from './store/migrations';
 import { AckCall } from './domain/ackCall';
 import { Metrics } from './metrics';
 import { isLoopback } from './http/loopbackHost';
+import { CallbackTargetPolicy } from './domain/callbackTarget';
+import { callbackPoster, PostCallback } from './service/postCallback';
+import { DeliveryOptions } from './service/callbackDispatcher';
 
 /** The service wired together: database, use cases, HTTP app, background loops. */
 export interface Rollcall {
@@ -38,8 +41,8 @@ export interface RollcallOptions {
   /** Clock for every use case; tests pass their own instead of sleeping. */
   now?: () => number;
   log?: Logger;
-  /** How callbacks are sent (tests may wrap fetch to count attempts). */
-  send?: typeof fetch;
+  /** How callbacks are sent (default: node's http/https under the callback target policy). */
+  postCallback?: PostCallback;
 }
 
 /** Opens the database, applies migrations and builds the app. Does not listen. */
@@ -59,6 +62,7 @@ export async function createRollcall(config: Config, options: RollcallOptions = 
     log,
     now: options.now ?? Date.now,
     groupSize: config.GROUP_SIZE,
+    callbackTargets: new CallbackTargetPolicy(config.tokens !== null, config.CALLBACK_ALLOW_HOSTS),
     tx: {
       retries: config.TX_RETRIES,
       onRetry: (err, attempt) => {
@@ -80,18 +84,9 @@ export async function createRollcall(config: Config, options: RollcallOptions = 
   };
 
   const watcher = new CompletionWatcher(deps, config.WAIT_POLL_INTERVAL);
-  const dispatcher = new CallbackDispatcher(
-    deps,
-    {
-      secret: config.CALLBACK_SECRET,
-      timeoutMs: config.CALLBACK_TIMEOUT,
-      backoff: { baseMs: config.CALLBACK_BACKOFF_BASE, capMs: config.CALLBACK_BACKOFF_CAP },
-      maxAgeMs: config.CALLBACK_MAX_AGE,
-      concurrency: config.CALLBACK_CONCURRENCY,
-    },
-    options.send,
-  );
-  const delivering = new PeriodicTask('callbacks', config.CALLBACK_POLL_INTERVAL, () => dispatcher.deliverDue(), log);
+  const dispatcher = new CallbackDispatcher(deps, deliveryOptions(config), options.postCallback ?? callbackPoster(deps.callbackTargets));
+  const delivering = new PeriodicTask('callbacks', config.CALLBACK_POLL_INTERVAL, () => dispatcher.startDue(), log);
+  dispatcher.onSlotFreed = () => delivering.wake();
   deps.onCompleted = (batches) => {
     watcher.notify(batches);
     if (batches.some((b) => b.callbackUrl)) delivering.wake();
@@ -152,8 +147,23 @@ export async function createRollcall(config: Config, options: RollcallOptions = 
     async close() {
       watcher.close();
       await Promise.all([delivering.stop(), sweeping.stop()]);
+      await dispatcher.settle();
       await committer?.drain();
       await db.destroy();
     },
+  };
+}
+
+/** Callback delivery settings; a tenant's own callbackSecret signs its events, else CALLBACK_SECRET. */
+function deliveryOptions(config: Config): DeliveryOptions {
+  const secrets = new Map((config.tokens ?? []).filter((t) => t.callbackSecret).map((t) => [t.tenant, t.callbackSecret as string]));
+  const share = Math.max(1, Math.ceil(config.CALLBACK_CONCURRENCY / 2));
+  return {
+    secretFor: (tenant) => secrets.get(tenant) ?? config.CALLBACK_SECRET,
+    timeoutMs: config.CALLBACK_TIMEOUT,
+    backoff: { baseMs: config.CALLBACK_BACKOFF_BASE, capMs: config.CALLBACK_BACKOFF_CAP },
+    maxAgeMs: config.CALLBACK_MAX_AGE,
+    concurrency: config.CALLBACK_CONCURRENCY,
+    share: { perTenant: share, perHost: share },
   };
 }

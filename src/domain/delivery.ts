@@ -28,7 +28,10 @@ export function retryDelay(policy: BackoffPolicy, attempts: number, random: () =
   return Math.round(capped * (0.5 + random() * 0.5));
 }
 
-/** The event body, built once and stored, so every retry sends (and signs) the same bytes. */
-export function completionEventBody(batch: unknown): string {
-  return JSON.stringify({ event: 'batch.completed', batch });
+/**
+ * The event body, built once and stored, so every retry sends (and signs) the same bytes. It names
+ * the tenant: a receiver that serves several tenants can tell whose batch it is from signed bytes.
+ */
+export function completionEventBody(tenant: string, batch: unknown): string {
+  return JSON.stringify({ event: 'batch.completed', tenant, batch });
 }

@@ -1,93 +1,113 @@
 import { randomUUID } from 'node:crypto';
 import { BackoffPolicy, retryDelay, signBody } from '../domain/delivery';
-import { toError } from '../domain/errors';
-import { claimDueEvents, markDelivered, markFailed, OutboxEvent } from '../store/outbox';
+import { loadOf, pickFairly, saturated, ShareLimits } from '../domain/fairShare';
+import { claimEvents, lockDueEvents, markDelivered, markFailed, OutboxEvent } from '../store/outbox';
 import { inTransaction } from '../store/transaction';
 import { ServiceDeps } from './deps';
+import { PostCallback } from './postCallback';
 
 export interface DeliveryOptions {
-  secret?: string;
+  /** The secret that signs a tenant's callbacks (its own, else CALLBACK_SECRET), if any. */
+  secretFor(tenant: string): string | undefined;
   timeoutMs: number;
   backoff: BackoffPolicy;
   /** An event still failing this long after it was created is given up (`dead`, kept for operators). */
   maxAgeMs: number;
   /** Events delivered at once by this process. */
   concurrency: number;
+  /** Of those, how many one tenant, and one receiving host, may hold. */
+  share: ShareLimits;
 }
 
-export interface DeliveryCounters {
-  delivered: number;
-  failed: number;
-  dead: number;
-}
+/** Due events read per free slot, so saturated tenants' events do not crowd out the others'. */
+const CANDIDATES_PER_SLOT = 4;
 
 /**
  * Delivers completion events from the outbox: claims due events with a lease (so replicas never
  * send one event at the same time), POSTs each, marks it delivered on 2xx, otherwise schedules the
  * next attempt with exponential backoff and jitter. At least once: a crash between the POST and the
  * mark means another attempt, never none; receivers dedupe by X-Rollcall-Event-Id.
+ *
+ * Slots are refilled as each delivery ends, not in rounds, and shared: one tenant or receiving host
+ * holds at most its share of them, so a receiver that never answers slows only its own events.
  */
 export class CallbackDispatcher {
-  readonly counters: DeliveryCounters = { delivered: 0, failed: 0, dead: 0 };
   private readonly claim = randomUUID();
+  private readonly inFlight = new Map<string, { event: OutboxEvent; done: Promise<void> }>();
+  /** Called when a delivery ends and its slot is free again (the background loop claims more). */
+  onSlotFreed: () => void = () => undefined;
 
   constructor(
     private readonly deps: ServiceDeps,
     private readonly options: DeliveryOptions,
-    private readonly send: typeof fetch = fetch,
+    private readonly post: PostCallback,
   ) {}
 
-  /** Claims and delivers every due event (in rounds of `concurrency`); returns how many were attempted. */
+  /** Claims the due events that fit in free slots and starts delivering them; returns how many. */
+  async startDue(): Promise<number> {
+    const slots = this.options.concurrency - this.inFlight.size;
+    if (slots <= 0) return 0;
+    const load = loadOf([...this.inFlight.values()].map((f) => f.event));
+    const now = this.deps.now();
+    const claimed = await inTransaction(this.deps.db, this.deps.tx, async (trx) => {
+      const due = await lockDueEvents(trx, now, slots * CANDIDATES_PER_SLOT, saturated(load, this.options.share));
+      const chosen = pickFairly(due, load, this.options.share, slots);
+      return claimEvents(trx, chosen.map((e) => e.id), this.claim, now, this.options.timeoutMs + 5_000);
+    });
+    for (const event of claimed) {
+      const done = this.deliver(event).finally(() => {
+        this.inFlight.delete(event.id);
+        this.onSlotFreed();
+      });
+      this.inFlight.set(event.id, { event, done });
+    }
+    return claimed.length;
+  }
+
+  /** Delivers every event due now and waits for those deliveries; returns how many were attempted. */
   async deliverDue(): Promise<number> {
     let attempted = 0;
     for (;;) {
-      const lease = this.options.timeoutMs + 5_000;
-      const due = await inTransaction(this.deps.db, this.deps.tx, (trx) => claimDueEvents(trx, this.claim, this.deps.now(), lease, this.options.concurrency));
-      await Promise.all(due.map((event) => this.deliver(event)));
-      attempted += due.length;
-      if (due.length < this.options.concurrency) return attempted;
+      const started = await this.startDue();
+      attempted += started;
+      if (this.inFlight.size === 0) return attempted;
+      if (started === 0) await Promise.race([...this.inFlight.values()].map((f) => f.done));
     }
+  }
+
+  /** Resolves when the deliveries under way have ended (shutdown). */
+  async settle(): Promise<void> {
+    await Promise.all([...this.inFlight.values()].map((f) => f.done));
   }
 
   private async deliver(event: OutboxEvent): Promise<void> {
-    const error = await this.post(event);
+    const error = await this.post(event.url, this.headersFor(event), event.payload, this.options.timeoutMs);
     const now = this.deps.now();
-    if (error === null) {
-      await markDelivered(this.deps.db, event.id, this.claim, now);
-      this.counters.delivered += 1;
-      this.deps.observe.delivery('delivered');
-      return;
+    try {
+      if (error === null) {
+        await markDelivered(this.deps.db, event.id, this.claim, now);
+        this.deps.observe.delivery('delivered');
+        return;
+      }
+      const giveUp = now - event.createdAt >= this.options.maxAgeMs;
+      await markFailed(this.deps.db, event.id, this.claim, error, giveUp ? null : now + retryDelay(this.options.backoff, event.attempts));
+      this.deps.observe.delivery(giveUp ? 'dead' : 'failed');
+      this.deps.log.warn({ eventId: event.id, batchId: event.batchId, attempts: event.attempts, error, giveUp }, 'callback delivery failed');
+    } catch (caught) {
+      // The lease runs out and the event is tried again: at least once, never lost.
+      this.deps.log.warn({ err: caught, eventId: event.id }, 'callback outcome not recorded; the event will be retried');
     }
-    const giveUp = now - event.createdAt >= this.options.maxAgeMs;
-    await markFailed(this.deps.db, event.id, this.claim, error, giveUp ? null : now + retryDelay(this.options.backoff, event.attempts));
-    this.counters[giveUp ? 'dead' : 'failed'] += 1;
-    this.deps.observe.delivery(giveUp ? 'dead' : 'failed');
-    this.deps.log.warn({ eventId: event.id, batchId: event.batchId, attempts: event.attempts, error, giveUp }, 'callback delivery failed');
   }
 
-  /** One attempt; returns null on a 2xx, else what went wrong. */
-  private async post(event: OutboxEvent): Promise<string | null> {
+  private headersFor(event: OutboxEvent): Record<string, string> {
     const headers: Record<string, string> = {
       'content-type': 'application/json',
       'user-agent': 'rollcall',
       'x-rollcall-event': event.event,
       'x-rollcall-event-id': event.id,
     };
-    if (this.options.secret) headers['x-rollcall-signature'] = signBody(this.options.secret, event.payload);
-    try {
-      const res = await this.send(event.url, {
-        method: 'POST',
-        headers,
-        body: event.payload,
-        redirect: 'manual',
-        signal: AbortSignal.timeout(this.options.timeoutMs),
-      });
-      await res.body?.cancel().catch(() => undefined);
-      return res.status >= 200 && res.status < 300 ? null : `HTTP ${res.status}`;
-    } catch (caught) {
-      const error = toError(caught);
-      const cause = (error.cause as { code?: string } | undefined)?.code;
-      return error.name === 'TimeoutError' ? `timed out after ${this.options.timeoutMs} ms` : `${error.message}${cause ? ` (${cause})` : ''}`;
-    }
+    const secret = this.options.secretFor(event.tenant);
+    if (secret) headers['x-rollcall-signature'] = signBody(secret, event.payload);
+    return headers;
   }
 }

@@ -17,9 +17,10 @@ export function completionEvents(q: Queryable, deps: ServiceDeps, completed: Bat
       insertEventQuery(q, {
         id: uuidv7(),
         batchId: batch.id,
+        tenant: batch.tenant,
         event: 'batch.completed',
         url: batch.callbackUrl as string,
-        payload: completionEventBody(toBatchView(batch)),
+        payload: completionEventBody(batch.tenant, toBatchView(batch)),
         createdAt: deps.now(),
       }),
     );

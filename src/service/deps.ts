@@ -1,5 +1,6 @@
 import type { Logger } from 'pino';
 import type { BatchRecord } from '../domain/batch';
+import type { CallbackTargetPolicy } from '../domain/callbackTarget';
 import type { Db } from '../store/db';
 import type { TransactionOptions } from '../store/transaction';
 
@@ -17,6 +18,8 @@ export interface ServiceDeps {
   db: Db;
   now: () => number;
   groupSize: number;
+  /** Where callbacks may point (checked at create for literal addresses, and at every connect). */
+  callbackTargets: CallbackTargetPolicy;
   tx: TransactionOptions;
   log: Logger;
   observe: Observer;

@@ -2,7 +2,7 @@ import { v7 as uuidv7 } from 'uuid';
 import { BatchRecord, BatchView, Caller, toBatchView } from '../domain/batch';
 import { insertBatch } from '../store/batches';
 import { asUnavailable } from '../store/transaction';
-import { toError } from '../domain/errors';
+import { InvalidRequestError, toError } from '../domain/errors';
 import { ServiceDeps } from './deps';
 
 export interface OpenBatchInput {
@@ -13,6 +13,9 @@ export interface OpenBatchInput {
 
 /** Opens an empty batch. Its id is a UUIDv7, so listing by id is listing by creation order. */
 export async function openBatch(deps: ServiceDeps, caller: Caller, input: OpenBatchInput): Promise<BatchView> {
+  if (input.callbackUrl && !deps.callbackTargets.allowsLiteral(new URL(input.callbackUrl))) {
+    throw new InvalidRequestError('body.callbackUrl: a loopback, private or link-local address is not allowed here (see CALLBACK_ALLOW_HOSTS)');
+  }
   const now = deps.now();
   const batch: BatchRecord = {
     id: uuidv7(),

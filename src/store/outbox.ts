@@ -6,6 +6,10 @@ export type EventStatus = 'pending' | 'delivered' | 'dead';
 export interface OutboxEvent {
   id: string;
   batchId: string;
+  /** The batch's tenant: whose secret signs the event, and whose share of deliveries it uses. */
+  tenant: string;
+  /** The URL's host (with port), lower case: deliveries are shared among receiving hosts too. */
+  host: string;
   event: string;
   url: string;
   payload: string;
@@ -21,6 +25,8 @@ export interface OutboxEvent {
 interface OutboxRow {
   id: string;
   batch_id: string;
+  tenant: string;
+  host: string;
   event: string;
   url: string;
   payload: string;
@@ -39,6 +45,8 @@ const orNull = (v: number | string | null) => (v === null ? null : Number(v));
 const fromRow = (row: OutboxRow): OutboxEvent => ({
   id: row.id,
   batchId: row.batch_id,
+  tenant: row.tenant,
+  host: row.host,
   event: row.event,
   url: row.url,
   payload: row.payload,
@@ -52,13 +60,17 @@ const fromRow = (row: OutboxRow): OutboxEvent => ({
 });
 
 /** What a new event needs; the rest starts as pending with no attempts. */
-export type NewEvent = Pick<OutboxEvent, 'id' | 'batchId' | 'event' | 'url' | 'payload' | 'createdAt'>;
+export type NewEvent = Pick<OutboxEvent, 'id' | 'batchId' | 'tenant' | 'event' | 'url' | 'payload' | 'createdAt'>;
+
+const hostOf = (url: string): string => new URL(url).host.toLowerCase();
 
 /** Writes a new pending event; runs in the transaction that completes the batch. */
 export function insertEventQuery(q: Queryable, event: NewEvent): Knex.QueryBuilder {
   return q('outbox').insert({
     id: event.id,
     batch_id: event.batchId,
+    tenant: event.tenant,
+    host: hostOf(event.url),
     event: event.event,
     url: event.url,
     payload: event.payload,
@@ -69,16 +81,38 @@ export function insertEventQuery(q: Queryable, event: NewEvent): Knex.QueryBuild
   });
 }
 
+/** A due event as the dispatcher chooses among them, before it claims any. */
+export interface DueEvent {
+  id: string;
+  tenant: string;
+  host: string;
+}
+
+/** Tenants and hosts whose share of deliveries is in use: their events are not even read. */
+export interface Saturated {
+  tenants: string[];
+  hosts: string[];
+}
+
 /**
- * Claims up to `limit` due pending events for `leaseMs`: marks them with `claim` and pushes their
- * next attempt past the lease, so no other replica picks them while this one delivers. A replica
- * that dies mid-delivery leaves the event due again when the lease ends. On MySQL rows that another
- * replica is claiming right now are skipped (SKIP LOCKED); SQLite has one writer.
+ * Locks up to `limit` due pending events, oldest due first, leaving out saturated tenants and
+ * hosts (so hundreds of events waiting on one receiver never hide another's). On MySQL rows that
+ * another replica is claiming right now are skipped (SKIP LOCKED); SQLite has one writer.
  */
-export async function claimDueEvents(trx: Knex.Transaction, claim: string, now: number, leaseMs: number, limit: number): Promise<OutboxEvent[]> {
-  let query = trx('outbox').select('id').where('status', 'pending').where('next_attempt_at', '<=', now).orderBy('next_attempt_at').limit(limit);
+export async function lockDueEvents(trx: Knex.Transaction, now: number, limit: number, saturated: Saturated): Promise<DueEvent[]> {
+  let query = trx('outbox').select('id', 'tenant', 'host').where('status', 'pending').where('next_attempt_at', '<=', now).orderBy('next_attempt_at').limit(limit);
+  if (saturated.tenants.length > 0) query = query.whereNotIn('tenant', saturated.tenants);
+  if (saturated.hosts.length > 0) query = query.whereNotIn('host', saturated.hosts);
   if (dialectOf(trx) === 'mysql') query = query.forUpdate().skipLocked();
-  const ids = ((await query) as Array<{ id: string }>).map((r) => r.id);
+  return (await query) as DueEvent[];
+}
+
+/**
+ * Claims the chosen events (rows this transaction holds) for `leaseMs`: marks them with `claim` and
+ * pushes their next attempt past the lease, so no other replica picks them while this one
+ * delivers. A replica that dies mid-delivery leaves the event due again when the lease ends.
+ */
+export async function claimEvents(trx: Knex.Transaction, ids: string[], claim: string, now: number, leaseMs: number): Promise<OutboxEvent[]> {
   if (ids.length === 0) return [];
   await trx('outbox')
     .whereIn('id', ids)

@@ -11,18 +11,22 @@ export interface SweepCutoffs {
 /**
  * Locks up to `limit` batches that are due for removal, skipping any row another transaction holds
  * (an ack in flight, another replica's sweep): their locking read sees the newest committed
- * `updated_at`, so a batch that an ack has just touched is no longer due. Two index range scans.
+ * `updated_at`, so a batch that an ack has just touched is no longer due. A batch with a callback
+ * event still pending is never due: retention waits for `delivered` or `dead`, whatever its value.
+ * Two index range scans, each checking the outbox by batch.
  */
 export async function lockDueBatches(trx: Knex.Transaction, cutoffs: SweepCutoffs, limit: number): Promise<string[]> {
   const skipLocked = (q: Knex.QueryBuilder) => (dialectOf(trx) === 'mysql' ? q.forUpdate().skipLocked() : q);
+  const noPendingEvent = (q: Knex.QueryBuilder) =>
+    q.whereNotExists(trx('outbox').select(trx.raw('1')).whereRaw('outbox.batch_id = batches.id').where('outbox.status', 'pending'));
   const idle = (await skipLocked(
-    trx('batches').select('id').whereIn('state', ['open', 'sealed']).where('updated_at', '<', cutoffs.idleBefore).limit(limit),
+    noPendingEvent(trx('batches').select('id').whereIn('state', ['open', 'sealed']).where('updated_at', '<', cutoffs.idleBefore).limit(limit)),
   )) as Array<{ id: string }>;
   const room = limit - idle.length;
   const old =
     room > 0
       ? ((await skipLocked(
-          trx('batches').select('id').where('state', 'complete').where('completed_at', '<', cutoffs.completedBefore).limit(room),
+          noPendingEvent(trx('batches').select('id').where('state', 'complete').where('completed_at', '<', cutoffs.completedBefore).limit(room)),
         )) as Array<{ id: string }>)
       : [];
   return [...idle, ...old].map((r) => r.id);

@@ -58,12 +58,12 @@ describe.each(backends())('completion callbacks (%s)', (_name, backend) => {
     const id = await completeBatchWithCallback();
     await svc.rollcall.dispatcher.deliverDue();
     let [event] = (await svc.api.get(`/v1/batches/${id}/events`)).body.events;
-    expect(event).toMatchObject({ status: 'pending', attempts: 1, lastError: 'HTTP 503' });
+    expect(event).toMatchObject({ status: 'pending', attempts: 1, lastError: 'http 503' });
     expect(Date.parse(event.nextAttemptAt)).toBeGreaterThanOrEqual(svc.clock.now + 500);
     svc.clock.now += 3_600_000;
     await svc.rollcall.dispatcher.deliverDue();
     [event] = (await svc.api.get(`/v1/batches/${id}/events`)).body.events;
-    expect(event).toMatchObject({ status: 'dead', attempts: 2, lastError: 'HTTP 503', nextAttemptAt: null });
+    expect(event).toMatchObject({ status: 'dead', attempts: 2, lastError: 'http 503', nextAttemptAt: null });
     svc.clock.now += 3_600_000;
     expect(await svc.rollcall.dispatcher.deliverDue()).toBe(0);
   });
@@ -73,7 +73,7 @@ describe.each(backends())('completion callbacks (%s)', (_name, backend) => {
     await svc.rollcall.dispatcher.deliverDue();
     const [event] = (await svc.api.get(`/v1/batches/${id}/events`)).body.events;
     expect(event.status).toBe('pending');
-    expect(event.lastError).toMatch(/fetch failed|ECONNREFUSED/);
+    expect(event.lastError).toBe('connection failed');
   });
 
   it('when the receiver does not answer within the timeout, then the attempt fails as timed out and is retried', async () => {
@@ -86,7 +86,7 @@ describe.each(backends())('completion callbacks (%s)', (_name, backend) => {
       expect(await slow.rollcall.dispatcher.deliverDue()).toBe(1);
       expect(Date.now() - started).toBeLessThan(10_000);
       const [event] = (await slow.api.get(`/v1/batches/${id}/events`)).body.events;
-      expect(event).toMatchObject({ status: 'pending', attempts: 1, lastError: 'timed out after 300 ms' });
+      expect(event).toMatchObject({ status: 'pending', attempts: 1, lastError: 'timeout' });
       slow.clock.now += 1000;
       expect(await slow.rollcall.dispatcher.deliverDue()).toBe(1);
       expect((await slow.api.get(`/v1/batches/${id}/events`)).body.events[0]).toMatchObject({ status: 'delivered', attempts: 2 });

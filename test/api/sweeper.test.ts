@@ -1,4 +1,5 @@
 import { backends } from '../helpers/backends';
+import { Receiver } from '../helpers/receiver';
 import { itemIds, startService, TestService } from '../helpers/service';
 
 const DAY = 86_400_000;
@@ -45,7 +46,7 @@ describe.each(backends())('sweeping stale batches (%s)', (_name, backend) => {
     expect(await exists(id)).toBe(true);
   });
 
-  it('when a batch completed, then it stays readable for the retention and is removed after it', async () => {
+  it('when a batch completed, then it stays for the retention, and past it while its callback is pending', async () => {
     const id = await open({ callbackUrl: 'http://127.0.0.1:9/cb' });
     await svc.api.post(`/v1/batches/${id}/seal`);
     svc.clock.now += DAY - 1000;
@@ -53,9 +54,32 @@ describe.each(backends())('sweeping stale batches (%s)', (_name, backend) => {
     expect((await svc.api.get(`/v1/batches/${id}`)).body.state).toBe('complete');
     expect((await svc.api.get(`/v1/batches/${id}/events`)).body.events).toHaveLength(1);
     svc.clock.now += 2000;
+    expect((await sweep()).batchesRemoved).toBe(0);
+    expect(await exists(id)).toBe(true);
+    svc.clock.now += 3 * DAY; // past CALLBACK_MAX_AGE: the next failed attempt gives the event up
+    await svc.rollcall.dispatcher.deliverDue();
+    expect((await svc.api.get(`/v1/batches/${id}/events`)).body.events[0].status).toBe('dead');
     expect(await sweep()).toEqual({ batchesRemoved: 1, groupsRemoved: 0 });
     expect(await exists(id)).toBe(false);
     expect(await svc.rollcall.db('outbox').where('batch_id', id)).toEqual([]);
+  });
+
+  it('when COMPLETED_RETENTION is 0, then a batch goes as soon as its callback is delivered, not before', async () => {
+    const receiver = new Receiver();
+    await receiver.start();
+    const eager = await startService(backend, { COMPLETED_RETENTION: '0' });
+    try {
+      const id = (await eager.api.post('/v1/batches').send({ callbackUrl: receiver.url })).body.id as string;
+      await eager.api.post(`/v1/batches/${id}/seal`);
+      eager.clock.now += 1000;
+      expect((await eager.api.post('/v1/admin/sweep')).body.batchesRemoved).toBe(0);
+      expect(await eager.rollcall.dispatcher.deliverDue()).toBe(1);
+      expect(JSON.parse(receiver.deliveries[0]!.body).batch.id).toBe(id);
+      expect((await eager.api.post('/v1/admin/sweep')).body.batchesRemoved).toBe(1);
+    } finally {
+      await eager.stop();
+      await receiver.stop();
+    }
   });
 
   it('when the sweeper loop runs, then it removes due batches on its own', async () => {

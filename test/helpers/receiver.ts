@@ -15,7 +15,7 @@ export class Receiver {
   fallback: number | 'hang' = 200;
   url = '';
 
-  async start(port = 0): Promise<void> {
+  async start(port = 0, host = '127.0.0.1'): Promise<void> {
     this.server = http.createServer((req, res) => {
       let body = '';
       req.on('data', (c: Buffer) => (body += c.toString()));
@@ -25,8 +25,8 @@ export class Receiver {
         if (status !== 'hang') res.writeHead(status).end();
       });
     });
-    await new Promise<void>((resolve) => this.server!.listen(port, '127.0.0.1', resolve));
-    this.url = `http://127.0.0.1:${(this.server.address() as AddressInfo).port}/hook`;
+    await new Promise<void>((resolve) => this.server!.listen(port, host, resolve));
+    this.url = `http://${host}:${(this.server.address() as AddressInfo).port}/hook`;
   }
 
   async waitFor(count: number, timeoutMs = 20_000): Promise<void> {

@@ -1,0 +1,79 @@
+import net from 'node:net';
+
+/**
+ * Where callbacks may go (API.md, "Callbacks in a multi-tenant service"). With tokens configured, a
+ * tenant must not make the service reach into its own network: loopback, private, link-local,
+ * unique-local and unspecified addresses are refused unless CALLBACK_ALLOW_HOSTS names them.
+ */
+const FORBIDDEN = new net.BlockList();
+for (const [prefix, bits] of [['0.0.0.0', 8], ['10.0.0.0', 8], ['100.64.0.0', 10], ['127.0.0.0', 8], ['169.254.0.0', 16], ['172.16.0.0', 12], ['192.168.0.0', 16]] as const) {
+  FORBIDDEN.addSubnet(prefix, bits, 'ipv4');
+}
+for (const [prefix, bits] of [['::', 128], ['::1', 128], ['fc00::', 7], ['fe80::', 10]] as const) FORBIDDEN.addSubnet(prefix, bits, 'ipv6');
+
+/** `::ffff:10.0.0.1` and `::ffff:a00:1` are IPv4 addresses in IPv6 clothing: check them as IPv4. */
+function unmapped(address: string): string {
+  const lower = address.toLowerCase();
+  if (!lower.startsWith('::ffff:')) return lower;
+  const rest = lower.slice(7);
+  if (net.isIPv4(rest)) return rest;
+  const hex = /^([0-9a-f]{1,4}):([0-9a-f]{1,4})$/.exec(rest);
+  if (!hex) return lower;
+  const [high, low] = [parseInt(hex[1] as string, 16), parseInt(hex[2] as string, 16)];
+  return [high >> 8, high & 255, low >> 8, low & 255].join('.');
+}
+
+const familyOf = (address: string) => (net.isIPv4(address) ? 'ipv4' : 'ipv6');
+
+/** Whether an address (v4, v6 or v4-mapped v6) is one a tenant's callback must not reach. */
+export function isInternalAddress(address: string): boolean {
+  const plain = unmapped(address);
+  return FORBIDDEN.check(plain, familyOf(plain));
+}
+
+/** The host of a URL as it is connected to: `[::1]` → `::1`. */
+export const hostnameOf = (url: URL): string => url.hostname.replace(/^\[(.*)\]$/, '$1').toLowerCase();
+
+export class CallbackTargetPolicy {
+  private readonly names = new Set<string>();
+  private readonly allowed = new net.BlockList();
+
+  /**
+   * @param enforce false for a token-less (loopback, development) service: every target is allowed.
+   * @param allowHosts CALLBACK_ALLOW_HOSTS: host names, addresses or CIDRs that are exempt.
+   */
+  constructor(
+    readonly enforce: boolean,
+    allowHosts: readonly string[] = [],
+  ) {
+    for (const entry of allowHosts) {
+      const [address, bits] = entry.split('/') as [string, string | undefined];
+      if (net.isIP(address) === 0) this.names.add(entry.toLowerCase());
+      else if (bits === undefined) this.allowed.addAddress(unmapped(address), familyOf(unmapped(address)));
+      else this.allowed.addSubnet(address, Number(bits), familyOf(address));
+    }
+  }
+
+  /** Whether a callback to `host` (as named in the URL) may connect to `address`. */
+  allows(host: string, address: string): boolean {
+    if (!this.enforce || this.names.has(host.toLowerCase())) return true;
+    const plain = unmapped(address);
+    return !isInternalAddress(plain) || this.allowed.check(plain, familyOf(plain));
+  }
+
+  /** For a URL whose host is a literal address: whether it is allowed (names are checked when resolved). */
+  allowsLiteral(url: URL): boolean {
+    const host = hostnameOf(url);
+    return net.isIP(host) === 0 || this.allows(host, host);
+  }
+}
+
+/** Parses CALLBACK_ALLOW_HOSTS; returns an error message for an entry it cannot read. */
+export function invalidAllowEntry(entry: string): string | null {
+  const [address, bits, extra] = entry.split('/');
+  if (extra !== undefined || !address) return `${entry} is not a host name, address or CIDR`;
+  if (bits === undefined) return null;
+  const max = net.isIPv4(address) ? 32 : net.isIPv6(address) ? 128 : -1;
+  if (max < 0 || !/^\d+$/.test(bits) || Number(bits) > max) return `${entry} is not a CIDR`;
+  return null;
+}

@@ -1,0 +1,108 @@
+import { verifySignature } from '../../src/domain/delivery';
+import { backends } from '../helpers/backends';
+import { Receiver } from '../helpers/receiver';
+import { startService, TestService } from '../helpers/service';
+
+const GLOBAL_SECRET = 'global-callback-secret-0123';
+const TOKENS = [
+  { token: 'tenant-a-token-0123456789', tenant: 'a', scopes: ['produce', 'read', 'consume'], callbackSecret: 'secret-of-tenant-a-0123' },
+  { token: 'tenant-b-token-0123456789', tenant: 'b', scopes: ['produce', 'read', 'consume'] },
+];
+const [tenantA, tenantB] = TOKENS.map((t) => `Bearer ${t.token}`) as [string, string];
+
+/** Opens and seals an empty batch with a callback: complete at once, one event due. */
+async function completedWithCallback(svc: TestService, auth: string, callbackUrl: string): Promise<string> {
+  const made = await svc.api.post('/v1/batches').set('Authorization', auth).send({ callbackUrl });
+  expect(made.status).toBe(201);
+  await svc.api.post(`/v1/batches/${made.body.id}/seal`).set('Authorization', auth);
+  return made.body.id as string;
+}
+
+describe.each(backends())('callback targets in a multi-tenant service (%s)', (_name, backend) => {
+  let svc: TestService;
+  let allowed: Receiver;
+  let loopback: Receiver;
+  beforeEach(async () => {
+    allowed = new Receiver();
+    await allowed.start(0, '127.0.0.2');
+    loopback = new Receiver();
+    await loopback.start();
+    svc = await startService(backend, { API_TOKENS: JSON.stringify(TOKENS), CALLBACK_ALLOW_HOSTS: '127.0.0.2', CALLBACK_SECRET: GLOBAL_SECRET });
+  });
+  afterEach(async () => {
+    await svc.stop();
+    await allowed.stop();
+    await loopback.stop();
+  });
+
+  it.each(['http://127.0.0.1:8080/cb', 'http://10.1.2.3/cb', 'http://169.254.169.254/latest/meta-data', 'http://[::1]:80/', 'http://[::ffff:127.0.0.1]/', 'http://0.0.0.0:80/', 'http://192.168.1.1/', 'http://[fd00::1]/'])(
+    'when a batch is created with callbackUrl %s, then 400 and nothing is created',
+    async (callbackUrl) => {
+      const res = await svc.api.post('/v1/batches').set('Authorization', tenantA).send({ callbackUrl });
+      expect(res.status).toBe(400);
+      expect(res.body.error.code).toBe('invalid_request');
+      expect((await svc.api.get('/v1/batches').set('Authorization', tenantA)).body.batches).toEqual([]);
+    },
+  );
+
+  it('when the address is in CALLBACK_ALLOW_HOSTS (127.0.0.2), then the callback is delivered', async () => {
+    const id = await completedWithCallback(svc, tenantA, allowed.url);
+    expect(await svc.rollcall.dispatcher.deliverDue()).toBe(1);
+    expect(JSON.parse(allowed.deliveries[0]!.body)).toMatchObject({ event: 'batch.completed', tenant: 'a', batch: { id } });
+  });
+
+  it('when a host name resolves to a loopback address, then nothing is sent and lastError says only "refused"', async () => {
+    const id = await completedWithCallback(svc, tenantA, loopback.url.replace('127.0.0.1', 'localhost'));
+    expect(await svc.rollcall.dispatcher.deliverDue()).toBe(1);
+    expect(loopback.deliveries).toHaveLength(0);
+    const [event] = (await svc.api.get(`/v1/batches/${id}/events`).set('Authorization', tenantA)).body.events;
+    expect(event).toMatchObject({ status: 'pending', attempts: 1, lastError: 'refused: private address' });
+  });
+
+  it('when an allowed receiver refuses connections, then lastError is "connection failed" (no port-scan oracle)', async () => {
+    const id = await completedWithCallback(svc, tenantA, 'http://127.0.0.2:9/cb');
+    await svc.rollcall.dispatcher.deliverDue();
+    const [event] = (await svc.api.get(`/v1/batches/${id}/events`).set('Authorization', tenantA)).body.events;
+    expect(event.lastError).toBe('connection failed');
+  });
+
+  it("when tenants complete batches, then each callback is signed with its tenant's secret and names the tenant", async () => {
+    await completedWithCallback(svc, tenantA, allowed.url);
+    await completedWithCallback(svc, tenantB, allowed.url);
+    expect(await svc.rollcall.dispatcher.deliverDue()).toBe(2);
+    const byTenant = new Map(allowed.deliveries.map((d) => [JSON.parse(d.body).tenant as string, d]));
+    const a = byTenant.get('a')!;
+    const b = byTenant.get('b')!;
+    expect(verifySignature('secret-of-tenant-a-0123', a.body, a.headers['x-rollcall-signature'] as string)).toBe(true);
+    expect(verifySignature(GLOBAL_SECRET, a.body, a.headers['x-rollcall-signature'] as string)).toBe(false);
+    expect(verifySignature(GLOBAL_SECRET, b.body, b.headers['x-rollcall-signature'] as string)).toBe(true);
+  });
+});
+
+describe.each(backends())('fair callback delivery (%s)', (_name, backend) => {
+  jest.setTimeout(60_000);
+
+  it("when hundreds of events wait on a receiver that never answers, then another tenant's callback arrives within seconds", async () => {
+    const blackhole = new Receiver();
+    blackhole.fallback = 'hang';
+    await blackhole.start(0, '127.0.0.2');
+    const healthy = new Receiver();
+    await healthy.start(0, '127.0.0.3');
+    const svc = await startService(backend, { API_TOKENS: JSON.stringify(TOKENS), CALLBACK_ALLOW_HOSTS: '127.0.0.0/8', CALLBACK_TIMEOUT: '10s', CALLBACK_POLL_INTERVAL: '100ms' });
+    try {
+      for (let i = 0; i < 200; i++) await completedWithCallback(svc, tenantA, blackhole.url);
+      svc.rollcall.startBackground();
+      await blackhole.waitFor(4);
+      const started = Date.now();
+      await completedWithCallback(svc, tenantB, healthy.url);
+      await healthy.waitFor(1, 5000);
+      const waited = Date.now() - started;
+      console.log(`fairness (${backend.name}): the other tenant's callback arrived after ${waited} ms, 200 events hanging`);
+      expect(waited).toBeLessThan(5000);
+    } finally {
+      await blackhole.stop();
+      await svc.stop();
+      await healthy.stop();
+    }
+  });
+});
