@@ -40,7 +40,14 @@ function queryParameters(schema: z.ZodObject): JsonObject[] {
 
 /** The OpenAPI 3.1 document of the whole API, generated from the schemas that validate requests. */
 export function openApiDocument(): JsonObject {
-  const common = { '400': failure('invalid_request'), '401': failure('unauthorized (when tokens are configured)'), '403': failure('forbidden') };
+  const common = {
+    '400': failure('invalid_request'),
+    '401': failure('unauthorized (when tokens are configured)'),
+    '403': failure('forbidden'),
+    '415': failure('unsupported_media_type: a POST or DELETE with a content type an HTML form can send'),
+    '421': failure('misdirected_request: a token-less loopback service named by a non-loopback Host'),
+    '503': failure('unavailable, with Retry-After: database down, LOCK_TIMEOUT passed, retries used up, ack queue full'),
+  };
   return {
     openapi: '3.1.0',
     info: { title: 'rollcall', version: '1', description: 'Tracks when a fan-out batch is finished; completion is reported exactly once.' },
