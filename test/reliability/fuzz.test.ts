@@ -58,6 +58,21 @@ describe.each(backends())('fuzzing every endpoint with bad input (%s)', (name, b
       fc.record({ kind: fc.constant('acks'), body: junkJson }),
       fc.record({ kind: fc.constant('raw'), path: fc.constantFrom('/v1/acks', '/v1/batches', `/v1/batches/${id}/items`, `/v1/batches/${id}/seal`), text: junkText, type: fc.constantFrom('application/json', 'text/plain', 'application/x-www-form-urlencoded', 'application/json; charset=latin1') }),
       fc.record({ kind: fc.constant('read'), target: pathId, query: fc.dictionary(fc.constantFrom('state', 'limit', 'cursor', 'userKey', 'timeout', 'x'), fc.string({ maxLength: 40 })) }),
+      // Round 2 shapes: metadata too deep, compact entries without indexes, forms a page could
+      // send (also bodiless, also DELETE and the admin sweep), and Hosts a rebinding page would send.
+      fc.record({ kind: fc.constant('deep'), depth: fc.integer({ min: 33, max: 4000 }) }),
+      fc.record({
+        kind: fc.constant('emptyEntry'),
+        entries: fc.array(fc.record({ batchId: fc.constantFrom(id, 'x'), groupId: fc.constantFrom(added.body.groups[0].id as string, 'y'), indexes: fc.constantFrom([], [0], [[0, 3]]) }), { minLength: 1, maxLength: 20 }).filter((e) => e.some((x) => x.indexes.length === 0)),
+      }),
+      fc.record({
+        kind: fc.constant('form'),
+        method: fc.constantFrom('post', 'delete'),
+        path: fc.constantFrom('/v1/batches', `/v1/batches/${id}`, `/v1/batches/${id}/items`, `/v1/batches/${id}/seal`, '/v1/acks', '/v1/admin/sweep'),
+        type: fc.constantFrom('text/plain', 'application/x-www-form-urlencoded', 'multipart/form-data; boundary=zz', 'TEXT/PLAIN;charset=utf-8'),
+        text: fc.oneof(fc.constant(''), junkText),
+      }),
+      fc.record({ kind: fc.constant('host'), host: fc.domain(), path: fc.constantFrom('/v1/batches', `/v1/batches/${id}`, '/') }),
     );
     const runs = name === 'sqlite' ? 10_000 : 3_000;
     const statuses = new Map<number, number>();
@@ -79,6 +94,18 @@ describe.each(backends())('fuzzing every endpoint with bad input (%s)', (name, b
             break;
           case 'raw':
             res = await svc.api.post(r.path).set('content-type', r.type).send(r.text);
+            break;
+          case 'deep':
+            res = await svc.api.post('/v1/batches').set('content-type', 'application/json').send(`{"metadata":${'{"a":'.repeat(r.depth)}1${'}'.repeat(r.depth)}}`);
+            break;
+          case 'emptyEntry':
+            res = await withJson(svc.api.post('/v1/acks'), { groups: r.entries });
+            break;
+          case 'form':
+            res = await svc.api[r.method](r.path).set('content-type', r.type).send(r.text);
+            break;
+          case 'host':
+            res = await svc.api.get(r.path).set('host', r.host);
             break;
           default:
             res = await svc.api.get(`/v1/batches/${r.target}`).query(r.query);
