@@ -5,6 +5,10 @@ import * as m0003 from './0003_create_add_requests';
 import * as m0004 from './0004_create_outbox';
 import * as m0005 from './0005_index_batches_for_sweep';
 import * as m0006 from './0006_add_batch_tenant';
+import * as m0009 from './0009_add_batch_cancelled_at';
+import * as m0010 from './0010_add_batch_parent';
+import * as m0011 from './0011_create_failure_reasons';
+import * as m0012 from './0012_create_child_outcomes';
 
 export interface Migration {
   up(knex: Knex): Promise<void>;
@@ -22,4 +26,9 @@ export const migrations: ReadonlyArray<readonly [name: string, migration: Migrat
   ['0004_create_outbox', m0004],
   ['0005_index_batches_for_sweep', m0005],
   ['0006_add_batch_tenant', m0006],
+  // 0007 and 0008 are taken by the security work on main (issue 11).
+  ['0009_add_batch_cancelled_at', m0009],
+  ['0010_add_batch_parent', m0010],
+  ['0011_create_failure_reasons', m0011],
+  ['0012_create_child_outcomes', m0012],
 ];

@@ -52,6 +52,28 @@ describe.each(backends())('the TypeScript client and the CLI against a real serv
     expect(error).toMatchObject({ status: 409, code: 'batch_not_open' });
   });
 
+  it('when a worker checks an item and acks failures with an error, then every chunk carries the error', async () => {
+    const batch = await client.open();
+    const added = await client.addItems(batch.id, 10_001);
+    await client.seal(batch.id);
+    const [first] = added.itemIds();
+    expect(await client.item(first!)).toEqual({ id: first, batchId: batch.id, state: 'pending', batchState: 'sealed' });
+    const bodies: unknown[] = [];
+    const spying = new RollcallClient({
+      baseUrl: server.url,
+      fetch: (input, init) => {
+        if (String(input).endsWith('/v1/acks')) bodies.push(JSON.parse(String(init?.body)));
+        return fetch(input, init);
+      },
+    });
+    const result = await spying.ack(added.itemIds(), { outcome: 'failed', error: 'disk full' });
+    expect(result.acked).toBe(10_001);
+    expect(bodies).toHaveLength(2);
+    for (const body of bodies) expect(body).toMatchObject({ outcome: 'failed', error: 'disk full' });
+    expect(await client.item(first!)).toMatchObject({ state: 'failed', batchState: 'complete' });
+    await expect(client.item(`${batch.id}:nope:0`)).rejects.toMatchObject({ status: 404, code: 'item_not_found' });
+  });
+
   it('when a wait times out, then the batch comes back in its current state', async () => {
     const batch = await client.open();
     await client.addItems(batch.id, 1);

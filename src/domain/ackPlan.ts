@@ -25,6 +25,12 @@ export interface AckPlan {
   batchWrites: BatchRecord[];
 }
 
+/** An item's state as its group's bits say: succeeded wins over failed (a retry that won clears failed). */
+export function itemState(group: GroupRecord, index: number): 'pending' | 'succeeded' | 'failed' {
+  if (Bitfield.from(group.succeededBits, group.size).has(index)) return 'succeeded';
+  return Bitfield.from(group.failedBits, group.size).has(index) ? 'failed' : 'pending';
+}
+
 export const groupKey = (batchId: string, groupId: string): string => `${batchId}:${groupId}`;
 
 /** Working copy of a group while a plan is made; bitfields are decoded on first touch. */

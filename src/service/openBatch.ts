@@ -29,6 +29,10 @@ export async function openBatch(deps: ServiceDeps, caller: Caller, input: OpenBa
     updatedAt: now,
     sealedAt: null,
     completedAt: null,
+    cancelledAt: null,
+    parentItem: null,
+    firstFailureAt: null,
+    failuresDropped: 0,
   };
   try {
     await insertBatch(deps.db, batch);
