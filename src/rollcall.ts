@@ -69,6 +69,7 @@ export async function createRollcall(config: Config, options: RollcallOptions = 
       batchOpened: () => metrics.batchEvents.inc({ event: 'opened' }),
       batchSealed: () => metrics.batchEvents.inc({ event: 'sealed' }),
       batchesCompleted: (n) => metrics.batchEvents.inc({ event: 'completed' }, n),
+      batchCancelled: () => metrics.batchEvents.inc({ event: 'cancelled' }),
       ackResult(outcome, acked, duplicates, rejected) {
         if (acked) metrics.ackedItems.inc({ outcome, result: 'acked' }, acked);
         if (duplicates) metrics.ackedItems.inc({ outcome, result: 'duplicate' }, duplicates);

@@ -114,6 +114,11 @@ export function planAcks(
           result.rejected.push({ id: target.prefix + index, reason: 'index_out_of_range' });
           continue;
         }
+        // A cancelled batch refuses acks, so a worker can stop; they change nothing.
+        if (batch.state === 'cancelled') {
+          result.rejected.push({ id: target.prefix + index, reason: 'batch_cancelled' });
+          continue;
+        }
         // A complete batch never changes again: every valid ack of it is a duplicate.
         if (batch.state === 'complete') {
           result.duplicates += 1;

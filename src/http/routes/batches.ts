@@ -1,5 +1,6 @@
 import { Router } from 'express';
 import { addItems } from '../../service/addItems';
+import { cancelBatch } from '../../service/cancelBatch';
 import { deleteBatch } from '../../service/deleteBatch';
 import { openBatch } from '../../service/openBatch';
 import { getBatch, listBatches } from '../../service/readBatches';
@@ -45,6 +46,10 @@ export function batchRoutes(deps: ServiceDeps): Router {
     const { expectedItems } = parse(sealBody, req.body ?? {}, 'body');
     const { batch } = await sealBatch(deps, req.caller, batchIdOf(req), expectedItems);
     res.json(batch);
+  });
+
+  router.post('/v1/batches/:batchId/cancel', produce, async (req, res) => {
+    res.json(await cancelBatch(deps, req.caller, batchIdOf(req)));
   });
 
   router.delete('/v1/batches/:batchId', produce, async (req, res) => {
