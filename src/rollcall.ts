@@ -58,6 +58,7 @@ export async function createRollcall(config: Config, options: RollcallOptions = 
     log,
     now: options.now ?? Date.now,
     groupSize: config.GROUP_SIZE,
+    failureReasonsPerBatch: config.FAILURE_REASONS_PER_BATCH,
     tx: {
       retries: config.TX_RETRIES,
       onRetry: (err, attempt) => {

@@ -18,6 +18,8 @@ export interface ServiceDeps {
   db: Db;
   now: () => number;
   groupSize: number;
+  /** Failure reasons kept per batch (FAILURE_REASONS_PER_BATCH); more are only counted as dropped. */
+  failureReasonsPerBatch: number;
   tx: TransactionOptions;
   log: Logger;
   observe: Observer;

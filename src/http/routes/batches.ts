@@ -2,12 +2,13 @@ import { Router } from 'express';
 import { addItems } from '../../service/addItems';
 import { cancelBatch } from '../../service/cancelBatch';
 import { deleteBatch } from '../../service/deleteBatch';
+import { listFailures } from '../../service/listFailures';
 import { openBatch } from '../../service/openBatch';
 import { getBatch, listBatches } from '../../service/readBatches';
 import { sealBatch } from '../../service/sealBatch';
 import { ServiceDeps } from '../../service/deps';
 import { requireScope } from '../auth';
-import { addItemsBody, createBatchBody, idempotencyKeyHeader, listQuery, sealBody } from '../schemas';
+import { addItemsBody, createBatchBody, failuresQuery, idempotencyKeyHeader, listQuery, sealBody } from '../schemas';
 import { parse } from '../validate';
 import { batchIdOf } from '../params';
 
@@ -34,6 +35,11 @@ export function batchRoutes(deps: ServiceDeps): Router {
 
   router.get('/v1/batches/:batchId', read, async (req, res) => {
     res.json(await getBatch(deps, req.caller, batchIdOf(req)));
+  });
+
+  router.get('/v1/batches/:batchId/failures', read, async (req, res) => {
+    const query = parse(failuresQuery, req.query, 'query');
+    res.json(await listFailures(deps, req.caller, batchIdOf(req), query));
   });
 
   router.post('/v1/batches/:batchId/items', produce, async (req, res) => {
