@@ -24,6 +24,7 @@ export function batchRoutes(deps: ServiceDeps): Router {
       userKey: input.userKey ?? undefined,
       metadata: input.metadata ?? undefined,
       callbackUrl: input.callbackUrl ?? undefined,
+      parentItem: input.parentItem ?? undefined,
     });
     res.status(201).json(batch);
   });
