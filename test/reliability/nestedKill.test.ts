@@ -80,7 +80,7 @@ describe.each(backends())('a service killed -9 between children completing and t
     db = openDb(database.config);
     // The kill must land after some child committed its completion and before its parent item was
     // acked; how often it does depends on the machine, so rounds repeat (each one fully checked) until one did.
-    const rounds = [];
+    const rounds: Array<Awaited<ReturnType<typeof round>>> = [];
     for (let i = 0; i < 6 && !rounds.some((r) => r.gap > 0); i++) rounds.push(await round(env, [16, 32, 4][i % 3]!));
     console.log(`nested kill -9 (${_name}): ${JSON.stringify(rounds)}`);
     expect(rounds.some((r) => r.gap > 0)).toBe(true);
