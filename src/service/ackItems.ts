@@ -1,13 +1,13 @@
 import { AckCall, Rejection } from '../domain/ackCall';
+import { Knex } from 'knex';
+import { v7 as uuidv7 } from 'uuid';
 import { AckPlan, CallResult, planAcks } from '../domain/ackPlan';
 import { BatchRecord, BatchView, Outcome, toBatchView } from '../domain/batch';
 import { batchEventBody } from '../domain/delivery';
 import { ackTargetReads, ackTargetsFrom, ackTargetWrites } from '../store/ackTargets';
 import { Queryable } from '../store/db';
-import { lockReasonKeysQuery, reasonKeysFrom, writeReasonsQueries } from '../store/failureReasons';
+import { reasonKeysFrom, reasonKeysQuery, writeReasonsQueries } from '../store/failureReasons';
 import { insertEventQuery } from '../store/outbox';
-import { v7 as uuidv7 } from 'uuid';
-import { Knex } from 'knex';
 import { readDecideWrite } from '../store/readDecideWrite';
 import { announceCompletions, completionEvents } from './completion';
 import { ServiceDeps } from './deps';
@@ -85,7 +85,7 @@ export async function ackItems(deps: ServiceDeps, calls: AckCall[]): Promise<Ack
   const reasonBatches = batchesWithReasons(calls);
   const { results, completed } = await readDecideWrite(deps.db, deps.tx, {
     // The stored reasons are read after the batch rows (the lock order), and only for failures with an error.
-    reads: (q) => [...ackTargetReads(q, byBatch), ...reasonBatches.map((id) => lockReasonKeysQuery(q, id))],
+    reads: (q) => [...ackTargetReads(q, byBatch), ...reasonBatches.map((id) => reasonKeysQuery(q, id))],
     decide(q, rows) {
       const targetRows = rows.slice(0, rows.length - reasonBatches.length);
       const stored = new Map(reasonBatches.map((id, i) => [id, reasonKeysFrom(rows[targetRows.length + i])]));

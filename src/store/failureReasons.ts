@@ -1,6 +1,5 @@
 import { Knex } from 'knex';
 import { ReasonPlan, reasonKey } from '../domain/failureReasons';
-import { lockRows } from './batches';
 import { Queryable } from './db';
 import { selectRows } from './mysqlDriver';
 
@@ -15,11 +14,15 @@ interface ReasonRow extends ReasonKeyRow {
 }
 
 /**
- * The keys of a batch's stored reasons (at most the cap, so a bounded read), row-locked: read in
- * an ack transaction that already holds the batch row, for batches named by failures with an error.
+ * The keys of a batch's stored reasons (at most the cap, so a bounded read), for batches named by
+ * failures with an error. Read in the ack transaction after its batch row is locked, and every
+ * writer of a batch's reasons holds that lock: so a plain read (its snapshot taken after the lock
+ * was granted) already sees every committed reason. A locking read would add next-key locks that
+ * reach into the neighbouring batch's key range, and make ack transactions of unrelated batches
+ * wait for (or deadlock with) each other.
  */
-export function lockReasonKeysQuery(q: Queryable, batchId: string): Knex.QueryBuilder {
-  return lockRows(q, q('failure_reasons').select('group_id', 'item_index').where('batch_id', batchId));
+export function reasonKeysQuery(q: Queryable, batchId: string): Knex.QueryBuilder {
+  return q('failure_reasons').select('group_id', 'item_index').where('batch_id', batchId);
 }
 
 /** The key set of lockReasonKeysQuery's rows. */

@@ -1,5 +1,5 @@
 import { backends } from '../helpers/backends';
-import { sealedBatch, startService, TestService } from '../helpers/service';
+import { sealedBatch, startReplica, startService, TestService } from '../helpers/service';
 
 function expectCounted(body: { acked: number; duplicates: number; rejected: unknown[] }, sent: number) {
   expect(body.acked + body.duplicates + body.rejected.length).toBe(sent);
@@ -119,5 +119,23 @@ describe.each(backends())('failure reasons (%s)', (_name, backend) => {
     const res = await ack({ ids: [...ids, ids[0]], outcome: 'failed', error: 'b' }, 3);
     expect(res).toMatchObject({ acked: 0, duplicates: 3 });
     expect(await failures(id)).toEqual(before);
+  });
+
+  it('when many clients on two replicas fail items with errors at once, then exactly the cap is kept and every other failure is counted once as dropped', async () => {
+    const replica = await startReplica(svc);
+    try {
+      const { id, ids } = await sealedBatch(svc.api, 60);
+      const calls = Array.from({ length: 30 }, (_, i) => [svc.api, replica.api][i % 2]!.post('/v1/acks').send({ ids: ids.slice(i * 2, i * 2 + 2), outcome: 'failed', error: `e${i}` }));
+      const results = await Promise.all(calls);
+      for (const res of results) {
+        expect(res.status).toBe(200);
+        expect(res.body.acked).toBe(2);
+      }
+      expect(await storedRows(id)).toBe(5);
+      expect((await failures(id)).dropped).toBe(55);
+      expect((await svc.api.get(`/v1/batches/${id}`)).body).toMatchObject({ state: 'complete', failed: 60 });
+    } finally {
+      await replica.rollcall.close();
+    }
   });
 });
