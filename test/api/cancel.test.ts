@@ -124,7 +124,7 @@ describe.each(backends())('cancelling a batch (%s)', (_name, backend) => {
     try {
       const seen = { complete: 0, cancelled: 0 };
       for (let round = 0; round < 12; round++) {
-        const id = (await svc.api.post('/v1/batches').send({})).body.id;
+        const id = (await svc.api.post('/v1/batches').send({ callbackUrl: 'http://127.0.0.1:9/never' })).body.id;
         const added = await svc.api.post(`/v1/batches/${id}/items`).send({ count: 40 });
         const ids = shuffled(itemIds(id, added.body.groups), round);
         const apis = [svc.api, replica.api];
@@ -165,6 +165,9 @@ describe.each(backends())('cancelling a batch (%s)', (_name, backend) => {
           }
         }
         expect(['complete', 'cancelled']).toContain(final.state);
+        // One end event, of the state that won.
+        const events = (await svc.api.get(`/v1/batches/${id}/events`)).body.events.map((e: { event: string }) => e.event);
+        expect(events).toEqual([final.state === 'complete' ? 'batch.completed' : 'batch.cancelled']);
         seen[final.state as 'complete' | 'cancelled'] += 1;
         if (final.state === 'complete') {
           expect(final).toMatchObject({ outcome: 'succeeded', succeeded: 40, cancelledAt: null });
