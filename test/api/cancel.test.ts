@@ -49,10 +49,12 @@ describe.each(backends())('cancelling a batch (%s)', (_name, backend) => {
 
   it('when a batch is cancelled, then adds and seals are 409 batch_not_open and acks are rejected as batch_cancelled, counted once each, changing nothing', async () => {
     const open = (await svc.api.post('/v1/batches').send({})).body.id;
-    const added = await svc.api.post(`/v1/batches/${open}/items`).send({ count: 3 });
+    const added = await svc.api.post(`/v1/batches/${open}/items`).set('Idempotency-Key', 'k1').send({ count: 3 });
     const ids = itemIds(open, added.body.groups);
     const other = await sealedBatch(svc.api, 2);
     await svc.api.post(`/v1/batches/${open}/cancel`);
+    const replay = await svc.api.post(`/v1/batches/${open}/items`).set('Idempotency-Key', 'k1').send({ count: 3 });
+    expect([replay.status, replay.body]).toEqual([201, added.body]); // the first answer, nothing added
     for (const [path, body] of [[`/v1/batches/${open}/items`, { count: 1 }], [`/v1/batches/${open}/seal`, {}]] as const) {
       const res = await svc.api.post(path).send(body);
       expect(res.status).toBe(409);
