@@ -7,6 +7,10 @@ import * as m0005 from './0005_index_batches_for_sweep';
 import * as m0006 from './0006_add_batch_tenant';
 import * as m0007 from './0007_exact_identifier_collation';
 import * as m0008 from './0008_outbox_tenant_and_host';
+import * as m0009 from './0009_add_batch_cancelled_at';
+import * as m0010 from './0010_add_batch_parent';
+import * as m0011 from './0011_create_failure_reasons';
+import * as m0012 from './0012_create_child_outcomes';
 
 export interface Migration {
   up(knex: Knex): Promise<void>;
@@ -26,4 +30,8 @@ export const migrations: ReadonlyArray<readonly [name: string, migration: Migrat
   ['0006_add_batch_tenant', m0006],
   ['0007_exact_identifier_collation', m0007],
   ['0008_outbox_tenant_and_host', m0008],
+  ['0009_add_batch_cancelled_at', m0009],
+  ['0010_add_batch_parent', m0010],
+  ['0011_create_failure_reasons', m0011],
+  ['0012_create_child_outcomes', m0012],
 ];

@@ -3,10 +3,38 @@
  * No dependencies beyond Node's fetch.
  */
 
-import type { BatchState, BatchView as Batch } from '../domain/batch';
+import type { BatchOutcome, BatchState, BatchView as Batch } from '../domain/batch';
 import type { Rejection } from '../domain/ackCall';
 
-export type { Batch, BatchState };
+export type { Batch, BatchOutcome, BatchState };
+
+/** An item as GET /v1/items/:itemId shows it. */
+export interface ItemStatus {
+  id: string;
+  batchId: string;
+  state: 'pending' | 'succeeded' | 'failed';
+  batchState: BatchState;
+}
+
+/** One kept failure reason (GET /v1/batches/:batchId/failures). */
+export interface FailureReason {
+  id: string;
+  error: string;
+  failedAt: string;
+}
+
+export interface FailurePage {
+  failures: FailureReason[];
+  nextCursor: string | null;
+  /** Failures whose reason was not kept: the batch already held FAILURE_REASONS_PER_BATCH reasons. */
+  dropped: number;
+}
+
+export interface AckOptions {
+  outcome?: 'succeeded' | 'failed';
+  /** Why the items failed (≤ 1,000 characters); only with `outcome: 'failed'`. */
+  error?: string;
+}
 
 export interface Group {
   id: string;
@@ -58,6 +86,11 @@ export function* itemIdsOf(batchId: string, groups: readonly Group[]): IterableI
   for (const group of groups) for (let i = 0; i < group.size; i++) yield `${batchId}:${group.id}:${i}`;
 }
 
+function queryString(query: Record<string, string | number | undefined>): string {
+  const params = new URLSearchParams(Object.entries(query).filter(([, v]) => v !== undefined).map(([k, v]): [string, string] => [k, String(v)]));
+  return params.size ? `?${params}` : '';
+}
+
 export class RollcallClient {
   private readonly baseUrl: string;
   private readonly send: typeof fetch;
@@ -67,8 +100,24 @@ export class RollcallClient {
     this.send = options.fetch ?? fetch;
   }
 
-  open(input: { userKey?: string; metadata?: Record<string, unknown>; callbackUrl?: string } = {}): Promise<Batch> {
+  /** Opens a batch; with `parentItem` (an item ID of another batch) it is a child standing for that item. */
+  open(input: { userKey?: string; metadata?: Record<string, unknown>; callbackUrl?: string; parentItem?: string } = {}): Promise<Batch> {
     return this.request('POST', '/v1/batches', input);
+  }
+
+  /** Cancels a batch: terminal; later acks of its items are rejected as `batch_cancelled`. */
+  cancel(batchId: string): Promise<Batch> {
+    return this.request('POST', `/v1/batches/${batchId}/cancel`);
+  }
+
+  /** One item's state and its batch's state (ask before costly work: a cancelled batch needs none). */
+  item(itemId: string): Promise<ItemStatus> {
+    return this.request('GET', `/v1/items/${encodeURIComponent(itemId)}`);
+  }
+
+  /** A page of a batch's kept failure reasons, oldest first. */
+  failures(batchId: string, query: { limit?: number; cursor?: string } = {}): Promise<FailurePage> {
+    return this.request('GET', `/v1/batches/${batchId}/failures${queryString(query)}`);
   }
 
   async addItems(batchId: string, count: number, options: { idempotencyKey?: string } = {}): Promise<AddedItems> {
@@ -89,20 +138,21 @@ export class RollcallClient {
     return this.request('DELETE', `/v1/batches/${batchId}`);
   }
 
-  list(query: { state?: BatchState; userKey?: string; limit?: number; cursor?: string } = {}): Promise<{ batches: Batch[]; nextCursor: string | null }> {
-    const params = new URLSearchParams(Object.entries(query).filter(([, v]) => v !== undefined).map(([k, v]): [string, string] => [k, String(v)]));
-    return this.request('GET', `/v1/batches${params.size ? `?${params}` : ''}`);
+  /** Batches newest first; `parent` lists the children of that batch. */
+  list(query: { state?: BatchState; userKey?: string; parent?: string; limit?: number; cursor?: string } = {}): Promise<{ batches: Batch[]; nextCursor: string | null }> {
+    return this.request('GET', `/v1/batches${queryString(query)}`);
   }
 
   /**
    * Acks any number of IDs (an array or any iterable, such as `itemIds()`), in calls of at most
-   * MAX_IDS_PER_ACK, one after another; returns the results added up.
+   * MAX_IDS_PER_ACK, one after another; returns the results added up. `error` goes with every call.
    */
-  async ack(ids: Iterable<string>, options: { outcome?: 'succeeded' | 'failed' } = {}): Promise<AckResult> {
+  async ack(ids: Iterable<string>, options: AckOptions = {}): Promise<AckResult> {
     const total: AckResult = { acked: 0, duplicates: 0, rejected: [], completed: [] };
     let chunk: string[] = [];
+    const extra = { ...(options.outcome ? { outcome: options.outcome } : {}), ...(options.error !== undefined ? { error: options.error } : {}) };
     const flush = async () => {
-      const result = await this.request<AckResult>('POST', '/v1/acks', { ids: chunk, ...(options.outcome ? { outcome: options.outcome } : {}) });
+      const result = await this.request<AckResult>('POST', '/v1/acks', { ids: chunk, ...extra });
       total.acked += result.acked;
       total.duplicates += result.duplicates;
       total.rejected.push(...result.rejected);
@@ -117,14 +167,14 @@ export class RollcallClient {
     return total;
   }
 
-  /** Resolves with the batch once it is complete, or with its state when `timeoutMs` has passed. */
+  /** Resolves with the batch once it is complete or cancelled, or with its state when `timeoutMs` has passed. */
   async waitForCompletion(batchId: string, options: { timeoutMs?: number } = {}): Promise<Batch> {
     const deadline = Date.now() + (options.timeoutMs ?? 60_000);
     for (;;) {
       const left = Math.max(0, deadline - Date.now());
       const seconds = Math.min(60, left / 1000);
       const batch = await this.request<Batch>('GET', `/v1/batches/${batchId}/wait?timeout=${seconds.toFixed(3)}`, undefined, undefined, left);
-      if (batch.state === 'complete' || Date.now() >= deadline) return batch;
+      if (batch.state === 'complete' || batch.state === 'cancelled' || Date.now() >= deadline) return batch;
     }
   }
 

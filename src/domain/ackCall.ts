@@ -1,7 +1,7 @@
 import { Outcome } from './batch';
 import { isItemPrefix, ITEM_PREFIX_LENGTH, parseIndexAfterPrefix } from './itemId';
 
-export type RejectReason = 'malformed' | 'unknown_batch' | 'unknown_group' | 'index_out_of_range';
+export type RejectReason = 'malformed' | 'unknown_batch' | 'unknown_group' | 'index_out_of_range' | 'batch_cancelled';
 
 export interface Rejection {
   id: string;
@@ -21,6 +21,8 @@ export interface AckCall {
   /** Only this tenant's batches are visible to the call; others' IDs are `unknown_batch`. */
   tenant: string;
   outcome: Outcome;
+  /** Why the items failed (only with outcome `failed`); kept as the items' failure reason. */
+  error?: string;
   targets: AckTarget[];
   malformed: Rejection[];
 }

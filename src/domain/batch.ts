@@ -1,5 +1,11 @@
-export type BatchState = 'open' | 'sealed' | 'complete';
+export type BatchState = 'open' | 'sealed' | 'complete' | 'cancelled';
+/** What an item (and an ack) can be: */
 export type Outcome = 'succeeded' | 'failed';
+/** What a finished batch ended as. */
+export type BatchOutcome = Outcome | 'cancelled';
+
+/** Terminal states: nothing about such a batch changes any more. */
+export const isFinished = (state: BatchState): boolean => state === 'complete' || state === 'cancelled';
 
 /** Who is asking: batches belong to the tenant that created them ('' without authentication). */
 export interface Caller {
@@ -26,13 +32,20 @@ export interface BatchRecord {
   updatedAt: number;
   sealedAt: number | null;
   completedAt: number | null;
+  cancelledAt: number | null;
+  /** The item of another batch this batch (a child) stands for; null for a root. */
+  parentItem: string | null;
+  /** When the first item of this batch failed (the batch.first_failure event is written once, then). */
+  firstFailureAt: number | null;
+  /** Failure reasons not kept because the batch already held FAILURE_REASONS_PER_BATCH of them. */
+  failuresDropped: number;
 }
 
 /** The Batch object of the HTTP contract. */
 export interface BatchView {
   id: string;
   state: BatchState;
-  outcome: Outcome | null;
+  outcome: BatchOutcome | null;
   userKey: string | null;
   metadata: Record<string, unknown> | null;
   callbackUrl: string | null;
@@ -44,11 +57,14 @@ export interface BatchView {
   updatedAt: string;
   sealedAt: string | null;
   completedAt: string | null;
+  cancelledAt: string | null;
+  parentItem: string | null;
 }
 
 const iso = (ms: number | null): string | null => (ms === null ? null : new Date(ms).toISOString());
 
-export function batchOutcome(batch: Pick<BatchRecord, 'state' | 'failed'>): Outcome | null {
+export function batchOutcome(batch: Pick<BatchRecord, 'state' | 'failed'>): BatchOutcome | null {
+  if (batch.state === 'cancelled') return 'cancelled';
   if (batch.state !== 'complete') return null;
   return batch.failed === 0 ? 'succeeded' : 'failed';
 }
@@ -69,6 +85,8 @@ export function toBatchView(batch: BatchRecord): BatchView {
     updatedAt: iso(batch.updatedAt) as string,
     sealedAt: iso(batch.sealedAt),
     completedAt: iso(batch.completedAt),
+    cancelledAt: iso(batch.cancelledAt),
+    parentItem: batch.parentItem,
   };
 }
 
@@ -85,6 +103,14 @@ export function sealed(batch: BatchRecord, now: number): BatchRecord {
     completedAt: complete ? now : null,
     updatedAt: now,
   };
+}
+
+/**
+ * Cancels a batch that is not finished, in memory: terminal, counts kept as they are. The caller
+ * holds the batch row lock, so a cancel and the ack or seal that would complete the batch never both win.
+ */
+export function cancelled(batch: BatchRecord, now: number): BatchRecord {
+  return { ...batch, state: 'cancelled', cancelledAt: now, updatedAt: now };
 }
 
 /** Splits `count` new items into group sizes of at most `groupSize`. */

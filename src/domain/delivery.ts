@@ -29,9 +29,10 @@ export function retryDelay(policy: BackoffPolicy, attempts: number, random: () =
 }
 
 /**
- * The event body, built once and stored, so every retry sends (and signs) the same bytes. It names
- * the tenant: a receiver that serves several tenants can tell whose batch it is from signed bytes.
+ * An event's body (batch.completed, batch.cancelled, batch.first_failure), built once and stored, so
+ * every retry sends (and signs) the same bytes. It names the tenant: a receiver that serves several
+ * tenants can tell whose batch it is from signed bytes.
  */
-export function completionEventBody(tenant: string, batch: unknown): string {
-  return JSON.stringify({ event: 'batch.completed', tenant, batch });
+export function batchEventBody(event: string, tenant: string, batch: unknown, extra: Record<string, unknown> = {}): string {
+  return JSON.stringify({ event, tenant, batch, ...extra });
 }

@@ -47,8 +47,30 @@ export class BatchNotOpenError extends RollcallError {
   readonly code = 'batch_not_open';
   readonly status = 409;
   constructor(batchId: string, state: string) {
-    super(`batch ${batchId} is ${state}; items can only be added to an open batch`);
+    super(`batch ${batchId} is ${state}; ${state === 'cancelled' ? 'a cancelled batch takes no more items and no seal' : 'items can only be added to an open batch'}`);
   }
+}
+
+export class BatchCompleteError extends RollcallError {
+  readonly code = 'batch_complete';
+  readonly status = 409;
+  constructor(batchId: string) {
+    super(`batch ${batchId} is complete; a complete batch cannot be cancelled`);
+  }
+}
+
+/** An item ID that is malformed, unknown or another tenant's: all answered alike. */
+export class ItemNotFoundError extends RollcallError {
+  readonly code = 'item_not_found';
+  readonly status = 404;
+  constructor(itemId: string) {
+    super(`item ${itemId} does not exist`);
+  }
+}
+
+export class ItemNotPendingError extends RollcallError {
+  readonly code = 'item_not_pending';
+  readonly status = 409;
 }
 
 export class ExpectedItemsMismatchError extends RollcallError {

@@ -5,6 +5,8 @@ import { ServiceDeps } from '../service/deps';
 import { errorHandler } from './errorHandler';
 import { ackHandlers, SubmitAck } from './routes/acks';
 import { batchRoutes } from './routes/batches';
+import { itemRoutes } from './routes/items';
+import { whoamiRoutes } from './routes/whoami';
 import { healthRoutes } from './routes/health';
 import { lifecycleRoutes, LifecycleDeps } from './routes/lifecycle';
 import { requestContext } from './requestContext';
@@ -44,6 +46,8 @@ export function createApp(deps: AppDeps): Express {
   app.use(everyRequest);
   app.use('/v1', apiRequest);
   app.use(batchRoutes(deps.service));
+  app.use(itemRoutes(deps.service));
+  app.use(whoamiRoutes());
   app.use(lifecycleRoutes(deps));
   app.use(healthRoutes(deps.service.db));
   app.use(metaRoutes(deps));

@@ -67,3 +67,11 @@ export function requireScope(scope: Scope): RequestHandler {
     next(new ForbiddenError(`this token lacks the ${scope} scope`));
   };
 }
+
+/** Lets the request through when its token has any of `scopes` (or `admin`). */
+export function requireAnyScope(...scopes: Scope[]): RequestHandler {
+  return (req, _res, next) => {
+    if (req.scopes.has('admin') || scopes.some((scope) => req.scopes.has(scope))) return next();
+    next(new ForbiddenError(`this token lacks the ${scopes.join(' or ')} scope`));
+  };
+}

@@ -14,7 +14,7 @@ function componentSchemas(): Record<string, JsonObject> {
   };
   return {
     ...convert(
-      { Batch: res.batchSchema, Error: res.errorSchema, BatchPage: res.batchPageSchema, AddResult: res.addResultSchema, AckResult: res.ackResultSchema, Events: res.eventsSchema, SweepResult: res.sweepResultSchema, Status: res.statusSchema },
+      { Batch: res.batchSchema, Error: res.errorSchema, BatchPage: res.batchPageSchema, AddResult: res.addResultSchema, AckResult: res.ackResultSchema, Events: res.eventsSchema, SweepResult: res.sweepResultSchema, Status: res.statusSchema, Item: res.itemSchema, FailurePage: res.failurePageSchema, Whoami: res.whoamiSchema },
       'output',
     ),
     ...convert({ CreateBatch: req.createBatchBody, AddItems: req.addItemsBody, Seal: req.sealBody, Ack: req.ackBody, CompactAck: req.compactAckBody }, 'input'),
@@ -58,7 +58,7 @@ export function openApiDocument(): JsonObject {
     security: [{ bearer: [] }, {}],
     paths: {
       '/v1/batches': {
-        post: { summary: 'Open a batch', requestBody: { required: false, ...json('CreateBatch') }, responses: { '201': answer('the new batch', 'Batch'), ...common } },
+        post: { summary: 'Open a batch', requestBody: { required: false, ...json('CreateBatch') }, responses: { '201': answer('the new batch', 'Batch'), '404': failure('item_not_found (parentItem)'), '409': failure('item_not_pending (parentItem)'), ...common } },
         get: { summary: 'List batches, newest first', parameters: queryParameters(req.listQuery), responses: { '200': answer('a page of batches', 'BatchPage'), ...common } },
       },
       '/v1/batches/{batchId}': {
@@ -95,6 +95,28 @@ export function openApiDocument(): JsonObject {
           responses: { '200': answer('the batch', 'Batch'), '404': failure('batch_not_found'), ...common },
         },
       },
+      '/v1/batches/{batchId}/cancel': {
+        post: {
+          summary: 'Cancel a batch (terminal; acks of its items are then rejected as batch_cancelled)',
+          parameters: [batchId],
+          responses: { '200': answer('the batch, cancelled (again: unchanged)', 'Batch'), '404': failure('batch_not_found'), '409': failure('batch_complete'), ...common },
+        },
+      },
+      '/v1/batches/{batchId}/failures': {
+        get: {
+          summary: "A batch's kept failure reasons, oldest first (at most FAILURE_REASONS_PER_BATCH; the rest counted in dropped)",
+          parameters: [batchId, ...queryParameters(req.failuresQuery)],
+          responses: { '200': answer('a page of failure reasons', 'FailurePage'), '404': failure('batch_not_found'), ...common },
+        },
+      },
+      '/v1/items/{itemId}': {
+        get: {
+          summary: 'One item and its batch state (scope read or consume)',
+          parameters: [{ name: 'itemId', in: 'path', required: true, schema: { type: 'string' } }],
+          responses: { '200': answer('the item', 'Item'), '404': failure('item_not_found'), ...common },
+        },
+      },
+      '/v1/whoami': { get: { summary: 'The tenant and scopes of the token in use', responses: { '200': answer('who is asking', 'Whoami'), ...common } } },
       '/v1/batches/{batchId}/events': {
         get: { summary: 'Callback events of a batch and their delivery state', parameters: [batchId], responses: { '200': answer('events', 'Events'), '404': failure('batch_not_found'), ...common } },
       },

@@ -8,8 +8,8 @@ const time = z.iso.datetime();
 
 export const batchSchema = z.object({
   id: z.uuid(),
-  state: z.enum(['open', 'sealed', 'complete']),
-  outcome: z.enum(['succeeded', 'failed']).nullable(),
+  state: z.enum(['open', 'sealed', 'complete', 'cancelled']),
+  outcome: z.enum(['succeeded', 'failed', 'cancelled']).nullable(),
   userKey: z.string().nullable(),
   metadata: z.record(z.string(), z.unknown()).nullable(),
   callbackUrl: z.string().nullable(),
@@ -21,6 +21,8 @@ export const batchSchema = z.object({
   updatedAt: time,
   sealedAt: time.nullable(),
   completedAt: time.nullable(),
+  cancelledAt: time.nullable(),
+  parentItem: z.string().nullable(),
 });
 
 export const errorSchema = z.object({ error: z.object({ code: z.string(), message: z.string() }) });
@@ -36,7 +38,7 @@ export const addResultSchema = z.object({
 export const ackResultSchema = z.object({
   acked: z.number().int().min(0),
   duplicates: z.number().int().min(0),
-  rejected: z.array(z.object({ id: z.string(), reason: z.enum(['malformed', 'unknown_batch', 'unknown_group', 'index_out_of_range']) })),
+  rejected: z.array(z.object({ id: z.string(), reason: z.enum(['malformed', 'unknown_batch', 'unknown_group', 'index_out_of_range', 'batch_cancelled']) })),
   completed: z.array(batchSchema),
 });
 
@@ -60,3 +62,18 @@ export const eventsSchema = z.object({
 export const sweepResultSchema = z.object({ batchesRemoved: z.number().int().min(0), groupsRemoved: z.number().int().min(0) });
 
 export const statusSchema = z.object({ status: z.string() });
+
+export const itemSchema = z.object({
+  id: z.string(),
+  batchId: z.uuid(),
+  state: z.enum(['pending', 'succeeded', 'failed']),
+  batchState: z.enum(['open', 'sealed', 'complete', 'cancelled']),
+});
+
+export const failurePageSchema = z.object({
+  failures: z.array(z.object({ id: z.string(), error: z.string(), failedAt: time })),
+  nextCursor: z.string().nullable(),
+  dropped: z.number().int().min(0),
+});
+
+export const whoamiSchema = z.object({ tenant: z.string(), scopes: z.array(z.enum(['admin', 'consume', 'produce', 'read'])) });

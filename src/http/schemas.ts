@@ -31,8 +31,12 @@ const metadata = z.record(z.string(), z.unknown()).superRefine((value, ctx) => {
   }
 });
 
+export const MAX_ERROR_LENGTH = 1000;
+
 export const createBatchBody = z.strictObject({
   userKey: z.string().min(1).max(255).nullish(),
+  /** `<batchId>:<groupId>:<index>` of another batch: the new batch is a child standing for that item. */
+  parentItem: z.string().max(200).nullish(),
   metadata: metadata.nullish(),
   callbackUrl: z.url({ protocol: /^https?$/, error: 'must be an http(s) URL' }).max(2048).nullish(),
 });
@@ -49,11 +53,21 @@ export const sealBody = z.strictObject({
 
 export const outcome = z.enum(['succeeded', 'failed']);
 
+/** Why the items of a failed ack failed; applies to every item of the call. */
+const failureError = z.string().max(MAX_ERROR_LENGTH);
+
+/** `error` explains a failure: with outcome succeeded (also the default) it is refused, not ignored. */
+const errorOnlyWhenFailed = (body: { outcome?: string; error?: string }) => body.error === undefined || body.outcome === 'failed';
+const errorRule = { message: 'error is only allowed with outcome "failed"', path: ['error'] };
+
 /** The ID count is checked after parsing, so more than MAX_ACK_IDS answers 413, not 400. */
-export const ackBody = z.strictObject({
-  ids: z.array(z.string()),
-  outcome: outcome.optional(),
-});
+export const ackBody = z
+  .strictObject({
+    ids: z.array(z.string()),
+    outcome: outcome.optional(),
+    error: failureError.optional(),
+  })
+  .refine(errorOnlyWhenFailed, errorRule);
 
 const index = z.number().int().min(0).max(2 ** 31);
 
@@ -69,15 +83,22 @@ export const compactAckBody = z.strictObject({
     }),
   ),
   outcome: outcome.optional(),
-});
+  error: failureError.optional(),
+}).refine(errorOnlyWhenFailed, errorRule);
 
 export const listQuery = z.strictObject({
-  state: z.enum(['open', 'sealed', 'complete']).optional(),
+  state: z.enum(['open', 'sealed', 'complete', 'cancelled']).optional(),
   userKey: z.string().min(1).max(255).optional(),
+  parent: z.uuid().optional(),
   limit: z.coerce.number().int().min(1).max(500).default(50),
   cursor: z.string().min(1).max(200).optional(),
 });
 
 export const waitQuery = z.strictObject({
   timeout: z.coerce.number().min(0).max(60).default(30),
+});
+
+export const failuresQuery = z.strictObject({
+  limit: z.coerce.number().int().min(1).max(500).default(50),
+  cursor: z.string().min(1).max(200).optional(),
 });

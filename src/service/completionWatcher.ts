@@ -1,14 +1,14 @@
-import { BatchRecord, BatchView, Caller, toBatchView } from '../domain/batch';
-import { findCompleteBatches } from '../store/batches';
+import { BatchRecord, BatchView, Caller, isFinished, toBatchView } from '../domain/batch';
+import { findFinishedBatches } from '../store/batches';
 import { ServiceDeps } from './deps';
 import { getBatch } from './readBatches';
 
 type Wake = (batch: BatchRecord | null) => void;
 
 /**
- * Long-poll for completion. Waiters of this process are woken at once by completions made here,
+ * Long-poll for completion (or cancellation: both end a batch). Waiters of this process are woken at once by completions made here,
  * and by ONE shared query every `pollIntervalMs` that asks which of all waited-for batches are
- * complete (for completions made by other replicas): hundreds of waiters cost one query per tick.
+ * finished (for completions made by other replicas): hundreds of waiters cost one query per tick.
  */
 export class CompletionWatcher {
   private readonly waiters = new Map<string, Set<Wake>>();
@@ -25,7 +25,7 @@ export class CompletionWatcher {
     return n;
   }
 
-  /** Completions committed in this process. */
+  /** Completions and cancellations committed in this process. */
   notify(batches: BatchRecord[]): void {
     for (const batch of batches) {
       const set = this.waiters.get(batch.id);
@@ -36,10 +36,10 @@ export class CompletionWatcher {
     this.stopPollingIfIdle();
   }
 
-  /** Answers as soon as the batch is complete, or after `timeoutMs` with its state then. */
+  /** Answers as soon as the batch is complete or cancelled, or after `timeoutMs` with its state then. */
   async wait(caller: Caller, batchId: string, timeoutMs: number, abandoned: AbortSignal): Promise<BatchView> {
     const now = await getBatch(this.deps, caller, batchId);
-    if (now.state === 'complete' || timeoutMs === 0) return now;
+    if (isFinished(now.state) || timeoutMs === 0) return now;
     const completed = await new Promise<BatchRecord | null>((resolve) => {
       const set = this.waiters.get(now.id) ?? new Set<Wake>();
       this.waiters.set(now.id, set);
@@ -85,7 +85,7 @@ export class CompletionWatcher {
     const ids = [...this.waiters.keys()];
     for (let i = 0; i < ids.length; i += 1000) {
       try {
-        this.notify(await findCompleteBatches(this.deps.db, ids.slice(i, i + 1000)));
+        this.notify(await findFinishedBatches(this.deps.db, ids.slice(i, i + 1000)));
       } catch {
         return; // the database is away; waiters time out and read the state themselves
       }

@@ -29,6 +29,8 @@ export async function getBatch(deps: ServiceDeps, caller: Caller, batchId: strin
 export interface ListInput {
   state?: BatchState;
   userKey?: string;
+  /** Only the children of this batch. */
+  parent?: string;
   limit: number;
   cursor?: string;
 }
@@ -56,7 +58,7 @@ function decodeCursor(cursor: string): string {
 export async function listBatches(deps: ServiceDeps, caller: Caller, input: ListInput): Promise<BatchPage> {
   const beforeId = input.cursor === undefined ? undefined : decodeCursor(input.cursor);
   const found = await reading(() =>
-    listBatchRows(deps.db, { tenant: caller.tenant, state: input.state, userKey: input.userKey, beforeId, limit: input.limit + 1 }),
+    listBatchRows(deps.db, { tenant: caller.tenant, state: input.state, userKey: input.userKey, parentBatchId: input.parent?.toLowerCase(), beforeId, limit: input.limit + 1 }),
   );
   // The store filters by tenant and userKey exactly (binary collations); checked again here so a
   // lax collation can never show one tenant another's batches.

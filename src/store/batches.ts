@@ -18,6 +18,11 @@ export interface BatchRow {
   updated_at: number | string;
   sealed_at: number | string | null;
   completed_at: number | string | null;
+  cancelled_at: number | string | null;
+  parent_item: string | null;
+  parent_batch_id: string | null;
+  first_failure_at: number | string | null;
+  failures_dropped: number | string;
 }
 
 const num = (value: number | string): number => Number(value);
@@ -39,6 +44,10 @@ export function batchFromRow(row: BatchRow): BatchRecord {
     updatedAt: num(row.updated_at),
     sealedAt: numOrNull(row.sealed_at),
     completedAt: numOrNull(row.completed_at),
+    cancelledAt: numOrNull(row.cancelled_at),
+    parentItem: row.parent_item,
+    firstFailureAt: numOrNull(row.first_failure_at),
+    failuresDropped: num(row.failures_dropped),
   };
 }
 
@@ -58,6 +67,11 @@ function toRow(batch: BatchRecord): BatchRow {
     updated_at: batch.updatedAt,
     sealed_at: batch.sealedAt,
     completed_at: batch.completedAt,
+    cancelled_at: batch.cancelledAt,
+    parent_item: batch.parentItem,
+    parent_batch_id: batch.parentItem === null ? null : batch.parentItem.slice(0, 36),
+    first_failure_at: batch.firstFailureAt,
+    failures_dropped: batch.failuresDropped,
   };
 }
 
@@ -111,19 +125,24 @@ export function updateBatchQuery(q: Queryable, batch: BatchRecord): Knex.QueryBu
     updated_at: batch.updatedAt,
     sealed_at: batch.sealedAt,
     completed_at: batch.completedAt,
+    cancelled_at: batch.cancelledAt,
+    first_failure_at: batch.firstFailureAt,
+    failures_dropped: batch.failuresDropped,
   });
 }
 
-/** The batches among `ids` that are complete (one query for every waiter of a process). */
-export async function findCompleteBatches(q: Queryable, ids: string[]): Promise<BatchRecord[]> {
+/** The batches among `ids` that are complete or cancelled (one query for every waiter of a process). */
+export async function findFinishedBatches(q: Queryable, ids: string[]): Promise<BatchRecord[]> {
   if (ids.length === 0) return [];
-  return ((await q('batches').whereIn('id', ids).where('state', 'complete')) as BatchRow[]).map(batchFromRow);
+  return ((await q('batches').whereIn('id', ids).whereIn('state', ['complete', 'cancelled'])) as BatchRow[]).map(batchFromRow);
 }
 
 export interface BatchFilter {
   tenant: string;
   state?: BatchState;
   userKey?: string;
+  /** Only the children of this batch. */
+  parentBatchId?: string;
   /** Only batches created before this one (ids are UUIDv7, so id order is creation order). */
   beforeId?: string;
   limit: number;
@@ -134,6 +153,7 @@ export async function listBatches(q: Queryable, filter: BatchFilter): Promise<Ba
   const query = q('batches').where('tenant', filter.tenant).orderBy('id', 'desc').limit(filter.limit);
   if (filter.state) query.where('state', filter.state);
   if (filter.userKey !== undefined) query.where('user_key', filter.userKey);
+  if (filter.parentBatchId !== undefined) query.where('parent_batch_id', filter.parentBatchId);
   if (filter.beforeId) query.where('id', '<', filter.beforeId);
   return ((await query) as BatchRow[]).map(batchFromRow);
 }

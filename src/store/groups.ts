@@ -2,6 +2,7 @@ import { Knex } from 'knex';
 import { GroupRecord } from '../domain/ackPlan';
 import { lockRows } from './batches';
 import { Queryable } from './db';
+import { selectRows } from './mysqlDriver';
 
 export interface GroupRow {
   batch_id: string;
@@ -83,4 +84,10 @@ export function writeGroupsQueries(q: Queryable, groups: GroupRecord[]): Knex.Qu
   }
   if (chunk.length > 0) write(chunk);
   return statements;
+}
+
+/** Reads one group without locking; null when the batch has no such group. */
+export async function findGroup(q: Queryable, batchId: string, groupId: string): Promise<GroupRecord | null> {
+  const [row] = await selectRows<GroupRow>(q, q('item_groups').where({ batch_id: batchId, id: groupId }));
+  return row ? groupFromRow(row) : null;
 }

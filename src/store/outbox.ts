@@ -95,14 +95,44 @@ export interface Saturated {
 }
 
 /**
- * Locks up to `limit` due pending events, oldest due first, leaving out saturated tenants and
- * hosts (so hundreds of events waiting on one receiver never hide another's). On MySQL rows that
- * another replica is claiming right now are skipped (SKIP LOCKED); SQLite has one writer.
+ * Keeps events that may be sent now: a batch's batch.first_failure goes before its terminal event
+ * (batch.completed / batch.cancelled), and a parent's batch.completed only after every event of its
+ * children was delivered or given up. Neither blocker can appear after the event it blocks (both are
+ * written earlier, or in the same transaction), so this plain, unlocked read can only be too careful
+ * for a moment, never wrong; the locking claim then takes the ids it kept.
+ */
+function inOrder(q: Queryable, query: Knex.QueryBuilder): Knex.QueryBuilder {
+  return query
+    .whereNot((blocked) =>
+      blocked.where('outbox.event', '<>', 'batch.first_failure').whereExists((earlier) =>
+        earlier.select(q.raw('1')).from('outbox as earlier').whereRaw('earlier.batch_id = outbox.batch_id').where('earlier.status', 'pending').where('earlier.event', 'batch.first_failure'),
+      ),
+    )
+    .whereNot((blocked) =>
+      blocked.where('outbox.event', 'batch.completed').whereExists((children) =>
+        children
+          .select(q.raw('1'))
+          .from('batches as child')
+          .join('outbox as child_event', 'child_event.batch_id', 'child.id')
+          .whereRaw('child.parent_batch_id = outbox.batch_id')
+          .where('child_event.status', 'pending'),
+      ),
+    );
+}
+
+/**
+ * Locks up to `limit` due pending events that may be sent now (inOrder), oldest due first, leaving
+ * out saturated tenants and hosts (so hundreds of events waiting on one receiver never hide
+ * another's). The choice is a plain read; the locking read then takes the rows it chose. On MySQL
+ * rows that another replica is claiming right now are skipped (SKIP LOCKED); SQLite has one writer.
  */
 export async function lockDueEvents(trx: Knex.Transaction, now: number, limit: number, saturated: Saturated): Promise<DueEvent[]> {
-  let query = trx('outbox').select('id', 'tenant', 'host').where('status', 'pending').where('next_attempt_at', '<=', now).orderBy('next_attempt_at').limit(limit);
-  if (saturated.tenants.length > 0) query = query.whereNotIn('tenant', saturated.tenants);
-  if (saturated.hosts.length > 0) query = query.whereNotIn('host', saturated.hosts);
+  let ready = inOrder(trx, trx('outbox').select('id').where('status', 'pending').where('next_attempt_at', '<=', now));
+  if (saturated.tenants.length > 0) ready = ready.whereNotIn('outbox.tenant', saturated.tenants);
+  if (saturated.hosts.length > 0) ready = ready.whereNotIn('outbox.host', saturated.hosts);
+  const ids = ((await ready.orderBy('next_attempt_at').limit(limit)) as Array<{ id: string }>).map((r) => r.id);
+  if (ids.length === 0) return [];
+  let query = trx('outbox').select('id', 'tenant', 'host').whereIn('id', ids).where('status', 'pending').where('next_attempt_at', '<=', now).orderBy('next_attempt_at');
   if (dialectOf(trx) === 'mysql') query = query.forUpdate().skipLocked();
   return (await query) as DueEvent[];
 }

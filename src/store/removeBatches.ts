@@ -4,7 +4,7 @@ import { dialectOf } from './db';
 export interface SweepCutoffs {
   /** Batches not complete whose last activity is older than this are removed. */
   idleBefore: number;
-  /** Complete batches that completed before this are removed. */
+  /** Complete batches that completed (and cancelled ones cancelled) before this are removed. */
   completedBefore: number;
 }
 
@@ -13,7 +13,7 @@ export interface SweepCutoffs {
  * (an ack in flight, another replica's sweep): their locking read sees the newest committed
  * `updated_at`, so a batch that an ack has just touched is no longer due. A batch with a callback
  * event still pending is never due: retention waits for `delivered` or `dead`, whatever its value.
- * Two index range scans, each checking the outbox by batch.
+ * Three index range scans (idle, complete, cancelled), each checking the outbox by batch.
  */
 export async function lockDueBatches(trx: Knex.Transaction, cutoffs: SweepCutoffs, limit: number): Promise<string[]> {
   const skipLocked = (q: Knex.QueryBuilder) => (dialectOf(trx) === 'mysql' ? q.forUpdate().skipLocked() : q);
@@ -29,7 +29,14 @@ export async function lockDueBatches(trx: Knex.Transaction, cutoffs: SweepCutoff
           noPendingEvent(trx('batches').select('id').where('state', 'complete').where('completed_at', '<', cutoffs.completedBefore).limit(room)),
         )) as Array<{ id: string }>)
       : [];
-  return [...idle, ...old].map((r) => r.id);
+  const roomLeft = limit - idle.length - old.length;
+  const cancelled =
+    roomLeft > 0
+      ? ((await skipLocked(
+          noPendingEvent(trx('batches').select('id').where('state', 'cancelled').where('cancelled_at', '<', cutoffs.completedBefore).limit(roomLeft)),
+        )) as Array<{ id: string }>)
+      : [];
+  return [...idle, ...old, ...cancelled].map((r) => r.id);
 }
 
 /** Deletes the batches (rows this transaction holds) with their groups; returns the group count. */
@@ -37,6 +44,7 @@ export async function deleteBatchesWithGroups(trx: Knex.Transaction, batchIds: s
   if (batchIds.length === 0) return 0;
   const groups = await trx('item_groups').whereIn('batch_id', batchIds).delete();
   await trx('add_requests').whereIn('batch_id', batchIds).delete();
+  await trx('failure_reasons').whereIn('batch_id', batchIds).delete();
   await trx('outbox').whereIn('batch_id', batchIds).delete();
   await trx('batches').whereIn('id', batchIds).delete();
   return groups;

@@ -26,6 +26,8 @@ describe.each(backends())('opening and reading batches (%s)', (_name, backend) =
       updatedAt: '2026-11-21T12:00:00.000Z',
       sealedAt: null,
       completedAt: null,
+      cancelledAt: null,
+      parentItem: null,
     });
     const again = await svc.api.get(`/v1/batches/${res.body.id}`);
     expect(again.status).toBe(200);

@@ -9,7 +9,7 @@ const G2 = '0193a1b2-c3d4-7e5f-8a9b-0000000000a2';
 
 function batch(state: BatchRecord['state'], sizes: number[]): BatchRecord {
   const total = sizes.reduce((a, b) => a + b, 0);
-  return { id: BATCH, tenant: '', state, userKey: null, metadata: null, callbackUrl: null, total, succeeded: 0, failed: 0, openGroups: sizes.length, createdAt: 1, updatedAt: 1, sealedAt: null, completedAt: null };
+  return { id: BATCH, tenant: '', state, userKey: null, metadata: null, callbackUrl: null, total, succeeded: 0, failed: 0, openGroups: sizes.length, createdAt: 1, updatedAt: 1, sealedAt: null, completedAt: null, cancelledAt: null, parentItem: null, firstFailureAt: null, failuresDropped: 0 };
 }
 
 function groups(sizes: number[]): Map<string, GroupRecord> {

@@ -13,17 +13,22 @@ function tooLarge(count: number): PayloadTooLargeError {
   return new PayloadTooLargeError(`an ack call takes at most ${MAX_ACK_IDS} items; this one has ${count}`);
 }
 
+function withError(call: AckCall, error: string | undefined): AckCall {
+  if (error !== undefined) call.error = error;
+  return call;
+}
+
 /** Reads either form of the body: `{ ids: [...] }` or the compact `{ groups: [...] }`. */
 function callFromBody(body: unknown, tenant: string): AckCall {
   if (typeof body === 'object' && body !== null && 'groups' in body) {
     const compact = parse(compactAckBody, body, 'body');
     const count = compactSize(compact.groups);
     if (count > MAX_ACK_IDS) throw tooLarge(count);
-    return callFromCompact(compact.groups, compact.outcome ?? 'succeeded', tenant);
+    return withError(callFromCompact(compact.groups, compact.outcome ?? 'succeeded', tenant), compact.error);
   }
   const plain = parse(ackBody, body, 'body');
   if (plain.ids.length > MAX_ACK_IDS) throw tooLarge(plain.ids.length);
-  return callFromIds(plain.ids, plain.outcome ?? 'succeeded', tenant);
+  return withError(callFromIds(plain.ids, plain.outcome ?? 'succeeded', tenant), plain.error);
 }
 
 /** Consumer route POST /v1/acks: its handlers, which app.ts mounts after the common middleware. */
