@@ -50,6 +50,11 @@ export class AckCommitter {
     private readonly onRound?: (calls: number, ids: number) => void,
   ) {}
 
+  /** Acked IDs waiting for a round (what ACK_QUEUE_MAX_IDS bounds). */
+  get waitingIds(): number {
+    return this.queuedIds;
+  }
+
   submit(call: AckCall): Promise<AckResult> {
     const size = callSize(call);
     if (this.queue.length > 0 && this.queuedIds + size > this.options.maxQueuedIds) {

@@ -10,6 +10,14 @@ async function timed<T>(promise: Promise<T>): Promise<[T, number]> {
   return [value, performance.now() - started];
 }
 
+/** Resolves once `condition` holds (polled every 5 ms, for at most 5 s). */
+async function until(condition: () => boolean): Promise<void> {
+  for (let waited = 0; !condition(); waited += 5) {
+    if (waited > 5000) throw new Error('condition not reached in 5 s');
+    await new Promise((resolve) => setTimeout(resolve, 5));
+  }
+}
+
 const mysql = mysqlBackend();
 const describeOnMysql = mysql ? describe : describe.skip;
 
@@ -67,14 +75,16 @@ describeOnMysql('a batch row held locked by another connection (mysql)', () => {
     const release = await holdRow(x.id);
     try {
       // (supertest sends a request only once it is awaited: Promise.resolve sends it now.)
+      const committer = svc.rollcall.committer!;
+      const rounds = committer.stats.transactions;
       const first = Promise.resolve(svc.api.post('/v1/acks').send({ ids: x.ids.slice(0, 6000) }));
-      await new Promise((resolve) => setTimeout(resolve, 100));
+      await until(() => committer.stats.transactions > rounds); // in flight, waiting for the lock
       const second = Promise.resolve(svc.api.post('/v1/acks').send({ ids: x.ids.slice(6000, 12_000) }));
-      await new Promise((resolve) => setTimeout(resolve, 100));
+      await until(() => committer.waitingIds === 6000); // queued behind it
       const [third, ms] = await timed(svc.api.post('/v1/acks').send({ ids: x.ids.slice(12_000) }));
       expect(third.status).toBe(503);
       expect(third.headers['retry-after']).toBe('1');
-      expect(ms).toBeLessThan(1000);
+      expect(ms).toBeLessThan(1500); // at once, not after LOCK_TIMEOUT (2 s)
       await release();
       const answers = await Promise.all([first, second]);
       const acked = answers.reduce((n, r) => n + (r.status === 200 ? r.body.acked : 0), 0);
