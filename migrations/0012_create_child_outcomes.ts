@@ -1,4 +1,5 @@
 import { Knex } from 'knex';
+import { exactCollation, exactString } from './exactCollation';
 
 /**
  * Outcomes of finished child batches waiting to be acked into their parent item. A row is written
@@ -6,9 +7,10 @@ import { Knex } from 'knex';
  * transaction stays on one batch), and deleted once the parent item's ack has committed.
  */
 export async function up(knex: Knex): Promise<void> {
+  const collation = await exactCollation(knex);
   await knex.schema.createTable('child_outcomes', (t) => {
     t.string('batch_id', 36).primary(); // the child: one outcome per child, ever
-    t.string('tenant', 64).notNullable();
+    exactString(t, 'tenant', 64, collation).notNullable();
     t.string('parent_item', 96).notNullable();
     t.string('outcome', 16).notNullable(); // succeeded | failed
     t.string('error', 1000).nullable();

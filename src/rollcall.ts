@@ -69,6 +69,7 @@ export async function createRollcall(config: Config, options: RollcallOptions = 
     failureReasonsPerBatch: config.FAILURE_REASONS_PER_BATCH,
     tx: {
       retries: config.TX_RETRIES,
+      lockTimeoutMs: config.LOCK_TIMEOUT,
       onRetry: (err, attempt) => {
         metrics.transactionRetries.inc();
         log.debug({ err, attempt }, 'transaction retried');

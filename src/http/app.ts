@@ -18,6 +18,7 @@ import { requireJsonBody } from './requireJson';
 import { metaRoutes } from './routes/meta';
 import { dashboardRoutes } from './routes/dashboard';
 import { requireLoopbackHost } from './loopbackHost';
+import { refuseCrossSiteWrites } from './crossSite';
 
 export interface AppDeps extends LifecycleDeps {
   service: ServiceDeps;
@@ -39,7 +40,7 @@ export function createApp(deps: AppDeps): Express {
   app.disable('x-powered-by');
   app.set('etag', false);
   const everyRequest = [requestContext(app, deps.log), httpMetrics(deps.metrics), ...(deps.loopbackHostsOnly ? [requireLoopbackHost()] : [])];
-  const apiRequest = [authenticate(deps.tokens), requireJsonBody, express.json({ limit: deps.bodyLimit })];
+  const apiRequest = [authenticate(deps.tokens), ...(deps.tokens ? [] : [refuseCrossSiteWrites()]), requireJsonBody, express.json({ limit: deps.bodyLimit })];
   // The hottest route first, its whole chain as handlers of one route: a one-ID ack then runs them in
   // a single route dispatch instead of walking the router's layer stack once per middleware.
   app.post('/v1/acks', ...everyRequest, ...apiRequest, ...ackHandlers(deps.submitAck));

@@ -50,7 +50,7 @@ export class CallbackDispatcher {
     const load = loadOf([...this.inFlight.values()].map((f) => f.event));
     const now = this.deps.now();
     const claimed = await inTransaction(this.deps.db, this.deps.tx, async (trx) => {
-      const due = await lockDueEvents(trx, now, slots * CANDIDATES_PER_SLOT, saturated(load, this.options.share));
+      const due = await lockDueEvents(trx, now, slots * CANDIDATES_PER_SLOT, { ...saturated(load, this.options.share), eventIds: [...this.inFlight.keys()] });
       const chosen = pickFairly(due, load, this.options.share, slots);
       return claimEvents(trx, chosen.map((e) => e.id), this.claim, now, this.options.timeoutMs + 5_000);
     });

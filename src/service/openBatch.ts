@@ -6,7 +6,7 @@ import { formatItemId, parseItemId } from '../domain/itemId';
 import { findBatch, insertBatch } from '../store/batches';
 import { isDuplicateKey } from '../store/dbErrors';
 import { findGroup } from '../store/groups';
-import { asUnavailable } from '../store/transaction';
+import { asUnavailable, withRetries } from '../store/transaction';
 import { ServiceDeps } from './deps';
 import { reading } from './readBatches';
 
@@ -64,7 +64,8 @@ export async function openBatch(deps: ServiceDeps, caller: Caller, input: OpenBa
     failuresDropped: 0,
   };
   try {
-    await insertBatch(deps.db, batch);
+    // withRetries: on SQLite another process may hold the file for a moment.
+    await withRetries(deps.tx, () => insertBatch(deps.db, batch));
   } catch (caught) {
     const error = toError(caught);
     // The unique parent_item: another child already stands for this item (also when two creates race).

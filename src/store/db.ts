@@ -21,6 +21,9 @@ function knexLog(log?: Logger): Knex.Config['log'] {
   return { warn: write('warn'), error: write('error'), deprecate: write('warn'), debug: write('debug') };
 }
 
+/** How long one SQLite statement waits, blocking, for a file another process holds. */
+const SQLITE_BUSY_SLICE_MS = 20;
+
 export type DbConfig = Pick<Config, 'DATABASE_URL' | 'SQLITE_PATH' | 'DB_POOL_SIZE' | 'LOCK_TIMEOUT'>;
 
 /**
@@ -47,7 +50,10 @@ function mysqlPool(config: DbConfig, log: Logger | undefined, multipleStatements
       min: 0,
       max: config.DB_POOL_SIZE,
       afterCreate(conn: MysqlSession, done: (err: Error | null, conn: unknown) => void) {
-        conn.query('SET SESSION sql_mode = ?, innodb_lock_wait_timeout = ?', [SAFE_SQL_MODE, lockWaitSeconds(config.LOCK_TIMEOUT)], (err) => done(err, conn));
+        // Row locks (innodb_lock_wait_timeout) and table/metadata locks (lock_wait_timeout: LOCK
+        // TABLES, FLUSH TABLES WITH READ LOCK, an ALTER's end) both end at LOCK_TIMEOUT, with 1205.
+        const seconds = lockWaitSeconds(config.LOCK_TIMEOUT);
+        conn.query('SET SESSION sql_mode = ?, innodb_lock_wait_timeout = ?, lock_wait_timeout = ?', [SAFE_SQL_MODE, seconds, seconds], (err) => done(err, conn));
       },
     },
     acquireConnectionTimeout: 5000,
@@ -103,11 +109,12 @@ export function openDb(config: DbConfig, log?: Logger): Db {
       max: 1,
       afterCreate(conn: { pragma(sql: string): unknown }, done: (err: Error | null, conn: unknown) => void) {
         // WAL lets readers of other processes run beside the writer; FULL fsyncs every commit so an
-        // answered ack survives a power loss; the busy timeout makes other processes wait, not
-        // fail, for up to LOCK_TIMEOUT.
+        // answered ack survives a power loss. better-sqlite3 waits for a busy file synchronously,
+        // blocking the event loop, so it waits only a short slice; the rest of LOCK_TIMEOUT is
+        // waited asynchronously between tries (withRetries in transaction.ts).
         conn.pragma('journal_mode = WAL');
         conn.pragma('synchronous = FULL');
-        conn.pragma(`busy_timeout = ${config.LOCK_TIMEOUT}`);
+        conn.pragma(`busy_timeout = ${Math.min(config.LOCK_TIMEOUT, SQLITE_BUSY_SLICE_MS)}`);
         conn.pragma('foreign_keys = ON');
         done(null, conn);
       },

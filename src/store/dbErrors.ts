@@ -8,7 +8,7 @@
 const RETRYABLE_CODES = new Set(['ER_LOCK_DEADLOCK']);
 /** SQLite's extended codes: SQLITE_BUSY_SNAPSHOT, SQLITE_BUSY_RECOVERY, SQLITE_LOCKED_SHAREDCACHE … */
 const RETRYABLE_PREFIXES = ['SQLITE_BUSY_', 'SQLITE_LOCKED'];
-/** Plain SQLITE_BUSY is what busy_timeout (= LOCK_TIMEOUT) ends in. */
+/** Plain SQLITE_BUSY still there at LOCK_TIMEOUT (transaction.ts waits for it in slices). */
 const LOCK_TIMEOUT_CODES = new Set(['ER_LOCK_WAIT_TIMEOUT', 'SQLITE_BUSY']);
 
 const UNAVAILABLE_CODES = new Set([
@@ -24,6 +24,10 @@ const UNAVAILABLE_CODES = new Set([
   'ER_SERVER_SHUTDOWN',
   'ER_ACCESS_DENIED_ERROR',
   'ER_BAD_DB_ERROR',
+  // A Galera node that left the cluster answers 1047 (WSREP has not yet prepared node for
+  // application use); a server made read-only for a failover answers 1290. Both pass.
+  'ER_UNKNOWN_COM_ERROR',
+  'ER_OPTION_PREVENTS_STATEMENT',
   'SQLITE_CANTOPEN',
   'SQLITE_IOERR',
   'SQLITE_FULL',
@@ -38,6 +42,11 @@ function codeOf(error: unknown): string | undefined {
 export function isRetryable(error: unknown): boolean {
   const code = codeOf(error);
   return code !== undefined && (RETRYABLE_CODES.has(code) || RETRYABLE_PREFIXES.some((p) => code.startsWith(p)));
+}
+
+/** SQLite's file is held by another connection (what a busy_timeout slice ends in). */
+export function isBusy(error: unknown): boolean {
+  return codeOf(error) === 'SQLITE_BUSY';
 }
 
 export function isLockTimeout(error: unknown): boolean {

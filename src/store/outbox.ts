@@ -88,10 +88,12 @@ export interface DueEvent {
   host: string;
 }
 
-/** Tenants and hosts whose share of deliveries is in use: their events are not even read. */
+/** Events not to claim: those of tenants and hosts whose share is in use, and those this process is still delivering. */
 export interface Saturated {
   tenants: string[];
   hosts: string[];
+  /** Delivering here already (a lease that ran out while the outcome was being recorded). */
+  eventIds: string[];
 }
 
 /**
@@ -130,6 +132,7 @@ export async function lockDueEvents(trx: Knex.Transaction, now: number, limit: n
   let ready = inOrder(trx, trx('outbox').select('id').where('status', 'pending').where('next_attempt_at', '<=', now));
   if (saturated.tenants.length > 0) ready = ready.whereNotIn('outbox.tenant', saturated.tenants);
   if (saturated.hosts.length > 0) ready = ready.whereNotIn('outbox.host', saturated.hosts);
+  if (saturated.eventIds.length > 0) ready = ready.whereNotIn('outbox.id', saturated.eventIds);
   const ids = ((await ready.orderBy('next_attempt_at').limit(limit)) as Array<{ id: string }>).map((r) => r.id);
   if (ids.length === 0) return [];
   let query = trx('outbox').select('id', 'tenant', 'host').whereIn('id', ids).where('status', 'pending').where('next_attempt_at', '<=', now).orderBy('next_attempt_at');

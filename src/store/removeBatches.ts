@@ -8,35 +8,55 @@ export interface SweepCutoffs {
   completedBefore: number;
 }
 
+/** Batches with a callback event still pending: never due (retention waits for delivered or dead). */
+const withoutPendingEvent = (trx: Knex.Transaction, query: Knex.QueryBuilder) =>
+  query.whereNotExists(trx('outbox').select(trx.raw('1')).whereRaw('outbox.batch_id = batches.id').where('outbox.status', 'pending'));
+
+/** Whether a batch row, as read, is due: the same rule as the three scans of dueCandidates. */
+function isDue(query: Knex.QueryBuilder, cutoffs: SweepCutoffs): Knex.QueryBuilder {
+  return query.where((due) =>
+    due
+      .where((idle) => idle.whereIn('state', ['open', 'sealed']).where('updated_at', '<', cutoffs.idleBefore))
+      .orWhere((complete) => complete.where('state', 'complete').where('completed_at', '<', cutoffs.completedBefore))
+      .orWhere((cancelled) => cancelled.where('state', 'cancelled').where('cancelled_at', '<', cutoffs.completedBefore)),
+  );
+}
+
+/** Up to `limit` ids that look due, read without locks: three index range scans (idle, complete, cancelled). */
+async function dueCandidates(trx: Knex.Transaction, cutoffs: SweepCutoffs, limit: number): Promise<string[]> {
+  const scans = [
+    (q: Knex.QueryBuilder) => q.whereIn('state', ['open', 'sealed']).where('updated_at', '<', cutoffs.idleBefore),
+    (q: Knex.QueryBuilder) => q.where('state', 'complete').where('completed_at', '<', cutoffs.completedBefore),
+    (q: Knex.QueryBuilder) => q.where('state', 'cancelled').where('cancelled_at', '<', cutoffs.completedBefore),
+  ];
+  const ids: string[] = [];
+  for (const scan of scans) {
+    if (ids.length >= limit) break;
+    const rows = (await withoutPendingEvent(trx, scan(trx('batches').select('id')).limit(limit - ids.length))) as Array<{ id: string }>;
+    ids.push(...rows.map((r) => r.id));
+  }
+  return ids;
+}
+
 /**
- * Locks up to `limit` batches that are due for removal, skipping any row another transaction holds
- * (an ack in flight, another replica's sweep): their locking read sees the newest committed
- * `updated_at`, so a batch that an ack has just touched is no longer due. A batch with a callback
- * event still pending is never due: retention waits for `delivered` or `dead`, whatever its value.
- * Three index range scans (idle, complete, cancelled), each checking the outbox by batch.
+ * Locks up to `limit` batches that are due for removal. The candidates are found by plain reads,
+ * then locked by primary key, skipping rows another transaction holds (an ack in flight, another
+ * replica's sweep), and checked again: a locking read sees the newest committed row, so a batch an
+ * ack has just touched is no longer due. Locking by key, not by scanning the state indexes, takes no
+ * range locks that would make acks of batches that are not due wait. Last, a batch with a callback
+ * event still pending is left out (a locking read: events are written under the batch row lock,
+ * which this transaction now holds).
  */
 export async function lockDueBatches(trx: Knex.Transaction, cutoffs: SweepCutoffs, limit: number): Promise<string[]> {
-  const skipLocked = (q: Knex.QueryBuilder) => (dialectOf(trx) === 'mysql' ? q.forUpdate().skipLocked() : q);
-  const noPendingEvent = (q: Knex.QueryBuilder) =>
-    q.whereNotExists(trx('outbox').select(trx.raw('1')).whereRaw('outbox.batch_id = batches.id').where('outbox.status', 'pending'));
-  const idle = (await skipLocked(
-    noPendingEvent(trx('batches').select('id').whereIn('state', ['open', 'sealed']).where('updated_at', '<', cutoffs.idleBefore).limit(limit)),
-  )) as Array<{ id: string }>;
-  const room = limit - idle.length;
-  const old =
-    room > 0
-      ? ((await skipLocked(
-          noPendingEvent(trx('batches').select('id').where('state', 'complete').where('completed_at', '<', cutoffs.completedBefore).limit(room)),
-        )) as Array<{ id: string }>)
-      : [];
-  const roomLeft = limit - idle.length - old.length;
-  const cancelled =
-    roomLeft > 0
-      ? ((await skipLocked(
-          noPendingEvent(trx('batches').select('id').where('state', 'cancelled').where('cancelled_at', '<', cutoffs.completedBefore).limit(roomLeft)),
-        )) as Array<{ id: string }>)
-      : [];
-  return [...idle, ...old, ...cancelled].map((r) => r.id);
+  const candidates = await dueCandidates(trx, cutoffs, limit);
+  if (candidates.length === 0) return [];
+  const mysql = dialectOf(trx) === 'mysql';
+  const lockQuery = isDue(trx('batches').select('id').whereIn('id', candidates), cutoffs);
+  const locked = ((await (mysql ? lockQuery.forUpdate().skipLocked() : lockQuery)) as Array<{ id: string }>).map((r) => r.id);
+  if (locked.length === 0) return [];
+  const pendingQuery = trx('outbox').distinct('batch_id').whereIn('batch_id', locked).where('status', 'pending');
+  const pending = new Set(((await (mysql ? pendingQuery.forShare() : pendingQuery)) as Array<{ batch_id: string }>).map((r) => r.batch_id));
+  return locked.filter((id) => !pending.has(id));
 }
 
 /** Deletes the batches (rows this transaction holds) with their groups; returns the group count. */

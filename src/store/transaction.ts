@@ -1,13 +1,16 @@
+import path from 'node:path';
 import { Knex } from 'knex';
 import { UnavailableError, toError } from '../domain/errors';
 import { Db, dialectOf } from './db';
-import { isLockTimeout, isRetryable, isUnavailable } from './dbErrors';
+import { isBusy, isLockTimeout, isRetryable, isUnavailable } from './dbErrors';
 
 export interface TransactionOptions {
   /** How many times a transaction aborted by a deadlock or lock timeout is run again. */
   retries: number;
   /** Called once per retry, for metrics and logs. */
   onRetry?: (error: Error, attempt: number) => void;
+  /** SQLite: a write transaction that waited this long for its turn in this process is not started (503). */
+  lockTimeoutMs?: number;
 }
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
@@ -20,15 +23,22 @@ const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
  */
 export function inTransaction<T>(db: Db, options: TransactionOptions, work: (trx: Knex.Transaction) => Promise<T>): Promise<T> {
   if (dialectOf(db) !== 'sqlite') return withRetries(options, () => db.transaction(work));
-  return withRetries(options, () =>
-    oneWriterPerFile(db, () =>
-      db.transaction(async (trx) => {
-        await claimSqliteWriteLock(trx);
-        return work(trx);
-      }),
-    ),
+  const deadline = lockDeadline(options);
+  return withRetries(
+    options,
+    () =>
+      oneWriterPerFile(db, deadline, () =>
+        db.transaction(async (trx) => {
+          await claimSqliteWriteLock(trx);
+          return work(trx);
+        }),
+      ),
+    deadline,
   );
 }
+
+/** When a request stops waiting for locks: LOCK_TIMEOUT after it started. */
+const lockDeadline = (options: TransactionOptions) => (options.lockTimeoutMs === undefined ? Infinity : Date.now() + options.lockTimeoutMs);
 
 /** The tail of each SQLite file's queue of write transactions in this process. */
 const sqliteWriters = new Map<string, Promise<unknown>>();
@@ -37,34 +47,47 @@ const sqliteWriters = new Map<string, Promise<unknown>>();
  * Runs SQLite write transactions of this process one after another per database file, across
  * every pool open on it (in-process replicas in tests, the CLI beside the service). better-sqlite3
  * waits for a busy file synchronously: a second connection of the same process waiting there
- * would block the event loop, and with it the transaction it waits for, until LOCK_TIMEOUT.
+ * would block the event loop, and with it the transaction it waits for. A transaction whose turn
+ * comes after its deadline is not started (503).
  */
-function oneWriterPerFile<T>(db: Db, work: () => Promise<T>): Promise<T> {
-  const file = String((db.client.config.connection as { filename?: string }).filename);
-  const run = (sqliteWriters.get(file) ?? Promise.resolve()).then(work, work);
+function oneWriterPerFile<T>(db: Db, deadline: number, work: () => Promise<T>): Promise<T> {
+  const file = path.resolve(String((db.client.config.connection as { filename?: string }).filename));
+  const turn = () => (Date.now() > deadline ? Promise.reject(new UnavailableError('the database file is busy (LOCK_TIMEOUT); try again')) : work());
+  const run = (sqliteWriters.get(file) ?? Promise.resolve()).then(turn, turn);
   const tail = run.catch(() => undefined);
   sqliteWriters.set(file, tail);
   void tail.then(() => sqliteWriters.get(file) === tail && sqliteWriters.delete(file));
   return run;
 }
 
+/** Pause between tries while another process holds the SQLite file. */
+const BUSY_PAUSE_MS = 10;
+
 /**
- * Runs one attempt of a transaction, and again after a deadlock (bounded by `retries`, with a
- * short random pause). What the caller can only retry later becomes UnavailableError (503): a
- * database that does not answer, a lock not granted within LOCK_TIMEOUT, and retries used up.
+ * Runs one attempt of a transaction (or statement), and again after a deadlock (bounded by
+ * `retries`, with a short random pause). While another process holds the SQLite file (SQLITE_BUSY
+ * after a short busy_timeout slice), it tries again after a pause until `deadline`: the wait happens
+ * here, asynchronously, not in better-sqlite3's blocking busy handler, so the process keeps serving.
+ * What the caller can only retry later becomes UnavailableError (503): a database that does not
+ * answer, a lock not granted within LOCK_TIMEOUT, and retries used up.
  */
-export async function withRetries<T>(options: TransactionOptions, attempt: () => Promise<T>): Promise<T> {
-  for (let retry = 0; ; retry++) {
+export async function withRetries<T>(options: TransactionOptions, attempt: () => Promise<T>, deadline = lockDeadline(options)): Promise<T> {
+  for (let retry = 0; ; ) {
     try {
       return await attempt();
     } catch (caught) {
       const error = toError(caught);
+      if (isBusy(error) && Date.now() < deadline) {
+        await sleep(BUSY_PAUSE_MS);
+        continue;
+      }
       if (!isRetryable(error)) throw asUnavailable(error);
       if (retry >= options.retries) {
         throw new UnavailableError(`the database aborted the transaction ${retry + 1} times (deadlock or conflict); try again`, { cause: error });
       }
-      options.onRetry?.(error, retry + 1);
-      await sleep(Math.random() * 5 * (retry + 1));
+      retry += 1;
+      options.onRetry?.(error, retry);
+      await sleep(Math.random() * 5 * retry);
     }
   }
 }

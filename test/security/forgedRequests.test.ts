@@ -38,6 +38,25 @@ describe.each(backends())('requests a browser page could forge (%s)', (_name, ba
     expect(sealed.body.state).toBe('complete');
   });
 
+  it.each([
+    ['Sec-Fetch-Site', 'cross-site'],
+    ['Sec-Fetch-Site', 'same-site'],
+    ['Origin', 'https://evil.example'],
+    ['Origin', 'null'],
+  ])('when a bodiless POST (no-cors fetch, sendBeacon) carries %s: %s, then 403 and nothing is created or swept', async (header, value) => {
+    const before = await count();
+    const created = await svc.api.post('/v1/batches').set(header, value);
+    expect(created.status).toBe(403);
+    expect(created.body.error.code).toBe('forbidden');
+    expect((await svc.api.post('/v1/admin/sweep').set(header, value)).status).toBe(403);
+    expect(await count()).toBe(before);
+  });
+
+  it('when the dashboard itself writes (same origin), then it is served', async () => {
+    const res = await svc.api.post('/v1/batches').set('Sec-Fetch-Site', 'same-origin').set('Origin', 'http://127.0.0.1:8080').set('Host', '127.0.0.1:8080').send({});
+    expect(res.status).toBe(201);
+  });
+
   it.each(['evil.example', 'evil.example:8080', '10.0.0.5', 'localhost.evil.example'])(
     'when the Host is %s on a token-less loopback service, then 421 and nothing is read or changed',
     async (host) => {

@@ -70,6 +70,23 @@ describeOnMysql('a batch row held locked by another connection (mysql)', () => {
     expect((await svc.api.post('/v1/acks').send({ ids: x.ids })).body).toMatchObject({ acked: 4, completed: [expect.objectContaining({ id: x.id })] });
   }, 30_000);
 
+  it('when another connection holds LOCK TABLES on the tables an ack needs, then the ack gets 503 after LOCK_TIMEOUT', async () => {
+    const x = await sealedBatch(svc.api, 2);
+    const connection = await holder.client.acquireConnection();
+    const run = (sql: string) => new Promise((resolve, reject) => connection.query(sql, (err: Error | null) => (err ? reject(err) : resolve(null))));
+    try {
+      await run('LOCK TABLES item_groups READ, batches READ');
+      const [res, ms] = await timed(svc.api.post('/v1/acks').send({ ids: [x.ids[0]] }));
+      expect(res.status).toBe(503);
+      expect(res.headers['retry-after']).toBe('1');
+      expect(ms).toBeLessThan(5000);
+    } finally {
+      await run('UNLOCK TABLES');
+      await holder.client.releaseConnection(connection);
+    }
+    expect((await svc.api.post('/v1/acks').send({ ids: x.ids })).body.acked).toBe(2);
+  }, 30_000);
+
   it('when more acked IDs wait than ACK_QUEUE_MAX_IDS, then the excess is answered 503 at once and applies nothing', async () => {
     const x = await sealedBatch(svc.api, 18_000);
     const release = await holdRow(x.id);
@@ -98,15 +115,40 @@ describeOnMysql('a batch row held locked by another connection (mysql)', () => {
 describe.each(backends().filter(([name]) => name === 'sqlite'))('a database file held locked by another process (%s)', (_name, backend) => {
   let svc: TestService;
   beforeAll(async () => {
-    svc = await startService(backend, { LOCK_TIMEOUT: '1s' });
+    svc = await startService(backend, { LOCK_TIMEOUT: '1s', ACK_GROUP_COMMIT: 'off' });
   });
   afterAll(() => svc.stop());
+
+  /** Another process takes the file's write lock for `ms`; resolves once it holds it (with its exit, wrapped: not awaited). */
+  async function holdFile(ms: number): Promise<{ exited: Promise<unknown> }> {
+    const holder = spawn(process.execPath, [
+      '-e',
+      `const db = require('better-sqlite3')(process.argv[1]); db.exec('BEGIN IMMEDIATE'); require('fs').writeSync(1, 'held');
+       Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, ${ms}); db.exec('ROLLBACK');`,
+      svc.database.config.SQLITE_PATH,
+    ]);
+    const exited = new Promise((resolve) => holder.once('exit', resolve));
+    await new Promise<void>((resolve) => holder.stdout.once('data', () => resolve()));
+    return { exited };
+  }
+
+  it('when three acks queue behind the locked file, then all are answered 503 within about one LOCK_TIMEOUT, not one each', async () => {
+    const batches = await Promise.all([sealedBatch(svc.api, 1), sealedBatch(svc.api, 1), sealedBatch(svc.api, 1)]);
+    const { exited } = await holdFile(5000);
+    try {
+      const [answers, ms] = await timed(Promise.all(batches.map((b) => Promise.resolve(svc.api.post('/v1/acks').send({ ids: b.ids })))));
+      expect(answers.map((r) => r.status)).toEqual([503, 503, 503]);
+      expect(ms).toBeLessThan(2500);
+    } finally {
+      await exited;
+    }
+  }, 20_000);
 
   it('when another process holds the write lock, then an ack is answered 503 with Retry-After, not 500, and applies nothing', async () => {
     const x = await sealedBatch(svc.api, 2);
     const holder = spawn(process.execPath, [
       '-e',
-      `const db = require('better-sqlite3')(process.argv[1]); db.exec('BEGIN IMMEDIATE'); console.log('held');
+      `const db = require('better-sqlite3')(process.argv[1]); db.exec('BEGIN IMMEDIATE'); require('fs').writeSync(1, 'held');
        Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 4000); db.exec('ROLLBACK');`,
       svc.database.config.SQLITE_PATH,
     ]);
