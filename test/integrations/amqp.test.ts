@@ -1,0 +1,145 @@
+import { randomBytes } from 'node:crypto';
+import amqp, { ChannelModel, ConsumeMessage } from 'amqplib';
+import { Batch, RollcallClient } from '../../src/client';
+import { previousDeliveries, rollcallConsumer } from '../../src/integrations/amqp';
+import { openBatch } from '../../src/integrations/producer';
+import { backends } from '../helpers/backends';
+import { amqpUrl, describeWith } from '../helpers/brokers';
+import { AckTally, countingFetch } from '../helpers/countingFetch';
+import { listen } from '../helpers/listening';
+import { startService, TestService } from '../helpers/service';
+import { TcpProxy } from '../helpers/tcpProxy';
+import { kindOf, permanentMessage, unrecoverableMessage } from './fixtures/jobs';
+
+const [, sqlite] = backends()[0]!;
+
+/** A message's number, as the producer below writes it. */
+const numberOf = (message: ConsumeMessage): number => (JSON.parse(message.content.toString()) as { n: number }).n;
+
+/**
+ * The same rules as the BullMQ jobs: permanent failures on every delivery, flaky ones on the first
+ * only; here "unrecoverable" is just another permanent failure (AMQP has no such error).
+ */
+async function handle(message: ConsumeMessage, workMs: number): Promise<void> {
+  if (workMs > 0) await new Promise((resolve) => setTimeout(resolve, workMs));
+  const n = numberOf(message);
+  const kind = kindOf(n);
+  if (kind === 'permanent') throw new Error(permanentMessage(n));
+  if (kind === 'unrecoverable') throw new Error(unrecoverableMessage(n));
+  if (kind === 'flaky' && previousDeliveries(message) === 0) throw new Error('flaky, first delivery');
+}
+
+function expected(count: number): { succeeded: number; failed: number } {
+  let failed = 0;
+  for (let n = 0; n < count; n++) if (kindOf(n) === 'permanent' || kindOf(n) === 'unrecoverable') failed++;
+  return { succeeded: count - failed, failed };
+}
+
+describeWith(amqpUrl)('rollcall/amqp on a real RabbitMQ quorum queue and a real rollcall service', () => {
+  const url = new URL(amqpUrl ?? 'amqp://guest:guest@127.0.0.1:5672');
+  let svc: TestService;
+  let server: { url: string; close(): Promise<void> };
+  const connections: ChannelModel[] = [];
+  let admin: ChannelModel;
+
+  beforeAll(async () => {
+    svc = await startService(sqlite);
+    server = await listen(svc.rollcall.app);
+    admin = await amqp.connect(url.toString());
+  });
+  afterAll(async () => {
+    for (const c of connections) await c.close().catch(() => undefined);
+    await admin.close();
+    await server.close();
+    await svc.stop();
+  });
+
+  async function connect(through?: TcpProxy): Promise<ChannelModel> {
+    const target = new URL(url.toString());
+    if (through) target.port = String(through.port);
+    const connection = await amqp.connect(target.toString());
+    connection.on('error', () => undefined); // a dropped connection is what some tests do
+    connections.push(connection);
+    return connection;
+  }
+
+  /** A fresh quorum queue and a batch of `count` items published to it through rollcall/producer. */
+  async function produce(client: RollcallClient, count: number): Promise<{ queue: string; batch: Batch }> {
+    const queue = `rollcall-test-${randomBytes(4).toString('hex')}`;
+    const channel = await admin.createConfirmChannel();
+    await channel.assertQueue(queue, { durable: true, arguments: { 'x-queue-type': 'quorum' } });
+    let n = 0;
+    const batch = await openBatch(client, {
+      count,
+      enqueue: async (ids) => {
+        for (const id of ids) channel.sendToQueue(queue, Buffer.from(JSON.stringify({ n: n++ })), { headers: { 'x-rollcall-item-id': id }, persistent: true });
+        await channel.waitForConfirms();
+      },
+    });
+    await channel.close();
+    return { queue, batch };
+  }
+
+  async function consumer(connection: ChannelModel, queue: string, client: RollcallClient, runs: Map<number, number>, workMs: number): Promise<void> {
+    const channel = await connection.createChannel();
+    channel.on('error', () => undefined);
+    await channel.prefetch(20);
+    await channel.consume(
+      queue,
+      rollcallConsumer(client, channel, (message) => {
+        runs.set(numberOf(message), (runs.get(numberOf(message)) ?? 0) + 1);
+        return handle(message, workMs);
+      }),
+    );
+  }
+
+  /** Waits until the queue holds no message, ready or unacknowledged. */
+  async function drained(queue: string): Promise<void> {
+    const channel = await admin.createChannel();
+    for (let i = 0; i < 100; i++) {
+      // messageCount counts ready messages only: wait a little more for unacked ones to settle.
+      if ((await channel.checkQueue(queue)).messageCount === 0) break;
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    await channel.deleteQueue(queue);
+    await channel.close();
+  }
+
+  it('when messages fail for good or only on their first delivery, then each runs as often as maxDeliveries allows and no more', async () => {
+    const tally = countingFetch();
+    const client = new RollcallClient({ baseUrl: server.url, fetch: tally.fetch });
+    const { queue, batch } = await produce(client, 200);
+    const runs = new Map<number, number>();
+    await consumer(await connect(), queue, client, runs, 0);
+    const done = await client.waitForCompletion(batch.id, { timeoutMs: 30_000 });
+    expect(done).toMatchObject({ state: 'complete', ...expected(200), pending: 0 });
+    for (let n = 0; n < 200; n++) expect([n, runs.get(n)]).toEqual([n, { permanent: 3, unrecoverable: 3, flaky: 2, ok: 1 }[kindOf(n)]]);
+    await drained(queue); // the answer that completed the batch may still be on its way to the consumer
+    expect(tally.completions.get(batch.id)).toBe(1);
+  });
+
+  it('when 2,000 messages are consumed by two consumers and one connection is dropped mid-stream, then the counts are exact and completion is reported once', async () => {
+    const producerClient = new RollcallClient({ baseUrl: server.url });
+    const { queue, batch } = await produce(producerClient, 2000);
+    const tallies: AckTally[] = [countingFetch(), countingFetch()];
+    const clients = tallies.map((t) => new RollcallClient({ baseUrl: server.url, fetch: t.fetch }));
+    const proxy = new TcpProxy(url.hostname, Number(url.port || 5672));
+    await proxy.open();
+    const runs = new Map<number, number>();
+    await consumer(await connect(), queue, clients[0]!, runs, 5);
+    await consumer(await connect(proxy), queue, clients[1]!, runs, 5);
+    for (;;) {
+      const now = await producerClient.status(batch.id);
+      if (now.succeeded + now.failed >= 500) break;
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    }
+    await proxy.cut(); // the second consumer's connection is gone, with the messages it held unacked
+    const done = await producerClient.waitForCompletion(batch.id, { timeoutMs: 60_000 });
+    expect(done).toMatchObject({ state: 'complete', ...expected(2000), pending: 0 });
+    for (let n = 0; n < 2000; n++) expect(runs.get(n) ?? 0).toBeGreaterThan(0);
+    await drained(queue);
+    expect(tallies.reduce((sum, t) => sum + (t.completions.get(batch.id) ?? 0), 0)).toBe(1);
+    expect(tallies.reduce((sum, t) => sum + t.calls, 0)).toBeLessThan(2000 / 4); // adaptive: calls grow when rollcall answers fast and the load is light
+  });
+});
