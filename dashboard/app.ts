@@ -1,15 +1,17 @@
 /**
  * The rollcall dashboard: lists batches with progress, filters and pages them with the cursor API,
- * opens one batch with its counts, timeline, metadata and callback deliveries, and refreshes every
- * second. Talks only to this service's own API; a token, when needed, lives in sessionStorage.
+ * opens one batch with its counts, timeline, metadata, failure reasons, parent and children, and
+ * callback deliveries, and refreshes every second. A token with the produce scope may cancel a
+ * batch (after a confirm). Talks only to this service's own API; a token, when needed, lives in
+ * sessionStorage.
  */
 
 // The dashboard is compiled on its own for the browser, so it declares the API shapes it reads
 // (the same as src/domain/batch.ts BatchView; the OpenAPI test keeps the server to them).
 interface Batch {
   id: string;
-  state: 'open' | 'sealed' | 'complete';
-  outcome: 'succeeded' | 'failed' | null;
+  state: 'open' | 'sealed' | 'complete' | 'cancelled';
+  outcome: 'succeeded' | 'failed' | 'cancelled' | null;
   userKey: string | null;
   metadata: Record<string, unknown> | null;
   callbackUrl: string | null;
@@ -21,6 +23,14 @@ interface Batch {
   updatedAt: string;
   sealedAt: string | null;
   completedAt: string | null;
+  cancelledAt: string | null;
+  parentItem: string | null;
+}
+
+interface FailurePage {
+  failures: Array<{ id: string; error: string; failedAt: string }>;
+  nextCursor: string | null;
+  dropped: number;
 }
 
 interface EventView {
@@ -44,9 +54,9 @@ const $ = <T extends HTMLElement>(id: string): T => {
 
 class Unauthorized extends Error {}
 
-async function api<T>(path: string): Promise<T> {
+async function api<T>(path: string, method = 'GET'): Promise<T> {
   const token = sessionStorage.getItem(TOKEN_KEY);
-  const res = await fetch(path, { headers: token ? { authorization: `Bearer ${token}` } : {} });
+  const res = await fetch(path, { method, headers: token ? { authorization: `Bearer ${token}` } : {} });
   if (res.status === 401 || res.status === 403) throw new Unauthorized(res.status === 403 ? 'this token lacks the read scope' : 'a token is needed');
   const body = (await res.json()) as T & { error?: { message: string } };
   if (!res.ok) throw new Error(body.error?.message ?? `HTTP ${res.status}`);
@@ -84,6 +94,27 @@ function stateBadge(batch: Batch): HTMLElement {
   return text('span', batch.outcome ? `${batch.state} · ${batch.outcome}` : batch.state, `state ${batch.state} ${batch.outcome ?? ''}`);
 }
 
+/** A batch id as a link that opens that batch. */
+function batchLink(id: string, label = `…${id.slice(-8)}`): HTMLElement {
+  const link = text('a', label, 'id batch-link');
+  (link as HTMLAnchorElement).href = `#${id}`;
+  link.title = id;
+  link.dataset.id = id;
+  link.addEventListener('click', (e) => {
+    e.preventDefault();
+    void openDetail(id);
+  });
+  return link;
+}
+
+/** The scopes of the token in use (null until known): the cancel button needs produce. */
+let scopes: string[] | null = null;
+
+async function knowScopes(): Promise<string[]> {
+  scopes ??= (await api<{ scopes: string[] }>('/v1/whoami')).scopes;
+  return scopes;
+}
+
 /** What the list shows: filters, and the cursors of the pages visited (for "Previous"). */
 const view = { state: '', userKey: '', cursors: [null] as Array<string | null>, nextCursor: null as string | null, openBatch: null as string | null };
 
@@ -108,7 +139,7 @@ async function renderList(): Promise<void> {
       state.append(stateBadge(b));
       const progress = document.createElement('td');
       progress.append(progressBar(b));
-      row.append(id, state, text('td', b.userKey ?? '—'), progress, text('td', `${count(b.succeeded + b.failed)} / ${count(b.total)}`), text('td', when(b.createdAt)), text('td', when(b.completedAt)));
+      row.append(id, state, text('td', b.userKey ?? '—'), progress, text('td', `${count(b.succeeded + b.failed)} / ${count(b.total)}`), text('td', when(b.createdAt)), text('td', when(b.completedAt ?? b.cancelledAt)));
       row.addEventListener('click', () => void openDetail(b.id));
       return row;
     }),
@@ -119,13 +150,53 @@ async function renderList(): Promise<void> {
   ($('first') as HTMLButtonElement).disabled = view.cursors.length <= 1;
 }
 
+function renderFamily(batch: Batch, children: Batch[]): void {
+  const parent = $('parent');
+  parent.replaceChildren(...(batch.parentItem ? [text('span', 'Stands for item '), text('code', batch.parentItem), text('span', ' of parent '), batchLink(batch.parentItem.slice(0, 36))] : []));
+  parent.hidden = !batch.parentItem;
+  const list = $('children');
+  list.replaceChildren(
+    ...children.map((child) => {
+      const item = document.createElement('li');
+      item.append(batchLink(child.id), text('span', ' '), stateBadge(child), text('span', ` ${count(child.succeeded + child.failed)} / ${count(child.total)}`));
+      return item;
+    }),
+  );
+  $('no-children').hidden = children.length > 0;
+}
+
+function renderFailures(page: FailurePage): void {
+  const rows = page.failures.map((f) => {
+    const row = document.createElement('tr');
+    row.append(text('td', f.id, 'id'), text('td', f.error), text('td', when(f.failedAt)));
+    return row;
+  });
+  ($('failures').querySelector('tbody') as HTMLTableSectionElement).replaceChildren(...rows);
+  $('no-failures').hidden = page.failures.length > 0;
+  const notes: string[] = [];
+  if (page.nextCursor) notes.push(`showing the oldest ${page.failures.length} reasons`);
+  if (page.dropped > 0) notes.push(`${count(page.dropped)} more failures whose reason was not kept (the per-batch limit)`);
+  $('failures-note').textContent = notes.join('; ');
+}
+
 async function renderDetail(id: string): Promise<void> {
-  const [batch, { events }] = await Promise.all([api<Batch>(`/v1/batches/${id}`), api<{ events: EventView[] }>(`/v1/batches/${id}/events`)]);
+  const [batch, { events }, failures, { batches: children }, mine] = await Promise.all([
+    api<Batch>(`/v1/batches/${id}`),
+    api<{ events: EventView[] }>(`/v1/batches/${id}/events`),
+    api<FailurePage>(`/v1/batches/${id}/failures?limit=100`),
+    api<{ batches: Batch[] }>(`/v1/batches?parent=${id}&limit=100`),
+    knowScopes(),
+  ]);
+  if (view.openBatch !== id) return; // another batch was opened meanwhile
+  renderFamily(batch, children);
+  renderFailures(failures);
+  const cancel = $('cancel') as HTMLButtonElement;
+  cancel.hidden = !(mine.includes('produce') || mine.includes('admin')) || batch.state === 'complete' || batch.state === 'cancelled';
   $('detail-title').replaceChildren(text('span', `Batch ${batch.id} `, 'id'), stateBadge(batch));
   $('detail-bar').replaceWith(Object.assign(progressBar(batch, true), { id: 'detail-bar' }));
   const counts: Array<[string, number]> = [['total', batch.total], ['succeeded', batch.succeeded], ['failed', batch.failed], ['pending', batch.pending]];
   $('detail-counts').replaceChildren(...counts.flatMap(([k, v]) => [text('dt', k), text('dd', count(v))]));
-  const steps: Array<[string, string | null]> = [['created', batch.createdAt], ['sealed', batch.sealedAt], ['completed', batch.completedAt], ['last activity', batch.updatedAt]];
+  const steps: Array<[string, string | null]> = [['created', batch.createdAt], ['sealed', batch.sealedAt], batch.cancelledAt ? ['cancelled', batch.cancelledAt] : ['completed', batch.completedAt], ['last activity', batch.updatedAt]];
   $('timeline').replaceChildren(...steps.map(([k, v]) => text('li', `${k}: ${when(v)}`)));
   $('metadata').textContent = JSON.stringify({ userKey: batch.userKey, callbackUrl: batch.callbackUrl, metadata: batch.metadata }, null, 2);
   const rows = events.map((e) => {
@@ -185,6 +256,13 @@ function wire(): void {
     view.cursors = [null];
     void refresh();
   });
+  $('cancel').addEventListener('click', () => {
+    const id = view.openBatch;
+    if (!id || !window.confirm(`Cancel batch ${id}? Workers' acks of its items will be refused. This cannot be undone.`)) return;
+    api<Batch>(`/v1/batches/${id}/cancel`, 'POST')
+      .then(() => refresh())
+      .catch((error: Error) => ($('error').textContent = `Could not cancel: ${error.message}`));
+  });
   $('close').addEventListener('click', () => {
     view.openBatch = null;
     $('detail').hidden = true;
@@ -194,6 +272,7 @@ function wire(): void {
   $('login-form').addEventListener('submit', (e) => {
     e.preventDefault();
     sessionStorage.setItem(TOKEN_KEY, ($('token') as HTMLInputElement).value.trim());
+    scopes = null;
     $('login').hidden = true;
     $('list').hidden = false;
     void refresh();

@@ -46,6 +46,7 @@ export const configSchema = z.object({
   COMPLETED_RETENTION: duration('7d', 0),
   SWEEP_INTERVAL: duration('60s', 0),
   SWEEP_CHUNK: int(1, 100_000).default(1000),
+  FAILURE_REASONS_PER_BATCH: int(0, 100_000).default(1000),
   CALLBACK_SECRET: z.string().min(16, 'must be at least 16 characters').optional(),
   CALLBACK_TIMEOUT: duration('10s', 100),
   CALLBACK_BACKOFF_BASE: duration('1s', 1),

@@ -5,6 +5,7 @@ import { createApp } from './http/app';
 import { AckCommitter } from './service/ackCommitter';
 import { ackItems } from './service/ackItems';
 import { CallbackDispatcher } from './service/callbackDispatcher';
+import { ChildOutcomeDispatcher } from './service/childOutcomeDispatcher';
 import { CompletionWatcher } from './service/completionWatcher';
 import { ServiceDeps } from './service/deps';
 import { PeriodicTask } from './service/periodic';
@@ -22,6 +23,8 @@ export interface Rollcall {
   log: Logger;
   metrics: Metrics;
   dispatcher: CallbackDispatcher;
+  /** Acks parent items for finished child batches. */
+  childOutcomes: ChildOutcomeDispatcher;
   watcher: CompletionWatcher;
   /** The group committer for acks; null when ACK_GROUP_COMMIT=off. */
   committer: AckCommitter | null;
@@ -58,6 +61,7 @@ export async function createRollcall(config: Config, options: RollcallOptions = 
     log,
     now: options.now ?? Date.now,
     groupSize: config.GROUP_SIZE,
+    failureReasonsPerBatch: config.FAILURE_REASONS_PER_BATCH,
     tx: {
       retries: config.TX_RETRIES,
       onRetry: (err, attempt) => {
@@ -69,6 +73,7 @@ export async function createRollcall(config: Config, options: RollcallOptions = 
       batchOpened: () => metrics.batchEvents.inc({ event: 'opened' }),
       batchSealed: () => metrics.batchEvents.inc({ event: 'sealed' }),
       batchesCompleted: (n) => metrics.batchEvents.inc({ event: 'completed' }, n),
+      batchCancelled: () => metrics.batchEvents.inc({ event: 'cancelled' }),
       ackResult(outcome, acked, duplicates, rejected) {
         if (acked) metrics.ackedItems.inc({ outcome, result: 'acked' }, acked);
         if (duplicates) metrics.ackedItems.inc({ outcome, result: 'duplicate' }, duplicates);
@@ -91,9 +96,12 @@ export async function createRollcall(config: Config, options: RollcallOptions = 
     options.send,
   );
   const delivering = new PeriodicTask('callbacks', config.CALLBACK_POLL_INTERVAL, () => dispatcher.deliverDue(), log);
+  const childOutcomes = new ChildOutcomeDispatcher(deps);
+  const ackingParents = new PeriodicTask('child outcomes', config.CALLBACK_POLL_INTERVAL, () => childOutcomes.deliverDue(), log);
   deps.onCompleted = (batches) => {
     watcher.notify(batches);
     if (batches.some((b) => b.callbackUrl)) delivering.wake();
+    if (batches.some((b) => b.parentItem)) ackingParents.wake();
   };
 
   const sweep = async () => {
@@ -136,16 +144,18 @@ export async function createRollcall(config: Config, options: RollcallOptions = 
     log,
     metrics,
     dispatcher,
+    childOutcomes,
     watcher,
     committer,
     sweep,
     startBackground() {
       delivering.start();
+      ackingParents.start();
       if (config.SWEEP_INTERVAL > 0) sweeping.start();
     },
     async close() {
       watcher.close();
-      await Promise.all([delivering.stop(), sweeping.stop()]);
+      await Promise.all([delivering.stop(), ackingParents.stop(), sweeping.stop()]);
       await committer?.drain();
       await db.destroy();
     },

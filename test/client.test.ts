@@ -74,6 +74,25 @@ describe.each(backends())('the TypeScript client and the CLI against a real serv
     await expect(client.item(`${batch.id}:nope:0`)).rejects.toMatchObject({ status: 404, code: 'item_not_found' });
   });
 
+  it('when a producer nests, cancels and reads failures with the client, then the answers are the API\'s', async () => {
+    const parent = await client.open({ userKey: 'nest' });
+    const [item] = (await client.addItems(parent.id, 2)).itemIds();
+    const child = await client.open({ parentItem: item });
+    expect(child.parentItem).toBe(item);
+    expect((await client.list({ parent: parent.id })).batches.map((b) => b.id)).toEqual([child.id]);
+    const added = await client.addItems(child.id, 3);
+    await client.ack([...added.itemIds()].slice(0, 2), { outcome: 'failed', error: 'bad input' });
+    const page = await client.failures(child.id, { limit: 1 });
+    expect(page).toMatchObject({ failures: [{ error: 'bad input' }], dropped: 0 });
+    expect((await client.failures(child.id, { cursor: page.nextCursor! })).failures).toHaveLength(1);
+    const cancelled = await client.cancel(child.id);
+    expect(cancelled).toMatchObject({ state: 'cancelled', outcome: 'cancelled' });
+    expect((await client.waitForCompletion(child.id, { timeoutMs: 5000 })).state).toBe('cancelled');
+    const late = await client.ack(added.itemIds());
+    expect(late.rejected.map((r) => r.reason)).toEqual(['batch_cancelled', 'batch_cancelled', 'batch_cancelled']);
+    await expect(client.cancel(child.id)).resolves.toMatchObject({ cancelledAt: cancelled.cancelledAt });
+  });
+
   it('when a wait times out, then the batch comes back in its current state', async () => {
     const batch = await client.open();
     await client.addItems(batch.id, 1);
@@ -95,6 +114,10 @@ describe.each(backends())('the TypeScript client and the CLI against a real serv
     const added = JSON.parse((await run(['add', id, '3'])).stdout);
     expect((await run(['seal', id])).code).toBe(0);
     const ids = [0, 1, 2].map((i) => `${id}:${added.groups[0].id}:${i}`).join('\n');
+    const failedOne = JSON.parse((await run(['ack', '--failed', '--error', 'cli says no'], ids.split('\n')[0])).stdout);
+    expect(failedOne).toMatchObject({ acked: 1 });
+    expect(JSON.parse((await run(['failures', id])).stdout).failures[0]).toMatchObject({ error: 'cli says no' });
+    expect(JSON.parse((await run(['item', ids.split('\n')[0]!])).stdout)).toMatchObject({ state: 'failed' });
     const acked = JSON.parse((await run(['ack'], ids)).stdout);
     expect(acked).toMatchObject({ acked: 3, completed: [{ id, state: 'complete' }] });
     expect(JSON.parse((await run(['status', id])).stdout)).toMatchObject({ state: 'complete', succeeded: 3 });

@@ -8,13 +8,16 @@ const USAGE = `usage: rollcall <command> [options]
 
   serve                                   start the service (same settings as npm start)
   migrate                                 apply database migrations and exit
-  open [--user-key K] [--callback-url U] [--metadata JSON]
+  open [--user-key K] [--callback-url U] [--metadata JSON] [--parent-item ITEM]
   add <batchId> <count> [--idempotency-key K]
   seal <batchId> [--expected-items N]
-  ack [<itemId> …] [--failed]             IDs as arguments, or one per line on standard input
+  ack [<itemId> …] [--failed [--error TEXT]]  IDs as arguments, or one per line on standard input
+  cancel <batchId>
   status <batchId>
+  item <itemId>
+  failures <batchId> [--limit N] [--cursor C]
   wait <batchId> [--timeout SECONDS]
-  list [--state S] [--user-key K] [--limit N]
+  list [--state S] [--user-key K] [--parent BATCH] [--limit N]
 
 The service is ROLLCALL_URL (default http://127.0.0.1:8080); ROLLCALL_TOKEN is sent as a bearer token.
 Answers are printed as JSON. Exit code 1 on an error answer, 2 on bad usage.`;
@@ -52,6 +55,10 @@ async function run(argv: string[]): Promise<unknown> {
       'idempotency-key': { type: 'string' },
       'expected-items': { type: 'string' },
       failed: { type: 'boolean' },
+      error: { type: 'string' },
+      'parent-item': { type: 'string' },
+      parent: { type: 'string' },
+      cursor: { type: 'string' },
       timeout: { type: 'string' },
       state: { type: 'string' },
       limit: { type: 'string' },
@@ -74,6 +81,7 @@ async function run(argv: string[]): Promise<unknown> {
         userKey: values['user-key'],
         callbackUrl: values['callback-url'],
         metadata: values.metadata ? (JSON.parse(values.metadata) as Record<string, unknown>) : undefined,
+        parentItem: values['parent-item'],
       });
     case 'add': {
       const added = await client().addItems(need(args[0], 'batchId'), integer(need(args[1], 'count'), 'count') as number, { idempotencyKey: values['idempotency-key'] });
@@ -84,14 +92,21 @@ async function run(argv: string[]): Promise<unknown> {
     case 'ack': {
       const ids: string[] = args.length > 0 ? args : [];
       if (ids.length === 0) for await (const line of stdinLines()) ids.push(line);
-      return client().ack(ids, { outcome: values.failed ? 'failed' : 'succeeded' });
+      if (values.error !== undefined && !values.failed) throw new UsageError('--error goes with --failed');
+      return client().ack(ids, { outcome: values.failed ? 'failed' : 'succeeded', error: values.error });
     }
+    case 'cancel':
+      return client().cancel(need(args[0], 'batchId'));
+    case 'item':
+      return client().item(need(args[0], 'itemId'));
+    case 'failures':
+      return client().failures(need(args[0], 'batchId'), { limit: integer(values.limit, '--limit'), cursor: values.cursor });
     case 'status':
       return client().status(need(args[0], 'batchId'));
     case 'wait':
       return client().waitForCompletion(need(args[0], 'batchId'), { timeoutMs: (Number(values.timeout ?? 60) || 0) * 1000 });
     case 'list':
-      return client().list({ state: values.state as 'open' | undefined, userKey: values['user-key'], limit: integer(values.limit, '--limit') });
+      return client().list({ state: values.state as 'open' | undefined, userKey: values['user-key'], parent: values.parent, limit: integer(values.limit, '--limit') });
     default:
       throw new UsageError(`unknown command ${command}`);
   }

@@ -1,6 +1,7 @@
 import { BatchRecord, Outcome } from './batch';
 import { Bitfield } from './bitfield';
 import { AckCall, Rejection } from './ackCall';
+import { planFailureReasons, ReasonPlan, ReasonTouch, reasonKey } from './failureReasons';
 
 /** A group row as stored: bits are null while all zero. */
 export interface GroupRecord {
@@ -19,10 +20,27 @@ export interface CallResult {
   completedBatchIds: string[];
 }
 
+/** The first item of a batch that failed, in the transaction that failed it (batch.first_failure). */
+export interface FirstFailure {
+  batchId: string;
+  itemId: string;
+  error: string | null;
+}
+
 export interface AckPlan {
   results: CallResult[];
   groupWrites: GroupRecord[];
   batchWrites: BatchRecord[];
+  /** Failure-reason changes per batch; only batches that failed items with an error, or had a retry win. */
+  reasonWrites: Array<{ batchId: string; plan: ReasonPlan }>;
+  firstFailures: FirstFailure[];
+}
+
+/** What the ack transaction read of the failure reasons, and the cap it applies. */
+export interface ReasonContext {
+  /** Stored reason keys per batch, read for the batches that calls with an `error` name. */
+  stored: ReadonlyMap<string, ReadonlySet<string>>;
+  cap: number;
 }
 
 /** An item's state as its group's bits say: succeeded wins over failed (a retry that won clears failed). */
@@ -44,14 +62,17 @@ class GroupWork {
     this.pending = stored.pending;
   }
 
-  /** Applies one outcome to one item; returns whether anything changed and whether it was pending. */
-  apply(index: number, outcome: Outcome): 'new' | 'retry_won' | 'duplicate' {
+  /**
+   * Applies one outcome to one item; returns whether anything changed and whether it was pending.
+   * `failed_again` is a duplicate too, told apart because its failure reason still counts.
+   */
+  apply(index: number, outcome: Outcome): 'new' | 'retry_won' | 'duplicate' | 'failed_again' {
     const succeeded = (this.succeeded ??= Bitfield.from(this.stored.succeededBits, this.stored.size));
     if (succeeded.has(index)) return 'duplicate';
     const failed = (this.failed ??= Bitfield.from(this.stored.failedBits, this.stored.size));
     const wasFailed = failed.has(index);
     if (outcome === 'failed') {
-      if (wasFailed) return 'duplicate';
+      if (wasFailed) return 'failed_again';
       failed.set(index);
     } else {
       succeeded.set(index);
@@ -81,17 +102,27 @@ function orNull(field: Bitfield): Buffer | null {
  * Applies ack calls, in order, to the locked rows they touch. Pure: the caller loaded `batches`
  * and `groups` inside one transaction and writes `groupWrites` and `batchWrites` back in it.
  * Completion is attributed to the one call whose item left a sealed batch with no open group;
- * after that the batch is frozen and every later ack of it is a duplicate.
+ * after that the batch is frozen and every later ack of it is a duplicate. A cancelled batch rejects
+ * its items' acks. Failures with an error and retries that won are collected per batch and turned
+ * into failure-reason writes under the cap (planFailureReasons).
  */
 export function planAcks(
   calls: AckCall[],
   batches: ReadonlyMap<string, BatchRecord>,
   groups: ReadonlyMap<string, GroupRecord>,
   now: number,
+  reasons: ReasonContext = { stored: new Map(), cap: 1000 },
 ): AckPlan {
   const batchWork = new Map<string, BatchRecord>();
   const groupWork = new Map<string, GroupWork>();
   const changedBatches = new Set<string>();
+  const touches = new Map<string, ReasonTouch[]>();
+  const touch = (batchId: string, t: ReasonTouch) => {
+    let list = touches.get(batchId);
+    if (!list) touches.set(batchId, (list = []));
+    list.push(t);
+  };
+  const firstFailures: FirstFailure[] = [];
 
   const results = calls.map((call) => {
     const result: CallResult = { acked: 0, duplicates: 0, rejected: [...call.malformed], completedBatchIds: [] };
@@ -114,13 +145,21 @@ export function planAcks(
           result.rejected.push({ id: target.prefix + index, reason: 'index_out_of_range' });
           continue;
         }
+        // A cancelled batch refuses acks, so a worker can stop; they change nothing.
+        if (batch.state === 'cancelled') {
+          result.rejected.push({ id: target.prefix + index, reason: 'batch_cancelled' });
+          continue;
+        }
         // A complete batch never changes again: every valid ack of it is a duplicate.
         if (batch.state === 'complete') {
           result.duplicates += 1;
           continue;
         }
         const effect = group.apply(index, call.outcome);
-        if (effect === 'duplicate') {
+        if (call.error !== undefined && (effect === 'new' || effect === 'failed_again')) {
+          touch(batch.id, { kind: 'failed', key: reasonKey(target.groupId, index), error: call.error });
+        }
+        if (effect === 'duplicate' || effect === 'failed_again') {
           result.duplicates += 1;
           continue;
         }
@@ -130,10 +169,16 @@ export function planAcks(
         if (effect === 'retry_won') {
           batch.failed -= 1;
           batch.succeeded += 1;
+          touch(batch.id, { kind: 'cleared', key: reasonKey(target.groupId, index) });
           continue;
         }
-        if (call.outcome === 'failed') batch.failed += 1;
-        else batch.succeeded += 1;
+        if (call.outcome === 'failed') {
+          batch.failed += 1;
+          if (batch.firstFailureAt === null) {
+            batch.firstFailureAt = now;
+            firstFailures.push({ batchId: batch.id, itemId: `${batch.id}:${target.groupId}:${index}`, error: call.error ?? null });
+          }
+        } else batch.succeeded += 1;
         if (group.pending === 0) {
           batch.openGroups -= 1;
           if (batch.state === 'sealed' && batch.openGroups === 0) {
@@ -147,10 +192,19 @@ export function planAcks(
     return result;
   });
 
+  const reasonWrites = [...touches].map(([batchId, list]) => ({ batchId, plan: planFailureReasons(reasons.stored.get(batchId) ?? null, list, reasons.cap) }));
+  for (const { batchId, plan } of reasonWrites) {
+    if (plan.dropped === 0) continue;
+    (batchWork.get(batchId) as BatchRecord).failuresDropped += plan.dropped;
+    changedBatches.add(batchId);
+  }
+
   return {
     results,
     groupWrites: [...groupWork.values()].filter((g) => g.changed).map((g) => g.toRecord()),
     batchWrites: [...changedBatches].map((id) => batchWork.get(id) as BatchRecord),
+    reasonWrites,
+    firstFailures,
   };
 }
 

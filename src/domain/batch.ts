@@ -105,6 +105,14 @@ export function sealed(batch: BatchRecord, now: number): BatchRecord {
   };
 }
 
+/**
+ * Cancels a batch that is not finished, in memory: terminal, counts kept as they are. The caller
+ * holds the batch row lock, so a cancel and the ack or seal that would complete the batch never both win.
+ */
+export function cancelled(batch: BatchRecord, now: number): BatchRecord {
+  return { ...batch, state: 'cancelled', cancelledAt: now, updatedAt: now };
+}
+
 /** Splits `count` new items into group sizes of at most `groupSize`. */
 export function groupSizes(count: number, groupSize: number): number[] {
   const sizes: number[] = [];

@@ -32,3 +32,8 @@ export function retryDelay(policy: BackoffPolicy, attempts: number, random: () =
 export function completionEventBody(batch: unknown): string {
   return JSON.stringify({ event: 'batch.completed', batch });
 }
+
+/** The body of the other batch events (batch.cancelled, batch.first_failure): tenant beside event and batch. */
+export function batchEventBody(event: string, tenant: string, batch: unknown, extra: Record<string, unknown> = {}): string {
+  return JSON.stringify({ event, tenant, batch, ...extra });
+}

@@ -6,6 +6,7 @@ import { errorHandler } from './errorHandler';
 import { ackHandlers, SubmitAck } from './routes/acks';
 import { batchRoutes } from './routes/batches';
 import { itemRoutes } from './routes/items';
+import { whoamiRoutes } from './routes/whoami';
 import { healthRoutes } from './routes/health';
 import { lifecycleRoutes, LifecycleDeps } from './routes/lifecycle';
 import { requestContext } from './requestContext';
@@ -43,6 +44,7 @@ export function createApp(deps: AppDeps): Express {
   app.use('/v1', apiRequest);
   app.use(batchRoutes(deps.service));
   app.use(itemRoutes(deps.service));
+  app.use(whoamiRoutes());
   app.use(lifecycleRoutes(deps));
   app.use(healthRoutes(deps.service.db));
   app.use(metaRoutes(deps));

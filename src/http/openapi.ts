@@ -14,7 +14,7 @@ function componentSchemas(): Record<string, JsonObject> {
   };
   return {
     ...convert(
-      { Batch: res.batchSchema, Error: res.errorSchema, BatchPage: res.batchPageSchema, AddResult: res.addResultSchema, AckResult: res.ackResultSchema, Events: res.eventsSchema, SweepResult: res.sweepResultSchema, Status: res.statusSchema, Item: res.itemSchema, FailurePage: res.failurePageSchema },
+      { Batch: res.batchSchema, Error: res.errorSchema, BatchPage: res.batchPageSchema, AddResult: res.addResultSchema, AckResult: res.ackResultSchema, Events: res.eventsSchema, SweepResult: res.sweepResultSchema, Status: res.statusSchema, Item: res.itemSchema, FailurePage: res.failurePageSchema, Whoami: res.whoamiSchema },
       'output',
     ),
     ...convert({ CreateBatch: req.createBatchBody, AddItems: req.addItemsBody, Seal: req.sealBody, Ack: req.ackBody, CompactAck: req.compactAckBody }, 'input'),
@@ -109,6 +109,7 @@ export function openApiDocument(): JsonObject {
           responses: { '200': answer('the item', 'Item'), '404': failure('item_not_found'), ...common },
         },
       },
+      '/v1/whoami': { get: { summary: 'The tenant and scopes of the token in use', responses: { '200': answer('who is asking', 'Whoami'), ...common } } },
       '/v1/batches/{batchId}/events': {
         get: { summary: 'Callback events of a batch and their delivery state', parameters: [batchId], responses: { '200': answer('events', 'Events'), '404': failure('batch_not_found'), ...common } },
       },

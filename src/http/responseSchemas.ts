@@ -75,3 +75,5 @@ export const failurePageSchema = z.object({
   nextCursor: z.string().nullable(),
   dropped: z.number().int().min(0),
 });
+
+export const whoamiSchema = z.object({ tenant: z.string(), scopes: z.array(z.enum(['admin', 'consume', 'produce', 'read'])) });

@@ -1,7 +1,13 @@
 import { AckCall, Rejection } from '../domain/ackCall';
-import { CallResult, planAcks } from '../domain/ackPlan';
+import { Knex } from 'knex';
+import { v7 as uuidv7 } from 'uuid';
+import { AckPlan, CallResult, planAcks } from '../domain/ackPlan';
 import { BatchRecord, BatchView, Outcome, toBatchView } from '../domain/batch';
+import { batchEventBody } from '../domain/delivery';
 import { ackTargetReads, ackTargetsFrom, ackTargetWrites } from '../store/ackTargets';
+import { Queryable } from '../store/db';
+import { reasonKeysFrom, reasonKeysQuery, writeReasonsQueries } from '../store/failureReasons';
+import { insertEventQuery } from '../store/outbox';
 import { readDecideWrite } from '../store/readDecideWrite';
 import { announceCompletions, completionEvents } from './completion';
 import { ServiceDeps } from './deps';
@@ -27,6 +33,34 @@ function groupIdsByBatch(calls: AckCall[]): Map<string, Set<string>> {
   return byBatch;
 }
 
+/** Batches named by calls that carry a failure reason: only their stored reasons are read. */
+function batchesWithReasons(calls: AckCall[]): string[] {
+  const ids = new Set<string>();
+  for (const call of calls) if (call.error !== undefined) for (const target of call.targets) ids.add(target.batchId);
+  return [...ids].sort();
+}
+
+/** The failure-reason writes, and the batch.first_failure events of batches with a callback URL. */
+function failureWrites(q: Queryable, deps: ServiceDeps, plan: AckPlan, now: number): Knex.QueryBuilder[] {
+  const writes = plan.reasonWrites.flatMap(({ batchId, plan: reasons }) => writeReasonsQueries(q, batchId, reasons, now));
+  const written = new Map(plan.batchWrites.map((b) => [b.id, b]));
+  for (const first of plan.firstFailures) {
+    const batch = written.get(first.batchId);
+    if (!batch?.callbackUrl) continue;
+    writes.push(
+      insertEventQuery(q, {
+        id: uuidv7(),
+        batchId: batch.id,
+        event: 'batch.first_failure',
+        url: batch.callbackUrl,
+        payload: batchEventBody('batch.first_failure', batch.tenant, toBatchView(batch), { itemId: first.itemId, error: first.error }),
+        createdAt: now,
+      }),
+    );
+  }
+  return writes;
+}
+
 /** Counts a transaction's acks once per outcome, not once per call: every metrics update hashes its labels. */
 function observeResults(deps: ServiceDeps, calls: AckCall[], results: CallResult[]): void {
   const totals = new Map<Outcome, { acked: number; duplicates: number; rejected: number }>();
@@ -47,15 +81,21 @@ function observeResults(deps: ServiceDeps, calls: AckCall[], results: CallResult
  * Completion happens here, under the batch row lock, at most once per batch.
  */
 export async function ackItems(deps: ServiceDeps, calls: AckCall[]): Promise<AckResult[]> {
+  const byBatch = groupIdsByBatch(calls);
+  const reasonBatches = batchesWithReasons(calls);
   const { results, completed } = await readDecideWrite(deps.db, deps.tx, {
-    reads: (q) => ackTargetReads(q, groupIdsByBatch(calls)),
+    // The stored reasons are read after the batch rows (the lock order), and only for failures with an error.
+    reads: (q) => [...ackTargetReads(q, byBatch), ...reasonBatches.map((id) => reasonKeysQuery(q, id))],
     decide(q, rows) {
-      const { batches, groups } = ackTargetsFrom(rows);
-      const plan = planAcks(calls, batches, groups, deps.now());
+      const targetRows = rows.slice(0, rows.length - reasonBatches.length);
+      const stored = new Map(reasonBatches.map((id, i) => [id, reasonKeysFrom(rows[targetRows.length + i])]));
+      const { batches, groups } = ackTargetsFrom(targetRows);
+      const now = deps.now();
+      const plan = planAcks(calls, batches, groups, now, { stored, cap: deps.failureReasonsPerBatch });
       // A batch written here and complete now became complete in this transaction (complete ones are never written).
       const newlyComplete = plan.batchWrites.filter((b) => b.state === 'complete');
       return {
-        writes: [...ackTargetWrites(q, plan.groupWrites, plan.batchWrites), ...completionEvents(q, deps, newlyComplete)],
+        writes: [...ackTargetWrites(q, plan.groupWrites, plan.batchWrites), ...failureWrites(q, deps, plan, now), ...completionEvents(q, deps, newlyComplete)],
         answer: { results: plan.results, completed: new Map<string, BatchRecord>(newlyComplete.map((b) => [b.id, b])) },
       };
     },

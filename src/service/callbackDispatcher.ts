@@ -37,32 +37,38 @@ export class CallbackDispatcher {
     private readonly send: typeof fetch = fetch,
   ) {}
 
-  /** Claims and delivers every due event (in rounds of `concurrency`); returns how many were attempted. */
+  /**
+   * Claims and delivers every due event (in rounds of `concurrency`) until none is left that may go
+   * now; returns how many were attempted. A delivery can free an event that waited for it (a batch's
+   * first_failure before its completed, children before their parent), which the next round takes.
+   */
   async deliverDue(): Promise<number> {
     let attempted = 0;
     for (;;) {
       const lease = this.options.timeoutMs + 5_000;
       const due = await inTransaction(this.deps.db, this.deps.tx, (trx) => claimDueEvents(trx, this.claim, this.deps.now(), lease, this.options.concurrency));
-      await Promise.all(due.map((event) => this.deliver(event)));
+      const results = await Promise.all(due.map((event) => this.deliver(event)));
       attempted += due.length;
-      if (due.length < this.options.concurrency) return attempted;
+      if (due.length < this.options.concurrency && !results.includes(true)) return attempted;
     }
   }
 
-  private async deliver(event: OutboxEvent): Promise<void> {
+  /** One attempt; returns true when the event left `pending` (delivered or given up). */
+  private async deliver(event: OutboxEvent): Promise<boolean> {
     const error = await this.post(event);
     const now = this.deps.now();
     if (error === null) {
       await markDelivered(this.deps.db, event.id, this.claim, now);
       this.counters.delivered += 1;
       this.deps.observe.delivery('delivered');
-      return;
+      return true;
     }
     const giveUp = now - event.createdAt >= this.options.maxAgeMs;
     await markFailed(this.deps.db, event.id, this.claim, error, giveUp ? null : now + retryDelay(this.options.backoff, event.attempts));
     this.counters[giveUp ? 'dead' : 'failed'] += 1;
     this.deps.observe.delivery(giveUp ? 'dead' : 'failed');
     this.deps.log.warn({ eventId: event.id, batchId: event.batchId, attempts: event.attempts, error, giveUp }, 'callback delivery failed');
+    return giveUp;
   }
 
   /** One attempt; returns null on a 2xx, else what went wrong. */

@@ -8,6 +8,7 @@ export interface Observer {
   batchOpened(): void;
   batchSealed(): void;
   batchesCompleted(count: number): void;
+  batchCancelled(): void;
   ackResult(outcome: string, acked: number, duplicates: number, rejected: number): void;
   delivery(result: 'delivered' | 'failed' | 'dead'): void;
 }
@@ -17,9 +18,11 @@ export interface ServiceDeps {
   db: Db;
   now: () => number;
   groupSize: number;
+  /** Failure reasons kept per batch (FAILURE_REASONS_PER_BATCH); more are only counted as dropped. */
+  failureReasonsPerBatch: number;
   tx: TransactionOptions;
   log: Logger;
   observe: Observer;
-  /** Called after a transaction that completed batches has committed. */
+  /** Called after a transaction that completed (or cancelled) batches has committed. */
   onCompleted?: (batches: BatchRecord[]) => void;
 }

@@ -29,6 +29,8 @@ export async function getBatch(deps: ServiceDeps, caller: Caller, batchId: strin
 export interface ListInput {
   state?: BatchState;
   userKey?: string;
+  /** Only the children of this batch. */
+  parent?: string;
   limit: number;
   cursor?: string;
 }
@@ -56,7 +58,7 @@ function decodeCursor(cursor: string): string {
 export async function listBatches(deps: ServiceDeps, caller: Caller, input: ListInput): Promise<BatchPage> {
   const beforeId = input.cursor === undefined ? undefined : decodeCursor(input.cursor);
   const rows = await reading(() =>
-    listBatchRows(deps.db, { tenant: caller.tenant, state: input.state, userKey: input.userKey, beforeId, limit: input.limit + 1 }),
+    listBatchRows(deps.db, { tenant: caller.tenant, state: input.state, userKey: input.userKey, parentBatchId: input.parent?.toLowerCase(), beforeId, limit: input.limit + 1 }),
   );
   const page = rows.slice(0, input.limit);
   const last = page[page.length - 1];

@@ -1,5 +1,5 @@
 import { BatchView, sealed, toBatchView } from '../domain/batch';
-import { ExpectedItemsMismatchError } from '../domain/errors';
+import { BatchNotOpenError, ExpectedItemsMismatchError } from '../domain/errors';
 import { updateBatch } from '../store/batches';
 import { inTransaction } from '../store/transaction';
 import { announceCompletions, recordCompletions } from './completion';
@@ -16,11 +16,13 @@ export interface SealResult {
 /**
  * Seals a batch under its row lock. If no group has pending items the batch completes in the same
  * transaction, so a seal racing the last ack completes it exactly once: whichever commits second
- * sees the other's write. Sealing again is a no-op that returns the current state.
+ * sees the other's write. Sealing again is a no-op that returns the current state; a cancelled batch
+ * cannot be sealed (batch_not_open).
  */
 export async function sealBatch(deps: ServiceDeps, caller: Caller, batchId: string, expectedItems?: number): Promise<SealResult> {
   const { next, sealedNow, completedNow } = await inTransaction(deps.db, deps.tx, async (trx) => {
     const batch = await lockExistingBatch(trx, caller, batchId);
+    if (batch.state === 'cancelled') throw new BatchNotOpenError(batch.id, batch.state);
     if (batch.state !== 'open') return { next: batch, sealedNow: false, completedNow: false };
     if (expectedItems !== undefined && expectedItems !== batch.total) throw new ExpectedItemsMismatchError(expectedItems, batch.total);
     const sealedBatch = sealed(batch, deps.now());

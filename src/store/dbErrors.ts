@@ -45,3 +45,9 @@ export function isUnavailable(error: unknown): boolean {
   // A fatal mysql2 error means the connection is gone.
   return (error as { fatal?: unknown } | null)?.fatal === true;
 }
+
+/** A unique key refused the insert (MySQL ER_DUP_ENTRY, SQLite SQLITE_CONSTRAINT_UNIQUE / _PRIMARYKEY). */
+export function isDuplicateKey(error: unknown): boolean {
+  const code = codeOf(error);
+  return code === 'ER_DUP_ENTRY' || code === 'SQLITE_CONSTRAINT_UNIQUE' || code === 'SQLITE_CONSTRAINT_PRIMARYKEY';
+}

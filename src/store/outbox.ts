@@ -70,13 +70,41 @@ export function insertEventQuery(q: Queryable, event: NewEvent): Knex.QueryBuild
 }
 
 /**
+ * Keeps events that may be sent now: a batch's batch.first_failure goes before its terminal event
+ * (batch.completed / batch.cancelled), and a parent's batch.completed only after every event of its
+ * children was delivered or given up. Neither blocker can appear after the event it blocks (both are
+ * written earlier, or in the same transaction), so this plain, unlocked read can only be too careful
+ * for a moment, never wrong; the locking claim then takes the ids it kept.
+ */
+function inOrder(q: Queryable, query: Knex.QueryBuilder): Knex.QueryBuilder {
+  return query
+    .whereNot((blocked) =>
+      blocked.where('outbox.event', '<>', 'batch.first_failure').whereExists((earlier) =>
+        earlier.select(q.raw('1')).from('outbox as earlier').whereRaw('earlier.batch_id = outbox.batch_id').where('earlier.status', 'pending').where('earlier.event', 'batch.first_failure'),
+      ),
+    )
+    .whereNot((blocked) =>
+      blocked.where('outbox.event', 'batch.completed').whereExists((children) =>
+        children
+          .select(q.raw('1'))
+          .from('batches as child')
+          .join('outbox as child_event', 'child_event.batch_id', 'child.id')
+          .whereRaw('child.parent_batch_id = outbox.batch_id')
+          .where('child_event.status', 'pending'),
+      ),
+    );
+}
+
+/**
  * Claims up to `limit` due pending events for `leaseMs`: marks them with `claim` and pushes their
  * next attempt past the lease, so no other replica picks them while this one delivers. A replica
  * that dies mid-delivery leaves the event due again when the lease ends. On MySQL rows that another
  * replica is claiming right now are skipped (SKIP LOCKED); SQLite has one writer.
  */
 export async function claimDueEvents(trx: Knex.Transaction, claim: string, now: number, leaseMs: number, limit: number): Promise<OutboxEvent[]> {
-  let query = trx('outbox').select('id').where('status', 'pending').where('next_attempt_at', '<=', now).orderBy('next_attempt_at').limit(limit);
+  const ready = ((await inOrder(trx, trx('outbox').select('id').where('status', 'pending').where('next_attempt_at', '<=', now)).orderBy('next_attempt_at').limit(limit)) as Array<{ id: string }>).map((r) => r.id);
+  if (ready.length === 0) return [];
+  let query = trx('outbox').select('id').whereIn('id', ready).where('status', 'pending').where('next_attempt_at', '<=', now);
   if (dialectOf(trx) === 'mysql') query = query.forUpdate().skipLocked();
   const ids = ((await query) as Array<{ id: string }>).map((r) => r.id);
   if (ids.length === 0) return [];

@@ -4,14 +4,14 @@ import { dialectOf } from './db';
 export interface SweepCutoffs {
   /** Batches not complete whose last activity is older than this are removed. */
   idleBefore: number;
-  /** Complete batches that completed before this are removed. */
+  /** Complete batches that completed (and cancelled ones cancelled) before this are removed. */
   completedBefore: number;
 }
 
 /**
  * Locks up to `limit` batches that are due for removal, skipping any row another transaction holds
  * (an ack in flight, another replica's sweep): their locking read sees the newest committed
- * `updated_at`, so a batch that an ack has just touched is no longer due. Two index range scans.
+ * `updated_at`, so a batch that an ack has just touched is no longer due. Three index range scans.
  */
 export async function lockDueBatches(trx: Knex.Transaction, cutoffs: SweepCutoffs, limit: number): Promise<string[]> {
   const skipLocked = (q: Knex.QueryBuilder) => (dialectOf(trx) === 'mysql' ? q.forUpdate().skipLocked() : q);
@@ -25,7 +25,9 @@ export async function lockDueBatches(trx: Knex.Transaction, cutoffs: SweepCutoff
           trx('batches').select('id').where('state', 'complete').where('completed_at', '<', cutoffs.completedBefore).limit(room),
         )) as Array<{ id: string }>)
       : [];
-  return [...idle, ...old].map((r) => r.id);
+  const roomLeft = limit - idle.length - old.length;
+  const cancelled = roomLeft > 0 ? ((await skipLocked(trx('batches').select('id').where('state', 'cancelled').where('cancelled_at', '<', cutoffs.completedBefore).limit(roomLeft))) as Array<{ id: string }>) : [];
+  return [...idle, ...old, ...cancelled].map((r) => r.id);
 }
 
 /** Deletes the batches (rows this transaction holds) with their groups; returns the group count. */
@@ -33,6 +35,7 @@ export async function deleteBatchesWithGroups(trx: Knex.Transaction, batchIds: s
   if (batchIds.length === 0) return 0;
   const groups = await trx('item_groups').whereIn('batch_id', batchIds).delete();
   await trx('add_requests').whereIn('batch_id', batchIds).delete();
+  await trx('failure_reasons').whereIn('batch_id', batchIds).delete();
   await trx('outbox').whereIn('batch_id', batchIds).delete();
   await trx('batches').whereIn('id', batchIds).delete();
   return groups;

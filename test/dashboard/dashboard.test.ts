@@ -132,4 +132,67 @@ describeWithBrowser('the dashboard in a real browser', () => {
       expect(await page.evaluate(() => localStorage.length)).toBe(0);
     });
   });
+
+  it('when a batch has failures, a parent and children, then its page lists the reasons and links parent and children; a producer cancels it after a confirm', async () => {
+    await withService({}, async (svc, url, page) => {
+      const parent = await batch(svc, { userKey: 'family' }, 3, 0);
+      const child = await batch(svc, { userKey: 'kid', parentItem: parent.ids[0] }, 4, 0);
+      await svc.api.post('/v1/acks').send({ ids: child.ids.slice(0, 2), outcome: 'failed', error: 'thumbnail too large' });
+      await page.goto(url);
+      await page.click(`tr.batch[data-id="${parent.id}"]`);
+      await page.waitForFunction((id) => document.querySelector(`#children a[data-id="${id}"]`) !== null, child.id);
+      await page.click(`#children a[data-id="${child.id}"]`);
+      await page.waitForFunction(() => (document.querySelector('#failures tbody')?.textContent ?? '').includes('thumbnail too large'));
+      expect(await page.locator('#failures tbody tr').count()).toBe(2);
+      expect(await page.locator('#parent').textContent()).toContain(parent.ids[0]);
+
+      let asked = '';
+      page.once('dialog', (dialog) => {
+        asked = dialog.message();
+        void dialog.dismiss();
+      });
+      await page.click('#cancel');
+      await page.waitForFunction(() => true);
+      expect(asked).toContain(child.id);
+      expect((await svc.api.get(`/v1/batches/${child.id}`)).body.state).toBe('sealed'); // dismissed: nothing happened
+
+      page.once('dialog', (dialog) => void dialog.accept());
+      await page.click('#cancel');
+      await page.waitForFunction(() => (document.querySelector('#detail-title')?.textContent ?? '').includes('cancelled'));
+      expect((await svc.api.get(`/v1/batches/${child.id}`)).body.state).toBe('cancelled');
+      expect(await page.locator('#cancel').isHidden()).toBe(true);
+      expect(await page.locator('#timeline').textContent()).toContain('cancelled:');
+
+      await page.click('#parent a');
+      await page.waitForFunction((id) => (document.querySelector('#detail-title')?.textContent ?? '').includes(id), parent.id);
+      await svc.rollcall.childOutcomes.deliverDue();
+      await page.waitForFunction(() => (document.querySelector('#failures tbody')?.textContent ?? '').includes('child batch cancelled'));
+      await page.click('#close');
+      await page.selectOption('#state', 'cancelled');
+      await page.click('#filters button');
+      await page.waitForFunction(() => document.querySelectorAll('tr.batch').length === 1);
+      expect(await page.locator('tr.batch .state').textContent()).toBe('cancelled · cancelled');
+    });
+  });
+
+  it('when the token may only read, then no cancel button is offered; with produce too, it is', async () => {
+    const tokens = JSON.stringify([
+      { token: 'dashboard-reader-123456', tenant: 't1', scopes: ['read'] },
+      { token: 'producer-token-1234567', tenant: 't1', scopes: ['produce'] },
+      { token: 'operator-token-1234567', tenant: 't1', scopes: ['read', 'produce'] },
+    ]);
+    await withService({ API_TOKENS: tokens }, async (svc, url, page) => {
+      const id = (await svc.api.post('/v1/batches').set('Authorization', 'Bearer producer-token-1234567').send({ userKey: 'ro' })).body.id;
+      await page.goto(url);
+      await page.fill('#token', 'dashboard-reader-123456');
+      await page.click('#login-form button');
+      await page.click(`tr.batch[data-id="${id}"]`);
+      await page.waitForFunction(() => (document.querySelector('#detail-title')?.textContent ?? '').includes('open'));
+      expect(await page.locator('#cancel').isHidden()).toBe(true);
+      await page.evaluate(() => sessionStorage.setItem('rollcall.token', 'operator-token-1234567'));
+      await page.reload();
+      await page.click(`tr.batch[data-id="${id}"]`);
+      await page.waitForSelector('#cancel:not([hidden])');
+    });
+  });
 });

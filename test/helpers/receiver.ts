@@ -4,14 +4,17 @@ import { AddressInfo } from 'node:net';
 export interface Delivery {
   headers: http.IncomingHttpHeaders;
   body: string;
+  /** When it arrived, and when and how it was answered (absent while unanswered). */
+  receivedAt?: number;
+  answered?: { status: number; at: number };
 }
 
 /** A local callback receiver: records every request and answers with the next scripted status. */
 export class Receiver {
   readonly deliveries: Delivery[] = [];
   private server: http.Server | null = null;
-  /** Statuses to answer, in order; when empty, `fallback`. `'hang'` never answers. */
-  script: Array<number | 'hang'> = [];
+  /** Statuses to answer, in order; when empty, `fallback`. `'hang'` never answers; `{ status, delayMs }` answers late. */
+  script: Array<number | 'hang' | { status: number; delayMs: number }> = [];
   fallback: number | 'hang' = 200;
   url = '';
 
@@ -20,9 +23,15 @@ export class Receiver {
       let body = '';
       req.on('data', (c: Buffer) => (body += c.toString()));
       req.on('end', () => {
-        this.deliveries.push({ headers: req.headers, body });
+        const delivery: Delivery = { headers: req.headers, body, receivedAt: Date.now() };
+        this.deliveries.push(delivery);
         const status = this.script.shift() ?? this.fallback;
-        if (status !== 'hang') res.writeHead(status).end();
+        const answer = (code: number) => {
+          delivery.answered = { status: code, at: Date.now() };
+          res.writeHead(code).end();
+        };
+        if (typeof status === 'object') setTimeout(() => answer(status.status), status.delayMs);
+        else if (status !== 'hang') answer(status);
       });
     });
     await new Promise<void>((resolve) => this.server!.listen(port, '127.0.0.1', resolve));

@@ -10,7 +10,9 @@ async function snapshot(svc: TestService) {
   const groups = await db('item_groups').orderBy(['batch_id', 'id']);
   const adds = await db('add_requests').count({ n: '*' });
   const events = await db('outbox').count({ n: '*' });
-  return JSON.stringify({ batches, groups: groups.map((g) => ({ ...g, succeeded_bits: String(g.succeeded_bits?.toString('hex')), failed_bits: String(g.failed_bits?.toString('hex')) })), adds, events });
+  const reasons = await db('failure_reasons').count({ n: '*' });
+  const childOutcomes = await db('child_outcomes').count({ n: '*' });
+  return JSON.stringify({ batches, groups: groups.map((g) => ({ ...g, succeeded_bits: String(g.succeeded_bits?.toString('hex')), failed_bits: String(g.failed_bits?.toString('hex')) })), adds, events, reasons, childOutcomes });
 }
 
 const junkJson = fc.oneof(
@@ -49,7 +51,14 @@ describe.each(backends())('fuzzing every endpoint with bad input (%s)', (name, b
     const id = (await svc.api.post('/v1/batches').send({ userKey: 'fuzz' })).body.id as string;
     const added = await svc.api.post(`/v1/batches/${id}/items`).send({ count: 10 });
     expect(added.status).toBe(201);
+    const group = added.body.groups[0].id as string;
     const before = await snapshot(svc);
+    // Item IDs that name nothing of this batch that could change: other batches, unknown groups, out of range.
+    const strayItem = fc.oneof(
+      fc.tuple(fc.uuid(), fc.uuid(), fc.nat(20)).map(([b, g, i]) => `${b}:${g}:${i}`),
+      fc.nat(1000).map((i) => `${id}:${group}:${10 + i}`),
+      fc.string({ maxLength: 90 }),
+    );
 
     const request = fc.oneof(
       fc.record({ kind: fc.constant('create'), body: junkJson.filter((b) => !isValid(createBatchBody, b)) }),
@@ -57,7 +66,19 @@ describe.each(backends())('fuzzing every endpoint with bad input (%s)', (name, b
       fc.record({ kind: fc.constant('seal'), target: pathId, body: junkJson.filter((b) => !isValid(sealBody, b)) }),
       fc.record({ kind: fc.constant('acks'), body: junkJson }),
       fc.record({ kind: fc.constant('raw'), path: fc.constantFrom('/v1/acks', '/v1/batches', `/v1/batches/${id}/items`, `/v1/batches/${id}/seal`), text: junkText, type: fc.constantFrom('application/json', 'text/plain', 'application/x-www-form-urlencoded', 'application/json; charset=latin1') }),
-      fc.record({ kind: fc.constant('read'), target: pathId, query: fc.dictionary(fc.constantFrom('state', 'limit', 'cursor', 'userKey', 'timeout', 'x'), fc.string({ maxLength: 40 })) }),
+      fc.record({ kind: fc.constant('read'), target: pathId, query: fc.dictionary(fc.constantFrom('state', 'limit', 'cursor', 'userKey', 'timeout', 'x', 'parent'), fc.string({ maxLength: 40 })) }),
+      fc.record({ kind: fc.constant('cancel'), target: pathId, body: fc.oneof(fc.constant(undefined), junkJson) }),
+      fc.record({ kind: fc.constant('item'), target: fc.oneof(strayItem.map(encodeURIComponent), pathId) }),
+      fc.record({ kind: fc.constant('failures'), target: fc.oneof(pathId, fc.constant(id)), query: fc.dictionary(fc.constantFrom('limit', 'cursor', 'x'), fc.string({ maxLength: 40 })) }),
+      fc.record({ kind: fc.constant('child'), body: fc.record({ parentItem: fc.oneof(strayItem, fc.integer(), fc.constant(null).map(() => ({}))), userKey: fc.oneof(fc.constant(undefined), fc.string({ minLength: 1, maxLength: 10 })) }) }),
+      fc.record({
+        kind: fc.constant('ackError'),
+        body: fc.record({
+          ids: fc.array(strayItem, { maxLength: 5 }),
+          outcome: fc.oneof(fc.constant('failed'), fc.constant('succeeded'), fc.constant(undefined), fc.string({ maxLength: 5 })),
+          error: fc.oneof(fc.string({ maxLength: 20 }), fc.constant('x'.repeat(1001)), fc.integer(), fc.constant(null)),
+        }),
+      }),
     );
     const runs = name === 'sqlite' ? 10_000 : 3_000;
     const statuses = new Map<number, number>();
@@ -75,6 +96,21 @@ describe.each(backends())('fuzzing every endpoint with bad input (%s)', (name, b
             res = await withJson(svc.api.post(`/v1/batches/${r.target}/seal`), r.body);
             break;
           case 'acks':
+            res = await withJson(svc.api.post('/v1/acks'), r.body);
+            break;
+          case 'cancel':
+            res = await withJson(svc.api.post(`/v1/batches/${r.target}/cancel`), r.body);
+            break;
+          case 'item':
+            res = await svc.api.get(`/v1/items/${r.target}`);
+            break;
+          case 'failures':
+            res = await svc.api.get(`/v1/batches/${r.target}/failures`).query(r.query);
+            break;
+          case 'child':
+            res = await withJson(svc.api.post('/v1/batches'), r.body);
+            break;
+          case 'ackError':
             res = await withJson(svc.api.post('/v1/acks'), r.body);
             break;
           case 'raw':

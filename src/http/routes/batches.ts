@@ -1,12 +1,14 @@
 import { Router } from 'express';
 import { addItems } from '../../service/addItems';
+import { cancelBatch } from '../../service/cancelBatch';
 import { deleteBatch } from '../../service/deleteBatch';
+import { listFailures } from '../../service/listFailures';
 import { openBatch } from '../../service/openBatch';
 import { getBatch, listBatches } from '../../service/readBatches';
 import { sealBatch } from '../../service/sealBatch';
 import { ServiceDeps } from '../../service/deps';
 import { requireScope } from '../auth';
-import { addItemsBody, createBatchBody, idempotencyKeyHeader, listQuery, sealBody } from '../schemas';
+import { addItemsBody, createBatchBody, failuresQuery, idempotencyKeyHeader, listQuery, sealBody } from '../schemas';
 import { parse } from '../validate';
 import { batchIdOf } from '../params';
 
@@ -22,6 +24,7 @@ export function batchRoutes(deps: ServiceDeps): Router {
       userKey: input.userKey ?? undefined,
       metadata: input.metadata ?? undefined,
       callbackUrl: input.callbackUrl ?? undefined,
+      parentItem: input.parentItem ?? undefined,
     });
     res.status(201).json(batch);
   });
@@ -35,6 +38,11 @@ export function batchRoutes(deps: ServiceDeps): Router {
     res.json(await getBatch(deps, req.caller, batchIdOf(req)));
   });
 
+  router.get('/v1/batches/:batchId/failures', read, async (req, res) => {
+    const query = parse(failuresQuery, req.query, 'query');
+    res.json(await listFailures(deps, req.caller, batchIdOf(req), query));
+  });
+
   router.post('/v1/batches/:batchId/items', produce, async (req, res) => {
     const { count } = parse(addItemsBody, req.body, 'body');
     const key = parse(idempotencyKeyHeader, req.get('idempotency-key'), 'Idempotency-Key');
@@ -45,6 +53,10 @@ export function batchRoutes(deps: ServiceDeps): Router {
     const { expectedItems } = parse(sealBody, req.body ?? {}, 'body');
     const { batch } = await sealBatch(deps, req.caller, batchIdOf(req), expectedItems);
     res.json(batch);
+  });
+
+  router.post('/v1/batches/:batchId/cancel', produce, async (req, res) => {
+    res.json(await cancelBatch(deps, req.caller, batchIdOf(req)));
   });
 
   router.delete('/v1/batches/:batchId', produce, async (req, res) => {

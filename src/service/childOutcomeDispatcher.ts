@@ -1,0 +1,54 @@
+import { randomUUID } from 'node:crypto';
+import { AckCall, callFromIds } from '../domain/ackCall';
+import { retryDelay } from '../domain/delivery';
+import { toError } from '../domain/errors';
+import { ChildOutcome, claimDueChildOutcomes, deleteChildOutcome, retryChildOutcomeLater } from '../store/childOutcomes';
+import { inTransaction } from '../store/transaction';
+import { ackItems } from './ackItems';
+import { ServiceDeps } from './deps';
+
+/** A claim outlives one ack transaction by far; a replica that died holding it frees the rows then. */
+const LEASE_MS = 5_000;
+const BATCH = 100;
+
+/** The parent-item ack a finished child stands for. */
+function parentAck(row: ChildOutcome): AckCall {
+  const call = callFromIds([row.parentItem], row.outcome, row.tenant);
+  if (row.outcome === 'failed' && row.error !== null) call.error = row.error;
+  return call;
+}
+
+/**
+ * Turns finished children into acks of their parent items. The child's end wrote a child_outcomes
+ * row in its own transaction; this loop claims due rows with a lease (so replicas do not work on
+ * the same row at once), acks the parent items in one ordinary ack transaction, and deletes the rows
+ * after it committed. A crash between the ack and the delete repeats the ack, which is then a
+ * duplicate: the parent item gets its outcome at least once and it is counted once.
+ */
+export class ChildOutcomeDispatcher {
+  private readonly claim = randomUUID();
+
+  constructor(private readonly deps: ServiceDeps) {}
+
+  /** Acks every due child outcome; returns how many rows were handled. */
+  async deliverDue(): Promise<number> {
+    let handled = 0;
+    for (;;) {
+      const rows = await inTransaction(this.deps.db, this.deps.tx, (trx) => claimDueChildOutcomes(trx, this.claim, this.deps.now(), LEASE_MS, BATCH));
+      if (rows.length === 0) return handled;
+      try {
+        await ackItems(this.deps, rows.map(parentAck));
+      } catch (caught) {
+        const error = toError(caught);
+        this.deps.log.warn({ err: error, children: rows.length }, 'acking parent items failed; will retry');
+        const later = this.deps.now() + retryDelay({ baseMs: 1000, capMs: 60_000 }, Math.max(...rows.map((r) => r.attempts)));
+        await Promise.all(rows.map((row) => retryChildOutcomeLater(this.deps.db, row.batchId, this.claim, later)));
+        throw error;
+      }
+      // Whatever the ack answered (acked, duplicate, or rejected because the parent is gone or
+      // cancelled), nothing more can be done for these children.
+      for (const row of rows) await deleteChildOutcome(this.deps.db, row.batchId, this.claim);
+      handled += rows.length;
+    }
+  }
+}

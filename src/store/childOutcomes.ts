@@ -1,0 +1,74 @@
+import { Knex } from 'knex';
+import { Outcome } from '../domain/batch';
+import { Db, dialectOf, Queryable } from './db';
+
+/** A finished child batch's outcome, waiting to be acked into its parent item. */
+export interface ChildOutcome {
+  /** The child batch. */
+  batchId: string;
+  tenant: string;
+  parentItem: string;
+  outcome: Outcome;
+  error: string | null;
+  attempts: number;
+}
+
+interface ChildOutcomeRow {
+  batch_id: string;
+  tenant: string;
+  parent_item: string;
+  outcome: string;
+  error: string | null;
+  attempts: number | string;
+}
+
+/** Writes the outcome row; runs in the child's completing or cancelling transaction (one row per child, ever). */
+export function insertChildOutcomeQuery(q: Queryable, row: Omit<ChildOutcome, 'attempts'>, now: number): Knex.QueryBuilder {
+  return q('child_outcomes').insert({
+    batch_id: row.batchId,
+    tenant: row.tenant,
+    parent_item: row.parentItem,
+    outcome: row.outcome,
+    error: row.error,
+    next_attempt_at: now,
+    attempts: 0,
+    created_at: now,
+  });
+}
+
+/**
+ * Claims up to `limit` due rows for `leaseMs` (like the outbox): a replica that dies mid-work leaves
+ * them due again when the lease ends. Rows another replica is claiming right now are skipped.
+ */
+export async function claimDueChildOutcomes(trx: Knex.Transaction, claim: string, now: number, leaseMs: number, limit: number): Promise<ChildOutcome[]> {
+  let query = trx('child_outcomes').select('batch_id').where('next_attempt_at', '<=', now).orderBy('next_attempt_at').limit(limit);
+  if (dialectOf(trx) === 'mysql') query = query.forUpdate().skipLocked();
+  const ids = ((await query) as Array<{ batch_id: string }>).map((r) => r.batch_id);
+  if (ids.length === 0) return [];
+  await trx('child_outcomes').whereIn('batch_id', ids).update({ claim, next_attempt_at: now + leaseMs, attempts: trx.raw('attempts + 1') });
+  const rows = (await trx('child_outcomes').whereIn('batch_id', ids).where('claim', claim)) as ChildOutcomeRow[];
+  return rows.map((row) => ({
+    batchId: row.batch_id,
+    tenant: row.tenant,
+    parentItem: row.parent_item,
+    outcome: row.outcome as Outcome,
+    error: row.error,
+    attempts: Number(row.attempts),
+  }));
+}
+
+/** Removes a row whose parent ack has committed. Only the claim holder may. */
+export async function deleteChildOutcome(db: Db, batchId: string, claim: string): Promise<void> {
+  await db('child_outcomes').where({ batch_id: batchId, claim }).delete();
+}
+
+/** Gives a row back for a later attempt (the parent ack failed, e.g. the database was away). */
+export async function retryChildOutcomeLater(db: Db, batchId: string, claim: string, nextAttemptAt: number): Promise<void> {
+  await db('child_outcomes').where({ batch_id: batchId, claim }).update({ claim: null, next_attempt_at: nextAttemptAt });
+}
+
+/** Rows still waiting (for operators and tests). */
+export async function countChildOutcomes(q: Queryable): Promise<number> {
+  const [row] = (await q('child_outcomes').count({ n: '*' })) as Array<{ n: number | string }>;
+  return Number(row?.n ?? 0);
+}

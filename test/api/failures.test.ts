@@ -1,0 +1,141 @@
+import { backends } from '../helpers/backends';
+import { sealedBatch, startReplica, startService, TestService } from '../helpers/service';
+
+function expectCounted(body: { acked: number; duplicates: number; rejected: unknown[] }, sent: number) {
+  expect(body.acked + body.duplicates + body.rejected.length).toBe(sent);
+}
+
+describe.each(backends())('failure reasons (%s)', (_name, backend) => {
+  let svc: TestService;
+  beforeAll(async () => {
+    svc = await startService(backend, { FAILURE_REASONS_PER_BATCH: '5' });
+  });
+  afterAll(() => svc.stop());
+
+  const ack = async (body: object, sent: number) => {
+    const res = await svc.api.post('/v1/acks').send(body);
+    expect(res.status).toBe(200);
+    expectCounted(res.body, sent);
+    return res.body;
+  };
+  const failures = async (id: string, query = '') => (await svc.api.get(`/v1/batches/${id}/failures${query}`)).body;
+  const storedRows = async (id: string) => Number(((await svc.rollcall.db('failure_reasons').where('batch_id', id).count({ n: '*' })) as Array<{ n: number }>)[0]!.n);
+
+  it('when items fail with an error in either body form, then the batch lists them oldest first with the reason and when', async () => {
+    const { id, groups, ids } = await sealedBatch(svc.api, 6);
+    await ack({ ids: [ids[3], ids[1]], outcome: 'failed', error: 'timeout' }, 2);
+    svc.clock.now += 1000;
+    await ack({ groups: [{ batchId: id, groupId: groups[0]!.id, indexes: [0] }], outcome: 'failed', error: 'disk full' }, 1);
+    await ack({ ids: [ids[4]], outcome: 'failed' }, 1); // no reason given: failed, but not listed
+    const page = await failures(id);
+    const at = (ms: number) => new Date(ms).toISOString();
+    expect(page).toEqual({
+      failures: [
+        { id: ids[1], error: 'timeout', failedAt: at(svc.clock.now - 1000) },
+        { id: ids[3], error: 'timeout', failedAt: at(svc.clock.now - 1000) },
+        { id: ids[0], error: 'disk full', failedAt: at(svc.clock.now) },
+      ],
+      nextCursor: null,
+      dropped: 0,
+    });
+    expect((await svc.api.get(`/v1/batches/${id}`)).body.failed).toBe(4);
+  });
+
+  it('when an item fails again with another reason, then the latest reason wins; when its retry succeeds, it leaves the list', async () => {
+    const { id, ids } = await sealedBatch(svc.api, 3);
+    await ack({ ids: [ids[0], ids[1]], outcome: 'failed', error: 'first' }, 2);
+    svc.clock.now += 1000;
+    const again = await ack({ ids: [ids[0]], outcome: 'failed', error: 'second' }, 1);
+    expect(again).toMatchObject({ acked: 0, duplicates: 1 });
+    expect((await failures(id)).failures.map((f: { id: string; error: string }) => [f.id, f.error])).toEqual([
+      [ids[1], 'first'],
+      [ids[0], 'second'],
+    ]);
+    const retry = await ack({ ids: [ids[0]] }, 1);
+    expect(retry).toMatchObject({ acked: 1 });
+    expect((await failures(id)).failures.map((f: { id: string }) => f.id)).toEqual([ids[1]]);
+    expect(await storedRows(id)).toBe(1);
+  });
+
+  it('when more items fail than the cap, then only the cap is kept, the rest counted as dropped; a retry that wins makes room again', async () => {
+    const { id, groups, ids } = await sealedBatch(svc.api, 20);
+    const res = await ack({ ids: ids.slice(0, 12), outcome: 'failed', error: 'boom' }, 12);
+    expect(res.acked).toBe(12);
+    let page = await failures(id);
+    expect(page.failures).toHaveLength(5);
+    expect(page.dropped).toBe(7);
+    expect(await storedRows(id)).toBe(5);
+    const kept = page.failures.map((f: { id: string }) => f.id);
+    await ack({ ids: kept.slice(0, 2) }, 2); // two retries win
+    await ack({ groups: [{ batchId: id, groupId: groups[0]!.id, indexes: [[12, 15]] }], outcome: 'failed', error: 'later' }, 4);
+    page = await failures(id);
+    expect(page.failures.map((f: { error: string }) => f.error)).toEqual(['boom', 'boom', 'boom', 'later', 'later']);
+    expect(page.dropped).toBe(9);
+    expect(await storedRows(id)).toBe(5);
+    expect((await svc.api.get(`/v1/batches/${id}`)).body).toMatchObject({ failed: 14, succeeded: 2, pending: 4 });
+  });
+
+  it('when 40,000 items fail with an error in calls of 10,000, then storage stays at the cap', async () => {
+    const { id, groups } = await sealedBatch(svc.api, 40_000);
+    for (const group of groups) {
+      for (let from = 0; from < group.size; from += 10_000) {
+        const to = Math.min(group.size, from + 10_000) - 1;
+        await ack({ groups: [{ batchId: id, groupId: group.id, indexes: [[from, to]] }], outcome: 'failed', error: 'x'.repeat(1000) }, to - from + 1);
+      }
+    }
+    expect(await storedRows(id)).toBe(5);
+    const page = await failures(id);
+    expect(page.dropped).toBe(40_000 - 5);
+    expect((await svc.api.get(`/v1/batches/${id}`)).body).toMatchObject({ state: 'complete', outcome: 'failed', failed: 40_000 });
+  });
+
+  it('when the list is paged, then every reason comes once, oldest first, and bad paging input is a 400', async () => {
+    const { id, ids } = await sealedBatch(svc.api, 5);
+    for (const item of [ids[4], ids[2], ids[0], ids[3], ids[1]]) {
+      svc.clock.now += 10;
+      await ack({ ids: [item], outcome: 'failed', error: `e-${item}` }, 1);
+    }
+    const seen: string[] = [];
+    let cursor: string | null = null;
+    do {
+      const page: { failures: Array<{ id: string }>; nextCursor: string | null } = await failures(id, `?limit=2${cursor ? `&cursor=${cursor}` : ''}`);
+      expect(page.failures.length).toBeLessThanOrEqual(2);
+      seen.push(...page.failures.map((f) => f.id));
+      cursor = page.nextCursor;
+    } while (cursor);
+    expect(seen).toEqual([ids[4], ids[2], ids[0], ids[3], ids[1]]);
+    for (const q of ['?limit=501', '?limit=0', '?cursor=nope', '?other=1']) {
+      const res = await svc.api.get(`/v1/batches/${id}/failures${q}`);
+      expect(res.status).toBe(400);
+      expect(res.body.error.code).toBe('invalid_request');
+    }
+    expect((await svc.api.get('/v1/batches/0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b/failures')).status).toBe(404);
+  });
+
+  it('when a complete batch gets more failed acks with an error, then they are duplicates and the list does not change', async () => {
+    const { id, ids } = await sealedBatch(svc.api, 2);
+    await ack({ ids, outcome: 'failed', error: 'a' }, 2);
+    const before = await failures(id);
+    const res = await ack({ ids: [...ids, ids[0]], outcome: 'failed', error: 'b' }, 3);
+    expect(res).toMatchObject({ acked: 0, duplicates: 3 });
+    expect(await failures(id)).toEqual(before);
+  });
+
+  it('when many clients on two replicas fail items with errors at once, then exactly the cap is kept and every other failure is counted once as dropped', async () => {
+    const replica = await startReplica(svc);
+    try {
+      const { id, ids } = await sealedBatch(svc.api, 60);
+      const calls = Array.from({ length: 30 }, (_, i) => [svc.api, replica.api][i % 2]!.post('/v1/acks').send({ ids: ids.slice(i * 2, i * 2 + 2), outcome: 'failed', error: `e${i}` }));
+      const results = await Promise.all(calls);
+      for (const res of results) {
+        expect(res.status).toBe(200);
+        expect(res.body.acked).toBe(2);
+      }
+      expect(await storedRows(id)).toBe(5);
+      expect((await failures(id)).dropped).toBe(55);
+      expect((await svc.api.get(`/v1/batches/${id}`)).body).toMatchObject({ state: 'complete', failed: 60 });
+    } finally {
+      await replica.rollcall.close();
+    }
+  });
+});

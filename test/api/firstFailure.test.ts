@@ -1,0 +1,97 @@
+import { backends } from '../helpers/backends';
+import { Delivery, Receiver } from '../helpers/receiver';
+import { itemIds, startService, TestService } from '../helpers/service';
+
+const eventOf = (d: Delivery) => d.headers['x-rollcall-event'] as string;
+
+describe.each(backends())('the batch.first_failure event (%s)', (_name, backend) => {
+  let svc: TestService;
+  let receiver: Receiver;
+  beforeEach(async () => {
+    receiver = new Receiver();
+    await receiver.start();
+    svc = await startService(backend, { CALLBACK_BACKOFF_BASE: '1s', CALLBACK_BACKOFF_CAP: '1m', CALLBACK_MAX_AGE: '1h', CALLBACK_TIMEOUT: '5s' });
+  });
+  afterEach(async () => {
+    await svc.stop();
+    await receiver.stop();
+  });
+
+  async function batchWithCallback(count: number, callbackUrl: string | null = receiver.url) {
+    const id = (await svc.api.post('/v1/batches').send(callbackUrl ? { callbackUrl } : {})).body.id as string;
+    const added = await svc.api.post(`/v1/batches/${id}/items`).send({ count });
+    await svc.api.post(`/v1/batches/${id}/seal`);
+    return { id, ids: itemIds(id, added.body.groups) };
+  }
+
+  it('when items of a batch fail, then exactly one batch.first_failure is sent, naming the first failed item and its error', async () => {
+    const { id, ids } = await batchWithCallback(4);
+    await svc.api.post('/v1/acks').send({ ids: [ids[2]], outcome: 'failed', error: 'out of memory' });
+    await svc.api.post('/v1/acks').send({ ids: [ids[2]] }); // the retry wins: no failed item now
+    await svc.api.post('/v1/acks').send({ ids: [ids[1], ids[0]], outcome: 'failed', error: 'again' });
+    await svc.rollcall.dispatcher.deliverDue();
+    expect(receiver.deliveries.map(eventOf)).toEqual(['batch.first_failure']);
+    expect(JSON.parse(receiver.deliveries[0]!.body)).toEqual({
+      event: 'batch.first_failure',
+      tenant: '',
+      batch: expect.objectContaining({ id, state: 'sealed', failed: 1, pending: 3 }),
+      itemId: ids[2],
+      error: 'out of memory',
+    });
+    await svc.api.post('/v1/acks').send({ ids: [ids[3]] });
+    await svc.rollcall.dispatcher.deliverDue();
+    expect(receiver.deliveries.map(eventOf)).toEqual(['batch.first_failure', 'batch.completed']);
+  });
+
+  it('when the failure has no error, or the batch no callback URL, then the event carries error null, or none is written', async () => {
+    const { ids } = await batchWithCallback(2);
+    await svc.api.post('/v1/acks').send({ ids: [ids[0]], outcome: 'failed' });
+    const silent = await batchWithCallback(2, null);
+    await svc.api.post('/v1/acks').send({ ids: silent.ids, outcome: 'failed', error: 'x' });
+    await svc.rollcall.dispatcher.deliverDue();
+    expect(receiver.deliveries).toHaveLength(1);
+    expect(JSON.parse(receiver.deliveries[0]!.body)).toMatchObject({ event: 'batch.first_failure', itemId: ids[0], error: null });
+    expect(await svc.rollcall.db('outbox').where('batch_id', silent.id).count({ n: '*' })).toEqual([{ n: 0 }]);
+  });
+
+  it('when the receiver refuses the first_failure twice while the batch completes, then batch.completed waits until it is delivered', async () => {
+    receiver.script = [500, 503];
+    const { id, ids } = await batchWithCallback(3);
+    await svc.api.post('/v1/acks').send({ ids: [ids[0]], outcome: 'failed', error: 'e' });
+    await svc.api.post('/v1/acks').send({ ids: ids.slice(1) });
+    expect(await svc.rollcall.dispatcher.deliverDue()).toBe(1); // refused; completed may not go yet
+    svc.clock.now += 1000;
+    expect(await svc.rollcall.dispatcher.deliverDue()).toBe(1); // refused again
+    svc.clock.now += 2000;
+    expect(await svc.rollcall.dispatcher.deliverDue()).toBe(2); // delivered, then completed
+    expect(receiver.deliveries.map(eventOf)).toEqual(['batch.first_failure', 'batch.first_failure', 'batch.first_failure', 'batch.completed']);
+    const events = (await svc.api.get(`/v1/batches/${id}/events`)).body.events;
+    expect(events.map((e: { event: string; status: string }) => [e.event, e.status])).toEqual([
+      ['batch.first_failure', 'delivered'],
+      ['batch.completed', 'delivered'],
+    ]);
+  });
+
+  it('when the first failure also completes the batch and the receiver answers slowly, then first_failure is answered before batch.completed arrives', async () => {
+    receiver.script = [{ status: 200, delayMs: 300 }];
+    const { ids } = await batchWithCallback(1);
+    const ack = await svc.api.post('/v1/acks').send({ ids, outcome: 'failed', error: 'only one' });
+    expect(ack.body.completed).toHaveLength(1);
+    await svc.rollcall.dispatcher.deliverDue();
+    expect(receiver.deliveries.map(eventOf)).toEqual(['batch.first_failure', 'batch.completed']);
+    expect(receiver.deliveries[1]!.receivedAt).toBeGreaterThanOrEqual(receiver.deliveries[0]!.answered!.at);
+  });
+
+  it('when a batch whose first_failure is given up completes, then batch.completed still goes (dead does not block)', async () => {
+    receiver.script = [500];
+    const { ids } = await batchWithCallback(2);
+    await svc.api.post('/v1/acks').send({ ids: [ids[0]], outcome: 'failed', error: 'e' });
+    await svc.rollcall.dispatcher.deliverDue();
+    svc.clock.now += 3_600_000; // past CALLBACK_MAX_AGE: the next failure gives it up
+    receiver.script = [500];
+    await svc.rollcall.dispatcher.deliverDue();
+    await svc.api.post('/v1/acks').send({ ids: [ids[1]] });
+    await svc.rollcall.dispatcher.deliverDue();
+    expect(receiver.deliveries.map(eventOf)).toEqual(['batch.first_failure', 'batch.first_failure', 'batch.completed']);
+  });
+});

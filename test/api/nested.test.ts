@@ -1,0 +1,206 @@
+import { backends } from '../helpers/backends';
+import { Delivery, Receiver } from '../helpers/receiver';
+import { itemIds, startReplica, startService, TestService } from '../helpers/service';
+
+const MISSING = '0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b';
+
+describe.each(backends())('nested batches (%s)', (_name, backend) => {
+  let svc: TestService;
+  beforeEach(async () => {
+    svc = await startService(backend);
+  });
+  afterEach(() => svc.stop());
+
+  /** A sealed batch with `count` items; returns its id and item IDs. */
+  async function batch(count: number, body: object = {}) {
+    const res = await svc.api.post('/v1/batches').send(body);
+    expect(res.status).toBe(201);
+    const added = await svc.api.post(`/v1/batches/${res.body.id}/items`).send({ count });
+    await svc.api.post(`/v1/batches/${res.body.id}/seal`);
+    return { id: res.body.id as string, ids: itemIds(res.body.id, added.body.groups) };
+  }
+  const get = async (id: string) => (await svc.api.get(`/v1/batches/${id}`)).body;
+
+  it('when a child is created for a pending item, then it carries parentItem and is listed under its parent; roots have null', async () => {
+    const parent = await batch(3);
+    const first = await svc.api.post('/v1/batches').send({ parentItem: parent.ids[0]!.toUpperCase() });
+    expect(first.status).toBe(201);
+    expect(first.body.parentItem).toBe(parent.ids[0]); // canonical lower case
+    const second = (await svc.api.post('/v1/batches').send({ parentItem: parent.ids[1] })).body;
+    expect((await get(first.body.id)).parentItem).toBe(parent.ids[0]);
+    expect((await get(parent.id)).parentItem).toBeNull();
+    const listed = (await svc.api.get(`/v1/batches?parent=${parent.id}`)).body;
+    expect(listed.batches.map((b: { id: string }) => b.id)).toEqual([second.id, first.body.id]);
+    expect((await svc.api.get(`/v1/batches?parent=${parent.id}&limit=1`)).body.nextCursor).not.toBeNull();
+    expect((await svc.api.get(`/v1/batches?parent=${MISSING}`)).body.batches).toEqual([]);
+    expect((await svc.api.get('/v1/batches?parent=nope')).status).toBe(400);
+  });
+
+  it('when parentItem is malformed, unknown, not pending or already stood for, then 400, 404 item_not_found or 409 item_not_pending, and no batch is made', async () => {
+    const parent = await batch(3);
+    await svc.api.post('/v1/acks').send({ ids: [parent.ids[1]] });
+    await svc.api.post('/v1/batches').send({ parentItem: parent.ids[2] });
+    const [group] = parent.ids[0]!.split(':').slice(1, 2);
+    const before = (await svc.api.get('/v1/batches?limit=500')).body.batches.length;
+    const cases: Array<[unknown, number, string]> = [
+      ['nope', 400, 'invalid_request'],
+      [42, 400, 'invalid_request'],
+      [`${MISSING}:${group}:0`, 404, 'item_not_found'],
+      [`${parent.id}:${MISSING}:0`, 404, 'item_not_found'],
+      [`${parent.id}:${group}:3`, 404, 'item_not_found'],
+      [parent.ids[1], 409, 'item_not_pending'],
+      [parent.ids[2], 409, 'item_not_pending'],
+    ];
+    for (const [parentItem, status, code] of cases) {
+      const res = await svc.api.post('/v1/batches').send({ parentItem });
+      expect([parentItem, res.status, res.body.error?.code]).toEqual([parentItem, status, code]);
+    }
+    const cancelled = await batch(1);
+    await svc.api.post(`/v1/batches/${cancelled.id}/cancel`);
+    expect((await svc.api.post('/v1/batches').send({ parentItem: cancelled.ids[0] })).body.error.code).toBe('item_not_pending');
+    expect((await svc.api.get('/v1/batches?limit=500')).body.batches.length).toBe(before + 1);
+  });
+
+  it('when two children for one item are created at once, then exactly one is made', async () => {
+    const parent = await batch(1);
+    const results = await Promise.all(Array.from({ length: 8 }, () => svc.api.post('/v1/batches').send({ parentItem: parent.ids[0] })));
+    expect(results.filter((r) => r.status === 201)).toHaveLength(1);
+    for (const r of results.filter((x) => x.status !== 201)) expect(r.body.error.code).toBe('item_not_pending');
+  });
+
+  it('when children complete, fail or are cancelled, then their parent items get succeeded, failed ("child batch failed") or failed ("child batch cancelled"), and the parent completes', async () => {
+    const parent = await batch(3);
+    const ok = await batch(2, { parentItem: parent.ids[0] });
+    const bad = await batch(2, { parentItem: parent.ids[1] });
+    const dropped = await batch(2, { parentItem: parent.ids[2] });
+    await svc.api.post('/v1/acks').send({ ids: ok.ids });
+    await svc.api.post('/v1/acks').send({ ids: bad.ids, outcome: 'failed', error: 'leaf error' });
+    await svc.api.post(`/v1/batches/${dropped.id}/cancel`);
+    expect(await svc.rollcall.childOutcomes.deliverDue()).toBe(3);
+    expect(await svc.rollcall.childOutcomes.deliverDue()).toBe(0);
+    expect(await get(parent.id)).toMatchObject({ state: 'complete', outcome: 'failed', succeeded: 1, failed: 2, pending: 0 });
+    expect((await svc.api.get(`/v1/items/${parent.ids[0]}`)).body.state).toBe('succeeded');
+    const failures = (await svc.api.get(`/v1/batches/${parent.id}/failures`)).body.failures;
+    expect(failures.map((f: { id: string; error: string }) => [f.id, f.error]).sort()).toEqual(
+      [
+        [parent.ids[1], 'child batch failed'],
+        [parent.ids[2], 'child batch cancelled'],
+      ].sort(),
+    );
+  });
+
+  it('when the parent ack is repeated (a crash before the outcome row was removed), then it is a duplicate: counted once, completion once', async () => {
+    const parent = await batch(1);
+    const child = await batch(1, { parentItem: parent.ids[0] });
+    await svc.api.post('/v1/acks').send({ ids: child.ids });
+    const [row] = await svc.rollcall.db('child_outcomes').where('batch_id', child.id);
+    let completions = 0;
+    svc.rollcall.deps.onCompleted = ((original) => (batches) => {
+      completions += batches.filter((b) => b.id === parent.id).length;
+      original?.(batches);
+    })(svc.rollcall.deps.onCompleted);
+    await svc.rollcall.childOutcomes.deliverDue();
+    await svc.rollcall.db('child_outcomes').insert({ ...row, claim: null }); // as if the delete never happened
+    await svc.rollcall.childOutcomes.deliverDue();
+    expect(await svc.rollcall.db('child_outcomes').count({ n: '*' })).toEqual([{ n: 0 }]);
+    expect(await get(parent.id)).toMatchObject({ state: 'complete', succeeded: 1, total: 1 });
+    expect(completions).toBe(1);
+  });
+
+  it('when the parent item was acked by hand meanwhile, or the parent is gone, then the child outcome changes nothing more and is cleared', async () => {
+    const parent = await batch(2);
+    const child = await batch(1, { parentItem: parent.ids[0] });
+    await svc.api.post('/v1/acks').send({ ids: [parent.ids[0]] });
+    await svc.api.post('/v1/acks').send({ ids: child.ids, outcome: 'failed' });
+    await svc.rollcall.childOutcomes.deliverDue();
+    expect(await get(parent.id)).toMatchObject({ succeeded: 1, failed: 0, pending: 1 }); // succeeded stays succeeded
+    const orphanParent = await batch(1);
+    const orphan = await batch(1, { parentItem: orphanParent.ids[0] });
+    await svc.api.delete(`/v1/batches/${orphanParent.id}`);
+    await svc.api.post('/v1/acks').send({ ids: orphan.ids });
+    await svc.rollcall.childOutcomes.deliverDue();
+    expect(await svc.rollcall.db('child_outcomes').count({ n: '*' })).toEqual([{ n: 0 }]);
+  });
+});
+
+describe.each(backends())('nested batches across replicas and levels, with callbacks (%s)', (_name, backend) => {
+  jest.setTimeout(60_000);
+  let svc: TestService;
+  let receiver: Receiver;
+  let ticking: NodeJS.Timeout;
+  beforeEach(async () => {
+    receiver = new Receiver();
+    await receiver.start();
+    svc = await startService(backend, { CALLBACK_POLL_INTERVAL: '50ms', CALLBACK_BACKOFF_BASE: '100ms', CALLBACK_BACKOFF_CAP: '200ms', CALLBACK_TIMEOUT: '2s', WAIT_POLL_INTERVAL: '50ms' });
+    // Background loops run on the injected clock: let it follow real time.
+    ticking = setInterval(() => (svc.clock.now += 25), 25);
+  });
+  afterEach(async () => {
+    clearInterval(ticking);
+    await svc.stop();
+    await receiver.stop();
+  });
+
+  async function batch(api: TestService['api'], count: number, body: object = {}) {
+    const res = await api.post('/v1/batches').send({ callbackUrl: receiver.url, ...body });
+    const added = await api.post(`/v1/batches/${res.body.id}/items`).send({ count });
+    await api.post(`/v1/batches/${res.body.id}/seal`);
+    return { id: res.body.id as string, ids: itemIds(res.body.id, added.body.groups) };
+  }
+  const completedOf = (id: string) => receiver.deliveries.filter((d) => d.answered?.status === 200 && JSON.parse(d.body).event === 'batch.completed' && JSON.parse(d.body).batch.id === id);
+  const firstDelivered = (id: string): Delivery => {
+    const [d] = completedOf(id);
+    if (!d) throw new Error(`no batch.completed delivered for ${id}`);
+    return d;
+  };
+
+  it('when the children of a parent complete on different replicas, then the parent completes once, after every child callback was delivered', async () => {
+    const replica = await startReplica(svc);
+    svc.rollcall.startBackground();
+    replica.rollcall.startBackground();
+    try {
+      const apis = [svc.api, replica.api];
+      const parent = await batch(svc.api, 6);
+      const children = [];
+      for (let i = 0; i < 6; i++) children.push(await batch(apis[i % 2]!, 3, { parentItem: parent.ids[i] }));
+      // The receiver refuses a few attempts and answers some late.
+      receiver.script = [500, { status: 200, delayMs: 150 }, 503, { status: 200, delayMs: 50 }];
+      await Promise.all(children.map((child, i) => apis[(i + 1) % 2]!.post('/v1/acks').send({ ids: child.ids })));
+      const done = (await svc.api.get(`/v1/batches/${parent.id}/wait?timeout=20`)).body;
+      expect(done).toMatchObject({ state: 'complete', outcome: 'succeeded', succeeded: 6, total: 6 });
+      await receiver.waitFor(7 + 2);
+      for (let i = 0; i < 100 && completedOf(parent.id).length === 0; i++) await new Promise((r) => setTimeout(r, 50));
+      const parentEvent = firstDelivered(parent.id);
+      for (const child of children) expect(firstDelivered(child.id).answered!.at).toBeLessThanOrEqual(parentEvent.receivedAt!);
+      const events = await svc.rollcall.db('outbox').where({ batch_id: parent.id, event: 'batch.completed' });
+      expect(events).toHaveLength(1);
+      expect(new Set(completedOf(parent.id).map((d) => d.headers['x-rollcall-event-id'])).size).toBe(1);
+    } finally {
+      await replica.rollcall.close();
+    }
+  });
+
+  it('when a 3-level chain finishes from the leaves, then each level completes once, and callbacks arrive leaves first, root last', async () => {
+    svc.rollcall.startBackground();
+    const root = await batch(svc.api, 2);
+    const mids = [await batch(svc.api, 2, { parentItem: root.ids[0] }), await batch(svc.api, 1, { parentItem: root.ids[1] })];
+    const leaves = [await batch(svc.api, 2, { parentItem: mids[0]!.ids[0] }), await batch(svc.api, 2, { parentItem: mids[0]!.ids[1] }), await batch(svc.api, 4, { parentItem: mids[1]!.ids[0] })];
+    receiver.script = [{ status: 200, delayMs: 100 }, 500, 500];
+    await svc.api.post('/v1/acks').send({ ids: leaves.flatMap((l) => l.ids).slice(1) });
+    await svc.api.post('/v1/acks').send({ ids: [leaves[0]!.ids[0]], outcome: 'failed', error: 'deep' });
+    const done = (await svc.api.get(`/v1/batches/${root.id}/wait?timeout=20`)).body;
+    expect(done).toMatchObject({ state: 'complete', outcome: 'failed', succeeded: 1, failed: 1 });
+    expect(await svc.api.get(`/v1/batches/${mids[0]!.id}`).then((r) => r.body)).toMatchObject({ state: 'complete', outcome: 'failed', failed: 1, succeeded: 1 });
+    for (let i = 0; i < 200 && completedOf(root.id).length === 0; i++) await new Promise((r) => setTimeout(r, 50));
+    const rootEvent = firstDelivered(root.id);
+    for (const mid of mids) {
+      expect(firstDelivered(mid.id).answered!.at).toBeLessThanOrEqual(rootEvent.receivedAt!);
+    }
+    for (const [leaf, mid] of [[leaves[0], mids[0]], [leaves[1], mids[0]], [leaves[2], mids[1]]] as const) {
+      expect(firstDelivered(leaf!.id).answered!.at).toBeLessThanOrEqual(firstDelivered(mid!.id).receivedAt!);
+    }
+    expect(completedOf(root.id)).toHaveLength(1);
+    const failures = (await svc.api.get(`/v1/batches/${root.id}/failures`)).body.failures;
+    expect(failures).toEqual([expect.objectContaining({ id: root.ids[0], error: 'child batch failed' })]);
+  });
+});

@@ -1,0 +1,81 @@
+import fc from 'fast-check';
+import { planFailureReasons, ReasonTouch } from '../../src/domain/failureReasons';
+
+const key = fc.integer({ min: 0, max: 30 }).map((i) => `g:${i}`);
+const touch: fc.Arbitrary<ReasonTouch> = fc.oneof(
+  fc.record({ kind: fc.constant('failed' as const), key, error: fc.string({ maxLength: 5 }) }),
+  fc.record({ kind: fc.constant('cleared' as const), key }),
+);
+const stored = fc.uniqueArray(key, { maxLength: 12 }).map((keys) => new Set(keys));
+
+/** The kept set after a plan: what was stored, minus deletes, plus upserts. */
+const keptAfter = (before: Set<string>, plan: ReturnType<typeof planFailureReasons>) => {
+  const kept = new Set([...before].filter((k) => !plan.deletes.has(k)));
+  for (const k of plan.upserts.keys()) kept.add(k);
+  return kept;
+};
+
+describe('failure reasons under the per-batch cap', () => {
+  it('when any failures and retries happen, then no more than the cap is ever kept (or what was stored, if the cap was lowered)', () => {
+    fc.assert(
+      fc.property(stored, fc.array(touch, { maxLength: 60 }), fc.integer({ min: 0, max: 15 }), (before, touches, cap) => {
+        const kept = keptAfter(before, planFailureReasons(before, touches, cap));
+        expect(kept.size).toBeLessThanOrEqual(Math.max(cap, before.size));
+        if (before.size <= cap) expect(kept.size).toBeLessThanOrEqual(cap);
+      }),
+    );
+  });
+
+  it('when an item fails several times, then its latest reason wins; when its last touch is a retry that won, it is gone', () => {
+    fc.assert(
+      fc.property(stored, fc.array(touch, { maxLength: 60 }), fc.integer({ min: 0, max: 15 }), (before, touches, cap) => {
+        const plan = planFailureReasons(before, touches, cap);
+        const kept = keptAfter(before, plan);
+        const last = new Map<string, ReasonTouch>();
+        for (const t of touches) last.set(t.key, t);
+        for (const [k, t] of last) {
+          if (t.kind === 'cleared') expect(kept.has(k)).toBe(false);
+          if (plan.upserts.has(k)) {
+            expect(t.kind).toBe('failed');
+            expect(plan.upserts.get(k)).toBe((t as { error: string }).error);
+          }
+        }
+        for (const k of plan.upserts.keys()) expect(plan.deletes.has(k)).toBe(false);
+      }),
+    );
+  });
+
+  it('when failures arrive, then each is either kept or counted as dropped, and one is dropped only while the list is full', () => {
+    fc.assert(
+      fc.property(stored, fc.array(touch, { maxLength: 60 }), fc.integer({ min: 0, max: 15 }), (before, touches, cap) => {
+        // Replaying one touch at a time: a failure is dropped exactly when the item is not kept and the list is full.
+        let current = new Set(before);
+        let dropped = 0;
+        for (const t of touches) {
+          const step = planFailureReasons(current, [t], cap);
+          if (t.kind === 'failed' && step.dropped === 1) {
+            expect(current.has(t.key)).toBe(false);
+            expect(current.size).toBeGreaterThanOrEqual(cap);
+          }
+          dropped += step.dropped;
+          current = keptAfter(current, step);
+        }
+        const whole = planFailureReasons(before, touches, cap);
+        expect(whole.dropped).toBe(dropped);
+        expect(keptAfter(before, whole)).toEqual(current);
+      }),
+    );
+  });
+
+  it('when 10,000 distinct items fail against a cap of 1,000, then 1,000 are kept and the rest counted', () => {
+    const touches: ReasonTouch[] = Array.from({ length: 10_000 }, (_, i) => ({ kind: 'failed', key: `g:${i}`, error: 'x' }));
+    const plan = planFailureReasons(new Set(), touches, 1000);
+    expect(plan.upserts.size).toBe(1000);
+    expect(plan.dropped).toBe(9000);
+  });
+
+  it('when a failure with an error is planned without the stored keys, then it refuses (the hot path of successes may skip the read, failures may not)', () => {
+    expect(() => planFailureReasons(null, [{ kind: 'failed', key: 'g:1', error: 'e' }], 5)).toThrow();
+    expect(planFailureReasons(null, [{ kind: 'cleared', key: 'g:1' }], 5).deletes).toEqual(new Set(['g:1']));
+  });
+});
