@@ -119,6 +119,17 @@ describeWith(amqpUrl)('rollcall/amqp on a real RabbitMQ quorum queue and a real 
     expect(tally.completions.get(batch.id)).toBe(1);
   });
 
+  it('when a batch is cancelled before its messages are consumed, then none of them runs and all are acked', async () => {
+    const client = new RollcallClient({ baseUrl: server.url });
+    const { queue, batch } = await produce(client, 100);
+    await client.cancel(batch.id);
+    const runs = new Map<number, number>();
+    await consumer(await connect(), queue, client, runs, 0);
+    await drained(queue);
+    expect(runs.size).toBe(0);
+    expect(await client.status(batch.id)).toMatchObject({ state: 'cancelled', pending: 100 });
+  });
+
   it('when 2,000 messages are consumed by two consumers and one connection is dropped mid-stream, then the counts are exact and completion is reported once', async () => {
     const producerClient = new RollcallClient({ baseUrl: server.url });
     const { queue, batch } = await produce(producerClient, 2000);

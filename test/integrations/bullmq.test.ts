@@ -11,7 +11,7 @@ import { describeWith, redisConnection, redisUrl } from '../helpers/brokers';
 import { AckTally, countingFetch } from '../helpers/countingFetch';
 import { listen } from '../helpers/listening';
 import { startService, TestService } from '../helpers/service';
-import { kindOf, permanentMessage, runTestJob, TestJobData } from './fixtures/jobs';
+import { kindOf, permanentMessage, runTestJob, TestJobData, unrecoverableMessage } from './fixtures/jobs';
 
 const ROOT = path.resolve(__dirname, '../..');
 const [, sqlite] = backends()[0]!;
@@ -82,11 +82,13 @@ describeWith(redisUrl)('rollcall/bullmq on a real Redis and a real rollcall serv
   it('when 3,000 jobs with attempts: 3 fail for good or only at first, then the counts are exact, completion is reported once and acks travel in few calls', async () => {
     const queue = newQueue();
     const runs = new Map<number, number>();
+    const itemOf = new Map<number, string>();
     workers.push(
       new Worker<TestJobData>(
         queue.name,
         rollcallProcessor(client, (job: Job<TestJobData>) => {
           runs.set(job.data.n, (runs.get(job.data.n) ?? 0) + 1);
+          itemOf.set(job.data.n, job.data.rollcallItemId);
           return runTestJob(job);
         }),
         { connection, prefix, concurrency: 50 },
@@ -106,6 +108,57 @@ describeWith(redisUrl)('rollcall/bullmq on a real Redis and a real rollcall serv
     expect(counts).toEqual({ completed: expected.succeeded, failed: expected.failed });
     expect(tally.calls).toBeLessThan(3000 / 10);
     expect(tally.largestCall).toBeLessThanOrEqual(10_000);
+
+    // The reasons kept are those of the jobs that failed for good, with their messages; no flaky one.
+    const reasons = new Map<string, string>();
+    for (let cursor: string | undefined; ; ) {
+      const page = await client.failures(batch.id, { limit: 500, cursor });
+      for (const failure of page.failures) reasons.set(failure.id, failure.error);
+      if (!page.nextCursor) break;
+      cursor = page.nextCursor;
+    }
+    const wanted = new Map<string, string>();
+    for (let n = 0; n < 3000; n++) {
+      if (kindOf(n) === 'permanent') wanted.set(itemOf.get(n)!, permanentMessage(n));
+      if (kindOf(n) === 'unrecoverable') wanted.set(itemOf.get(n)!, unrecoverableMessage(n));
+    }
+    expect(reasons).toEqual(wanted);
+  });
+
+  it('when a batch is cancelled before its jobs run, then none of them runs and BullMQ completes them', async () => {
+    const queue = newQueue();
+    const batch = await produce(queue, 200);
+    await client.cancel(batch.id);
+    let runs = 0;
+    workers.push(new Worker<TestJobData>(queue.name, rollcallProcessor(client, async () => void runs++), { connection, prefix, concurrency: 20 }));
+    await settled(queue, 200);
+    expect(runs).toBe(0);
+    expect(await queue.getJobCounts('completed', 'failed')).toEqual({ completed: 200, failed: 0 });
+    expect(await client.status(batch.id)).toMatchObject({ state: 'cancelled', succeeded: 0, failed: 0, pending: 200 });
+  });
+
+  it('when a batch is cancelled mid-run, then the first rejected ack stops its remaining jobs from running (without asking rollcall before each job)', async () => {
+    const queue = newQueue();
+    const batch = await produce(queue, 1000);
+    let runs = 0;
+    const handler = async (job: Job<TestJobData>) => {
+      runs++;
+      await new Promise((resolve) => setTimeout(resolve, 10));
+      return job.data.n;
+    };
+    workers.push(new Worker<TestJobData>(queue.name, rollcallProcessor(client, handler, { cancelCheckIntervalMs: 0 }), { connection, prefix, concurrency: 10 }));
+    for (;;) {
+      const now = await client.status(batch.id);
+      if (now.succeeded >= 100) break;
+      await new Promise((resolve) => setTimeout(resolve, 10));
+    }
+    const cancelled = await client.cancel(batch.id);
+    const runsAtCancel = runs;
+    await settled(queue, 1000);
+    // Jobs already running finish; a few more may start before the first rejection comes back.
+    expect(runs - runsAtCancel).toBeLessThan(50);
+    expect(await client.status(batch.id)).toMatchObject({ state: 'cancelled', succeeded: cancelled.succeeded, failed: 0 });
+    expect(await queue.getJobCounts('completed', 'failed')).toEqual({ completed: 1000, failed: 0 });
   });
 
   it('when a worker process is killed with SIGKILL mid-run, then its stalled jobs run again elsewhere and the counts are still exact', async () => {
