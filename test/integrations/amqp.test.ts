@@ -11,7 +11,6 @@ import { startService, TestService } from '../helpers/service';
 import { TcpProxy } from '../helpers/tcpProxy';
 import { kindOf, permanentMessage, unrecoverableMessage } from './fixtures/jobs';
 
-const [, sqlite] = backends()[0]!;
 
 /** A message's number, as the producer below writes it. */
 const numberOf = (message: ConsumeMessage): number => (JSON.parse(message.content.toString()) as { n: number }).n;
@@ -35,7 +34,7 @@ function expected(count: number): { succeeded: number; failed: number } {
   return { succeeded: count - failed, failed };
 }
 
-describeWith(amqpUrl)('rollcall/amqp on a real RabbitMQ quorum queue and a real rollcall service', () => {
+describeWith(amqpUrl).each(backends())('rollcall/amqp on a real RabbitMQ quorum queue and a real rollcall service (%s)', (_name, backend) => {
   const url = new URL(amqpUrl ?? 'amqp://guest:guest@127.0.0.1:5672');
   let svc: TestService;
   let server: { url: string; close(): Promise<void> };
@@ -43,7 +42,7 @@ describeWith(amqpUrl)('rollcall/amqp on a real RabbitMQ quorum queue and a real 
   let admin: ChannelModel;
 
   beforeAll(async () => {
-    svc = await startService(sqlite);
+    svc = await startService(backend);
     server = await listen(svc.rollcall.app);
     admin = await amqp.connect(url.toString());
   });

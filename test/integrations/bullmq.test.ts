@@ -14,9 +14,8 @@ import { startService, TestService } from '../helpers/service';
 import { kindOf, permanentMessage, runTestJob, TestJobData, unrecoverableMessage } from './fixtures/jobs';
 
 const ROOT = path.resolve(__dirname, '../..');
-const [, sqlite] = backends()[0]!;
 
-describeWith(redisUrl)('rollcall/bullmq on a real Redis and a real rollcall service', () => {
+describeWith(redisUrl).each(backends())('rollcall/bullmq on a real Redis and a real rollcall service (%s)', (_name, backend) => {
   const connection = redisConnection(redisUrl ?? 'redis://127.0.0.1:6379');
   const prefix = `rollcall-test-${randomBytes(4).toString('hex')}`;
   let svc: TestService;
@@ -27,7 +26,7 @@ describeWith(redisUrl)('rollcall/bullmq on a real Redis and a real rollcall serv
   const workers: Worker[] = [];
 
   beforeAll(async () => {
-    svc = await startService(sqlite);
+    svc = await startService(backend);
     server = await listen(svc.rollcall.app);
   });
   beforeEach(() => {
