@@ -20,6 +20,8 @@ export interface BullmqEndToEndResult {
   rounds: Array<{ plain: number; rollcall: number }>;
   /** Ack calls rollcallProcessor sent, over all rounds, per job. */
   ackCallsPerJob: number;
+  /** Median time from sending an ack call to its answer: what a job waits for beyond BullMQ. */
+  ackCallMedianMs: number;
 }
 
 /** Queues `jobs` jobs, then times one worker (concurrency 100) from start until the last completion. */
@@ -54,9 +56,14 @@ async function addJobs(queue: Queue, datas: Array<Record<string, unknown>>): Pro
  */
 export async function runBullmqEndToEnd(url: string, jobs = 20_000, roundCount = 3): Promise<BullmqEndToEndResult> {
   let ackCalls = 0;
-  const counting: typeof fetch = (input, init) => {
-    if (String(input).endsWith('/v1/acks')) ackCalls++;
-    return fetch(input, init);
+  const callMs: number[] = [];
+  const counting: typeof fetch = async (input, init) => {
+    if (!String(input).endsWith('/v1/acks')) return fetch(input, init);
+    ackCalls++;
+    const started = performance.now();
+    const response = await fetch(input, init);
+    callMs.push(performance.now() - started);
+    return response;
   };
   const client = new RollcallClient({ baseUrl: url, fetch: counting });
   const rounds: Array<{ plain: number; rollcall: number }> = [];
@@ -88,5 +95,6 @@ export async function runBullmqEndToEnd(url: string, jobs = 20_000, roundCount =
     ratio: middle.rollcall / middle.plain,
     rounds,
     ackCallsPerJob: ackCalls / (jobs * roundCount),
+    ackCallMedianMs: median(callMs, (ms) => ms),
   };
 }
