@@ -1,7 +1,10 @@
+import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
+import path from 'node:path';
+import readline from 'node:readline';
 import amqp, { ChannelModel, ConsumeMessage } from 'amqplib';
 import { Batch, RollcallClient } from '../../src/client';
-import { previousDeliveries, rollcallConsumer } from '../../src/integrations/amqp';
+import { rollcallConsumer } from '../../src/integrations/amqp';
 import { openBatch } from '../../src/integrations/producer';
 import { backends } from '../helpers/backends';
 import { amqpUrl, describeWith } from '../helpers/brokers';
@@ -9,24 +12,9 @@ import { AckTally, countingFetch } from '../helpers/countingFetch';
 import { listen } from '../helpers/listening';
 import { startService, TestService } from '../helpers/service';
 import { TcpProxy } from '../helpers/tcpProxy';
-import { kindOf, permanentMessage, unrecoverableMessage } from './fixtures/jobs';
+import { kindOf } from './fixtures/jobs';
+import { handleTestMessage, numberOf } from './fixtures/messages';
 
-
-/** A message's number, as the producer below writes it. */
-const numberOf = (message: ConsumeMessage): number => (JSON.parse(message.content.toString()) as { n: number }).n;
-
-/**
- * The same rules as the BullMQ jobs: permanent failures on every delivery, flaky ones on the first
- * only; here "unrecoverable" is just another permanent failure (AMQP has no such error).
- */
-async function handle(message: ConsumeMessage, workMs: number): Promise<void> {
-  if (workMs > 0) await new Promise((resolve) => setTimeout(resolve, workMs));
-  const n = numberOf(message);
-  const kind = kindOf(n);
-  if (kind === 'permanent') throw new Error(permanentMessage(n));
-  if (kind === 'unrecoverable') throw new Error(unrecoverableMessage(n));
-  if (kind === 'flaky' && previousDeliveries(message) === 0) throw new Error('flaky, first delivery');
-}
 
 function expected(count: number): { succeeded: number; failed: number } {
   let failed = 0;
@@ -87,7 +75,7 @@ describeWith(amqpUrl).each(backends())('rollcall/amqp on a real RabbitMQ quorum 
       queue,
       rollcallConsumer(client, channel, (message) => {
         runs.set(numberOf(message), (runs.get(numberOf(message)) ?? 0) + 1);
-        return handle(message, workMs);
+        return handleTestMessage(message, workMs);
       }),
     );
   }
@@ -127,6 +115,36 @@ describeWith(amqpUrl).each(backends())('rollcall/amqp on a real RabbitMQ quorum 
     await drained(queue);
     expect(runs.size).toBe(0);
     expect(await client.status(batch.id)).toMatchObject({ state: 'cancelled', pending: 100 });
+  });
+
+  it('when a consumer process is killed with SIGKILL mid-stream, then its unacked messages are redelivered and the counts are still exact', async () => {
+    const producerClient = new RollcallClient({ baseUrl: server.url });
+    const { queue, batch } = await produce(producerClient, 2000);
+    const child = spawn(process.execPath, ['--import', 'tsx', 'test/integrations/fixtures/amqpConsumer.ts'], {
+      cwd: path.resolve(__dirname, '../..'),
+      env: { ...process.env, ROLLCALL_URL: server.url, AMQP_URL: url.toString(), QUEUE: queue, WORK_MS: '5' },
+      stdio: ['ignore', 'pipe', 'inherit'],
+    });
+    const exited = new Promise((resolve) => child.once('exit', resolve));
+    let childCompletions = 0;
+    readline.createInterface({ input: child.stdout! }).on('line', (line) => {
+      if (line === `COMPLETED ${batch.id}`) childCompletions++;
+    });
+    for (;;) {
+      const now = await producerClient.status(batch.id);
+      if (now.succeeded + now.failed >= 500) break;
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    }
+    child.kill('SIGKILL'); // with acks on their way to rollcall and messages not yet acked
+    await exited;
+    expect((await producerClient.status(batch.id)).pending).toBeGreaterThan(0);
+    const tally = countingFetch();
+    const client = new RollcallClient({ baseUrl: server.url, fetch: tally.fetch });
+    await consumer(await connect(), queue, client, new Map(), 0);
+    const done = await producerClient.waitForCompletion(batch.id, { timeoutMs: 60_000 });
+    expect(done).toMatchObject({ state: 'complete', ...expected(2000), pending: 0 });
+    await drained(queue);
+    expect(childCompletions + (tally.completions.get(batch.id) ?? 0)).toBe(1);
   });
 
   it('when 2,000 messages are consumed by two consumers and one connection is dropped mid-stream, then the counts are exact and completion is reported once', async () => {
