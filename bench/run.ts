@@ -1,26 +1,27 @@
 /**
  * `npm run bench`: rollcall on MariaDB driven over HTTP, next to its peers on the same machine
- * (an express no-op endpoint = the HTTP ceiling, BullMQ flows on Redis). Prints a table and writes
+ * (an express no-op endpoint = the HTTP ceiling, BullMQ flows on Redis, BullMQ end to end with and without
+ * rollcallProcessor — alone: `npm run bench:bullmq`). Prints a table and writes
  * docs/benchmarks.md. Environment: BENCH_MYSQL_URL (default mysql://root@127.0.0.1:3306/test).
  */
 import { execFileSync, spawn } from 'node:child_process';
-import { randomBytes } from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 import readline from 'node:readline';
-import knex, { Knex } from 'knex';
 import { call, FROM_BUILD, spawnService, ServiceProcess } from '../test/helpers/processes';
 import { BULLMQ_VERSION, runBullmq } from './lib/bullmqPeer';
+import { runBullmqEndToEnd } from './lib/bullmqEndToEnd';
+import { withDatabase } from './lib/database';
 import { load, LoadResult } from './lib/load';
 import { describeMachine, peakRssMiB } from './lib/machine';
 import { sequentialLatency } from './lib/latency';
 
 const ROOT = path.resolve(__dirname, '..');
-const MYSQL_URL = process.env.BENCH_MYSQL_URL ?? 'mysql://root@127.0.0.1:3306/test';
 const BATCHED_ITEMS = Number(process.env.BENCH_BATCHED_ITEMS ?? 2_000_000);
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 10);
 const SINGLE_ROUNDS = Number(process.env.BENCH_SINGLE_ROUNDS ?? 3);
 const BULLMQ_CHILDREN = Number(process.env.BENCH_BULLMQ_CHILDREN ?? 20_000);
+const BULLMQ_E2E_JOBS = Number(process.env.BENCH_E2E_JOBS ?? 20_000);
 
 type Group = { id: string; size: number };
 
@@ -73,22 +74,6 @@ async function startNoop(server: 'express' | 'rollcall' = 'express'): Promise<{ 
     });
   });
   return { url: `http://127.0.0.1:${port}`, stop: () => child.kill('SIGTERM') };
-}
-
-async function withDatabase<T>(work: (url: string, db: Knex) => Promise<T>): Promise<T> {
-  const name = `rollcall_bench_${randomBytes(4).toString('hex')}`;
-  const admin = knex({ client: 'mysql2', connection: { uri: MYSQL_URL } as never, pool: { min: 0, max: 1 } });
-  await admin.raw(`CREATE DATABASE \`${name}\``);
-  const url = new URL(MYSQL_URL);
-  url.pathname = `/${name}`;
-  const db = knex({ client: 'mysql2', connection: { uri: url.toString() } as never, pool: { min: 0, max: 2 } });
-  try {
-    return await work(url.toString(), db);
-  } finally {
-    await db.destroy();
-    await admin.raw(`DROP DATABASE \`${name}\``);
-    await admin.destroy();
-  }
 }
 
 async function main(): Promise<void> {
@@ -218,6 +203,8 @@ async function main(): Promise<void> {
 
       // 4. BullMQ flows.
       const bull = await runBullmq(BULLMQ_CHILDREN);
+      // 4b. BullMQ end to end: a no-op worker, plain and wrapped in rollcallProcessor (also alone: npm run bench:bullmq).
+      const endToEnd = await runBullmqEndToEnd(url, BULLMQ_E2E_JOBS);
 
       const ratio = itemAcksPerSecond / bull.completedPerSecond;
       add('1. batched acks (1,000 IDs/request, 16 clients): item acks/s', fmt(itemAcksPerSecond), `BullMQ completes ${fmt(bull.completedPerSecond)} children/s`, `${fmt(ratio, 1)}× (target ≥ 50×)`);
@@ -238,6 +225,12 @@ async function main(): Promise<void> {
         `${fmt(singleRun.rps / alike.rps, 2)}× (rounds: ${rounds.map((r) => fmt(r.rollcall.rps / r.servedAlike.rps, 2)).join(', ')})`,
       );
       add('   ack calls merged per transaction (whole run, mean)', fmt(mergeFactor, 1), '', '');
+      add(
+        `4. BullMQ end to end, no-op jobs, concurrency ${endToEnd.concurrency}: jobs/s with rollcallProcessor (median of ${endToEnd.rounds.length} alternating rounds)`,
+        fmt(endToEnd.rollcallPerSecond),
+        `plain BullMQ ${endToEnd.bullmqVersion}: ${fmt(endToEnd.plainPerSecond)} jobs/s`,
+        `${fmt(endToEnd.ratio, 2)}× (rounds: ${endToEnd.rounds.map((r) => fmt(r.rollcall / r.plain, 2)).join(', ')}; ${fmt(endToEnd.ackCallsPerJob, 3)} ack calls per job, median call ${fmt(endToEnd.ackCallMedianMs, 1)} ms) (target ≥ 0.8×)`,
+      );
       add('3. BullMQ flow: children registered/s', '—', fmt(bull.registeredPerSecond), `${BULLMQ_CHILDREN.toLocaleString('en-US')} children, one flow`);
       add('5. add 10,000,000 items (median of 3)', `${fmt(addMs / 1000, 3)} s`, '', addMs < 1000 ? 'target < 1 s: met' : 'target < 1 s: MISSED');
       add(

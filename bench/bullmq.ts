@@ -1,0 +1,32 @@
+/**
+ * `npm run bench:bullmq`: only the BullMQ end-to-end comparison of `npm run bench` — jobs/s of plain
+ * BullMQ vs BullMQ with rollcallProcessor, against one rollcall process (the build) on MariaDB.
+ * Environment: BENCH_MYSQL_URL, BENCH_E2E_JOBS (default 20,000), BENCH_E2E_ROUNDS (default 3).
+ */
+import { execFileSync } from 'node:child_process';
+import path from 'node:path';
+import { FROM_BUILD, spawnService } from '../test/helpers/processes';
+import { runBullmqEndToEnd } from './lib/bullmqEndToEnd';
+import { withDatabase } from './lib/database';
+
+async function main(): Promise<void> {
+  execFileSync('npm', ['run', 'build'], { cwd: path.resolve(__dirname, '..'), stdio: 'ignore' });
+  await withDatabase(async (databaseUrl) => {
+    const service = await spawnService({ DATABASE_URL: databaseUrl, LOG_LEVEL: 'warn' }, FROM_BUILD);
+    try {
+      const result = await runBullmqEndToEnd(service.url, Number(process.env.BENCH_E2E_JOBS ?? 20_000), Number(process.env.BENCH_E2E_ROUNDS ?? 3));
+      console.log(JSON.stringify(result, null, 2));
+      console.log(`BullMQ end to end: plain ${result.plainPerSecond.toFixed(0)} jobs/s, with rollcallProcessor ${result.rollcallPerSecond.toFixed(0)} jobs/s: ${result.ratio.toFixed(2)}× (target ≥ 0.8×)`);
+    } finally {
+      await service.stop();
+    }
+  });
+}
+
+main().then(
+  () => process.exit(0),
+  (error: unknown) => {
+    console.error(error);
+    process.exit(1);
+  },
+);

@@ -1,0 +1,32 @@
+/** Processes the "thumbnails" jobs and acks their rollcall items; prints each batch once it is complete. */
+import { Worker } from 'bullmq';
+import { rollcallProcessor } from 'rollcall/bullmq';
+import { client, work } from '../shared';
+
+interface Thumbnail {
+  rollcallItemId: string;
+  n: number;
+}
+
+const worker = new Worker<Thumbnail>(
+  'thumbnails',
+  rollcallProcessor(client, async (job) => {
+    await work(job.data.n, job.attemptsMade === 0);
+    return `thumbnail ${job.data.n}`;
+  }),
+  { connection: { host: process.env.REDIS_HOST ?? '127.0.0.1', port: 6379, maxRetriesPerRequest: null }, concurrency: 50 },
+);
+
+// Print each batch once it is complete (the first job of a batch starts watching it).
+const watching = new Set<string>();
+worker.on('active', (job) => {
+  const batchId = job.data.rollcallItemId.split(':')[0]!;
+  if (watching.has(batchId)) return;
+  watching.add(batchId);
+  void client.waitForCompletion(batchId, { timeoutMs: 600_000 }).then(async (batch) => {
+    const { failures } = await client.failures(batchId, { limit: 3 });
+    console.log(`batch ${batchId} is ${batch.state}: ${batch.succeeded} succeeded, ${batch.failed} failed; first failures:`, failures);
+  });
+});
+console.log('worker running; Ctrl-C to stop');
+process.once('SIGINT', () => void worker.close().then(() => process.exit(0)));

@@ -1,0 +1,33 @@
+/** Consumes "thumbnails" and acks each message's rollcall item, then the message; prints completed batches. */
+import amqp from 'amqplib';
+import { previousDeliveries, rollcallConsumer } from 'rollcall/amqp';
+import { client, work } from '../shared';
+
+async function main(): Promise<void> {
+  const connection = await amqp.connect(process.env.AMQP_URL ?? 'amqp://guest:guest@127.0.0.1:5672');
+  const channel = await connection.createChannel();
+  await channel.assertQueue('thumbnails', { durable: true, arguments: { 'x-queue-type': 'quorum' } });
+  await channel.prefetch(50);
+  const watching = new Set<string>();
+  await channel.consume(
+    'thumbnails',
+    rollcallConsumer(
+      client,
+      channel,
+      async (message) => {
+        const batchId = String(message.properties.headers?.['x-rollcall-item-id']).split(':')[0]!;
+        if (!watching.has(batchId)) {
+          watching.add(batchId);
+          void client.waitForCompletion(batchId, { timeoutMs: 600_000 }).then((b) => console.log(`batch ${b.id} is ${b.state}: ${b.succeeded} succeeded, ${b.failed} failed`));
+        }
+        const { n } = JSON.parse(message.content.toString()) as { n: number };
+        await work(n, previousDeliveries(message) === 0);
+      },
+      { maxDeliveries: 3, onError: (error) => console.error(error.message) },
+    ),
+  );
+  console.log('consumer running; Ctrl-C to stop');
+  process.once('SIGINT', () => void connection.close().then(() => process.exit(0)));
+}
+
+void main();

@@ -1,0 +1,118 @@
+import { AckOptions, MAX_IDS_PER_ACK, RollcallClient } from '../client';
+import { DEFAULT_RETRY, RetryPolicy, withRetries } from './retry';
+
+export type ItemOutcome = 'succeeded' | 'failed';
+
+/**
+ * Calls sent at once before new acks wait for one to return (or for `maxDelayMs`). Four in flight
+ * instead of one made the BullMQ no-op benchmark only slightly faster (0.48× vs 0.42× plain BullMQ,
+ * within the machine's noise) for 1.7× as many calls, so acks gather behind the one call out.
+ */
+const MAX_CALLS_IN_FLIGHT = 1;
+
+/** The API takes failure reasons of at most this many characters; longer ones are cut, not refused. */
+export const MAX_ERROR_LENGTH = 1000;
+
+export interface AckCoalescingOptions {
+  /** Longest an ack waits for others before its call is sent. Default 10 ms. */
+  maxDelayMs?: number;
+  /** Most item IDs in one call (the API's limit is 10,000). Default 10,000. */
+  maxIdsPerCall?: number;
+  /** How often a call that failed for a transient reason (network, 429, 5xx) is sent again. */
+  retry?: RetryPolicy;
+}
+
+/** What rollcall said about one item: `null` when recorded (or a duplicate), else the rejection reason. */
+export type Rejected = string | null;
+
+interface Waiter {
+  resolve(rejected: Rejected): void;
+  reject(error: unknown): void;
+}
+
+/** Acks waiting for one call. One call carries one outcome and one error message for all its items. */
+interface Pending {
+  outcome: ItemOutcome;
+  error: string | undefined;
+  ids: string[];
+  waiters: Waiter[];
+  timer: NodeJS.Timeout | null;
+}
+
+/**
+ * Merges the acks of one process into few calls, and answers each ack only after the call that
+ * carried it was answered: nothing is reported done that rollcall has not committed.
+ *
+ * A call goes out on the next turn of the event loop while fewer than MAX_CALLS_IN_FLIGHT are out
+ * (acks of the same turn travel together), else when an earlier call returns, or when its first ack
+ * has waited `maxDelayMs`, or when it is full. So a worker alone gets its answer in one round trip,
+ * and a busy one sends calls of many IDs.
+ */
+export class AckCoalescer {
+  private readonly pending = new Map<string, Pending>();
+  private readonly maxDelayMs: number;
+  private readonly maxIds: number;
+  private readonly retry: RetryPolicy;
+  private inFlight = 0;
+  private readonly settled = new Set<Promise<void>>();
+
+  constructor(
+    private readonly client: RollcallClient,
+    options: AckCoalescingOptions = {},
+  ) {
+    this.maxDelayMs = options.maxDelayMs ?? 10;
+    this.maxIds = Math.min(options.maxIdsPerCall ?? MAX_IDS_PER_ACK, MAX_IDS_PER_ACK);
+    this.retry = options.retry ?? DEFAULT_RETRY;
+  }
+
+  /** Acks one item; resolves once rollcall has committed it (`null`) or rejected it (the reason). */
+  ack(itemId: string, outcome: ItemOutcome, error?: string): Promise<Rejected> {
+    const reason = outcome === 'failed' && error !== undefined ? error.slice(0, MAX_ERROR_LENGTH) : undefined;
+    const key = `${outcome}\u0000${reason ?? ''}`;
+    let entry = this.pending.get(key);
+    if (!entry) {
+      entry = { outcome, error: reason, ids: [], waiters: [], timer: null };
+      this.pending.set(key, entry);
+      const first = entry;
+      first.timer = setTimeout(() => this.send(key, first), this.maxDelayMs);
+      if (this.inFlight < MAX_CALLS_IN_FLIGHT) setImmediate(() => this.send(key, first));
+    }
+    const target = entry;
+    const answer = new Promise<Rejected>((resolve, reject) => target.waiters.push({ resolve, reject }));
+    target.ids.push(itemId);
+    if (target.ids.length >= this.maxIds) this.send(key, target);
+    return answer;
+  }
+
+  /** Sends what is waiting now and resolves when every call in flight has been answered. */
+  async drain(): Promise<void> {
+    for (const [key, entry] of [...this.pending]) this.send(key, entry);
+    while (this.settled.size > 0) await Promise.all([...this.settled]);
+  }
+
+  private send(key: string, entry: Pending): void {
+    if (this.pending.get(key) !== entry) return; // already sent by another trigger
+    this.pending.delete(key);
+    if (entry.timer) clearTimeout(entry.timer);
+    this.inFlight += 1;
+    const done = this.call(entry).finally(() => {
+      this.inFlight -= 1;
+      this.settled.delete(done);
+      // Acks that gathered while this call was out go now, in one call per outcome and reason.
+      for (const [k, e] of [...this.pending]) this.send(k, e);
+    });
+    this.settled.add(done);
+  }
+
+  private async call(entry: Pending): Promise<void> {
+    try {
+      const options: AckOptions = entry.error === undefined ? { outcome: entry.outcome } : { outcome: entry.outcome, error: entry.error };
+      const result = await withRetries(() => this.client.ack(entry.ids, options), this.retry);
+      const reasons = new Map<string, string>();
+      for (const rejection of result.rejected) reasons.set(rejection.id, rejection.reason);
+      entry.ids.forEach((id, i) => entry.waiters[i]!.resolve(reasons.get(id) ?? null));
+    } catch (error) {
+      for (const waiter of entry.waiters) waiter.reject(error);
+    }
+  }
+}

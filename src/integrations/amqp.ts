@@ -1,0 +1,126 @@
+/**
+ * `import { rollcallConsumer } from 'rollcall/amqp'`: an amqplib `consume` callback that acks each
+ * message's rollcall item, then the message. amqplib is an optional peer dependency, and this module
+ * only uses its types: it works with the channel the application made (amqplib 0.10 or later).
+ */
+import type { ConsumeMessage } from 'amqplib';
+import type { RollcallClient } from '../client';
+import { AckCoalescer, AckCoalescingOptions, Rejected } from './ackCoalescer';
+import { CancelCheckOptions, CancelledBatches } from './cancelledBatches';
+import { asError, RollcallIntegrationError } from './errors';
+
+/** The header that carries a message's item ID (set by the producer). */
+export const ITEM_ID_HEADER = 'x-rollcall-item-id';
+/** Set by RabbitMQ quorum queues on a redelivery: how many times the message was returned before. */
+export const DELIVERY_COUNT_HEADER = 'x-delivery-count';
+
+/** The part of an amqplib Channel used here. */
+export interface AckingChannel {
+  ack(message: ConsumeMessage): void;
+  nack(message: ConsumeMessage, allUpTo?: boolean, requeue?: boolean): void;
+}
+
+export interface RollcallConsumerOptions extends AckCoalescingOptions, CancelCheckOptions {
+  /** Where a message's item ID is. Default: the header `x-rollcall-item-id`. */
+  itemIdOf?: (message: ConsumeMessage) => string | undefined;
+  /**
+   * The most times the handler runs for one message. The delivery whose `x-delivery-count` is
+   * `maxDeliveries - 1` is the last: its failure is acked `failed`. Keep it at or below the queue's own
+   * `x-delivery-limit`, or RabbitMQ drops the message before its failure is recorded. Default 3.
+   */
+  maxDeliveries?: number;
+  /**
+   * Told what a consume callback cannot throw to anyone: an ack rollcall rejected (`ack_rejected`;
+   * the message is acked, no retry can fix it), an ack rollcall could not take after retries (the
+   * message is requeued), a message without an item ID (`missing_item_id`; nacked without requeue,
+   * so it is dead-lettered where the queue has a dead-letter exchange). Default: ignore.
+   */
+  onError?: (error: Error, message: ConsumeMessage) => void;
+}
+
+function headerOf(message: ConsumeMessage, name: string): unknown {
+  return (message.properties.headers as Record<string, unknown> | undefined)?.[name];
+}
+
+function defaultItemIdOf(message: ConsumeMessage): string | undefined {
+  const value = headerOf(message, ITEM_ID_HEADER);
+  if (typeof value === 'string') return value;
+  return Buffer.isBuffer(value) ? value.toString('utf8') : undefined;
+}
+
+/** Deliveries before this one: 0 on the first (quorum queues add the header only on redelivery). */
+export function previousDeliveries(message: ConsumeMessage): number {
+  const count = Number(headerOf(message, DELIVERY_COUNT_HEADER) ?? 0);
+  return Number.isFinite(count) && count > 0 ? count : 0;
+}
+
+/**
+ * A consume callback around `handler`: `channel.consume(queue, rollcallConsumer(client, channel, handler))`
+ * (with `noAck: false`, the default). For each message:
+ * - its batch is cancelled: the message is acked, the handler not run;
+ * - the handler succeeds: rollcall is acked `succeeded`, then the message is acked;
+ * - the handler throws before the last delivery: the message is nacked and requeued;
+ * - the handler throws on the last delivery: rollcall is acked `failed` with the error's message,
+ *   then the message is acked.
+ * rollcall is always told first: a consumer that dies between the two acks gets the message again,
+ * and the repeat counts as a duplicate. Acks of one consumer are merged into few calls.
+ * Needs a quorum queue (`x-queue-type: quorum`), which counts deliveries; a classic queue does not,
+ * and its failing messages would be requeued forever.
+ */
+export function rollcallConsumer(
+  client: RollcallClient,
+  channel: AckingChannel,
+  handler: (message: ConsumeMessage) => unknown,
+  options: RollcallConsumerOptions = {},
+): (message: ConsumeMessage | null) => void {
+  const acks = new AckCoalescer(client, options);
+  const cancelled = new CancelledBatches(client, options);
+  const itemIdOf = options.itemIdOf ?? defaultItemIdOf;
+  const maxDeliveries = options.maxDeliveries ?? 3;
+  const report = (error: Error, message: ConsumeMessage) => options.onError?.(error, message);
+
+  // After a dropped connection the channel is closed and acking throws; RabbitMQ redelivers the message.
+  const settleMessage = (message: ConsumeMessage, how: 'ack' | 'requeue' | 'drop') => {
+    try {
+      if (how === 'ack') channel.ack(message);
+      else channel.nack(message, false, how === 'requeue');
+    } catch {
+      // nothing to do: the broker already took the message back
+    }
+  };
+
+  /** Tells rollcall, then settles the message; a rollcall that cannot be told means a requeue. */
+  const record = async (message: ConsumeMessage, itemId: string, outcome: 'succeeded' | 'failed', error?: string) => {
+    let rejected: Rejected;
+    try {
+      rejected = await acks.ack(itemId, outcome, error);
+    } catch (ackError) {
+      report(asError(ackError), message);
+      return settleMessage(message, 'requeue');
+    }
+    if (rejected === 'batch_cancelled') cancelled.learnCancelled(itemId);
+    else if (rejected !== null) report(new RollcallIntegrationError('ack_rejected', `rollcall rejected item ${itemId}: ${rejected}`), message);
+    settleMessage(message, 'ack');
+  };
+
+  const consume = async (message: ConsumeMessage) => {
+    const itemId = itemIdOf(message);
+    if (!itemId) {
+      report(new RollcallIntegrationError('missing_item_id', `message ${message.fields.deliveryTag} has no ${ITEM_ID_HEADER} header`), message);
+      return settleMessage(message, 'drop');
+    }
+    if (await cancelled.isCancelled(itemId)) return settleMessage(message, 'ack');
+    try {
+      await handler(message);
+    } catch (thrown) {
+      if (previousDeliveries(message) + 1 < maxDeliveries) return settleMessage(message, 'requeue');
+      return record(message, itemId, 'failed', asError(thrown).message);
+    }
+    return record(message, itemId, 'succeeded');
+  };
+
+  return (message) => {
+    if (message === null) return; // the broker cancelled the consumer
+    consume(message).catch((error: unknown) => report(asError(error), message));
+  };
+}

@@ -1,0 +1,131 @@
+/**
+ * `import { rollcallProcessor } from 'rollcall/bullmq'`: a BullMQ processor that acks each job's
+ * rollcall item — `succeeded` after the handler, `failed` only when BullMQ will not run it again.
+ * bullmq is an optional peer dependency: only this entry point needs it.
+ */
+import { Job, UnrecoverableError } from 'bullmq';
+import type { RollcallClient } from '../client';
+import { AckCoalescer, AckCoalescingOptions, Rejected } from './ackCoalescer';
+import { CancelCheckOptions, CancelledBatches } from './cancelledBatches';
+import { asError, IntegrationErrorCode } from './errors';
+
+export interface RollcallProcessorOptions<DataType, ResultType, NameType extends string> extends AckCoalescingOptions, CancelCheckOptions {
+  /** Where a job's item ID is. Default: `job.data.rollcallItemId`. */
+  itemIdOf?: (job: Job<DataType, ResultType, NameType>) => string | undefined;
+  /**
+   * The Worker's `maxStartedAttempts`, when it sets one: a job started that many times is not
+   * retried, so its failure is then the last one. (The processor cannot read the Worker's options.)
+   */
+  maxStartedAttempts?: number;
+}
+
+export type RollcallHandler<DataType, ResultType, NameType extends string> = (
+  job: Job<DataType, ResultType, NameType>,
+  token?: string,
+  signal?: AbortSignal,
+) => Promise<ResultType>;
+
+/** What BullMQ's Worker calls; `undefined` is the result of a job whose batch was cancelled. */
+export type RollcallBullmqProcessor<DataType, ResultType, NameType extends string> = (
+  job: Job<DataType, ResultType, NameType>,
+  token?: string,
+  signal?: AbortSignal,
+) => Promise<ResultType | undefined>;
+
+/** An error of the integration that BullMQ must not retry (a job no retry can fix). */
+export class RollcallJobError extends UnrecoverableError {
+  constructor(
+    readonly code: IntegrationErrorCode,
+    message: string,
+  ) {
+    super(message);
+    // BullMQ recognises an UnrecoverableError by class or by this name; the name also works when the
+    // worker's copy of bullmq is not the one this module loaded.
+    this.name = 'UnrecoverableError';
+  }
+}
+
+/**
+ * Errors a handler throws to steer BullMQ, not because the job failed: BullMQ moves the job without
+ * counting an attempt (worker.ts `handleFailed`), so rollcall must not hear of them either.
+ */
+const STEERING_ERRORS = new Set(['DelayedError', 'WaitingError', 'WaitingChildrenError', 'RateLimitError']);
+const RATE_LIMIT_MESSAGE = 'bullmq:rateLimitExceeded';
+
+function steersBullmq(error: Error): boolean {
+  return STEERING_ERRORS.has(error.name) || error.message === RATE_LIMIT_MESSAGE;
+}
+
+/**
+ * Whether BullMQ will give up on this job after this error, mirroring `Job.shouldRetryJob` (bullmq
+ * 5 and 6): it retries only while `attemptsMade + 1 < opts.attempts` (no `attempts` means one), the
+ * error is not an `UnrecoverableError`, and the Worker's `maxStartedAttempts` is not reached.
+ * `attemptsMade` counts the failed runs before this one, so it is 0 on the first run.
+ */
+export function isLastAttempt(job: Pick<Job, 'attemptsMade' | 'attemptsStarted' | 'opts'>, error: Error, maxStartedAttempts?: number): boolean {
+  if (error.name === 'UnrecoverableError' || error instanceof UnrecoverableError) return true;
+  if (maxStartedAttempts && maxStartedAttempts <= job.attemptsStarted) return true;
+  return job.attemptsMade + 1 >= (job.opts.attempts ?? 1);
+}
+
+function defaultItemIdOf(job: Job): string | undefined {
+  const data: unknown = job.data;
+  const id = data && typeof data === 'object' ? (data as { rollcallItemId?: unknown }).rollcallItemId : undefined;
+  return typeof id === 'string' ? id : undefined;
+}
+
+/**
+ * A BullMQ processor around `handler`: `new Worker(queue, rollcallProcessor(client, handler), …)`.
+ * - The job's item ID comes from `job.data.rollcallItemId` (or `options.itemIdOf(job)`); a job
+ *   without one fails at once (`missing_item_id`, not retried).
+ * - A job whose batch is cancelled is not run: it completes with `undefined`.
+ * - The handler succeeds: the item is acked `succeeded`, then the job completes with the handler's result.
+ * - The handler throws and BullMQ will retry: the error is rethrown, nothing is acked.
+ * - The handler throws on the last attempt (or throws `UnrecoverableError`): the item is acked
+ *   `failed` with the error's message, then the error is rethrown.
+ * Acks of every job this processor runs in the process are merged into few calls (see AckCoalescer);
+ * each job still completes only after rollcall answered for its own item.
+ */
+export function rollcallProcessor<DataType = any, ResultType = any, NameType extends string = string>(
+  client: RollcallClient,
+  handler: RollcallHandler<DataType, ResultType, NameType>,
+  options: RollcallProcessorOptions<DataType, ResultType, NameType> = {},
+): RollcallBullmqProcessor<DataType, ResultType, NameType> {
+  const acks = new AckCoalescer(client, options);
+  const cancelled = new CancelledBatches(client, options);
+  const itemIdOf = options.itemIdOf ?? (defaultItemIdOf as (job: Job<DataType, ResultType, NameType>) => string | undefined);
+
+  /** Acts on a rejection: cancelled batches are remembered; anything else cannot be fixed by a retry. */
+  const settle = (itemId: string, rejected: Rejected): void => {
+    if (rejected === null) return;
+    if (rejected === 'batch_cancelled') return cancelled.learnCancelled(itemId);
+    throw new RollcallJobError('ack_rejected', `rollcall rejected item ${itemId}: ${rejected}`);
+  };
+
+  /** Acks the last failure; if rollcall cannot be told, the job's failure says so (its item stays pending). */
+  const ackLastFailure = async (itemId: string, error: Error): Promise<void> => {
+    let rejected: Rejected;
+    try {
+      rejected = await acks.ack(itemId, 'failed', error.message);
+    } catch (ackError) {
+      throw new Error(`${error.message} (and rollcall could not record the failure: ${asError(ackError).message})`, { cause: ackError });
+    }
+    if (rejected === 'batch_cancelled') cancelled.learnCancelled(itemId);
+  };
+
+  return async (job, token, signal) => {
+    const itemId = itemIdOf(job);
+    if (!itemId) throw new RollcallJobError('missing_item_id', `job ${job.id} has no rollcall item ID`);
+    if (await cancelled.isCancelled(itemId)) return undefined;
+    let result: ResultType;
+    try {
+      result = await handler(job, token, signal);
+    } catch (thrown) {
+      const error = asError(thrown);
+      if (!steersBullmq(error) && isLastAttempt(job, error, options.maxStartedAttempts)) await ackLastFailure(itemId, error);
+      throw thrown;
+    }
+    settle(itemId, await acks.ack(itemId, 'succeeded'));
+    return result;
+  };
+}

@@ -1,0 +1,76 @@
+import { RollcallClient } from '../client';
+
+export interface CancelCheckOptions {
+  /**
+   * How long what was learned about a batch that is not cancelled is trusted before one of its jobs
+   * asks again (`GET /v1/items/:itemId`, one call per batch and interval per process, shared by the
+   * jobs that wait for it). `0` never asks: cancel is then learned only from a `batch_cancelled`
+   * rejection of an ack. Default 1000 ms.
+   */
+  cancelCheckIntervalMs?: number;
+}
+
+interface Known {
+  cancelled: boolean;
+  checkedAt: number;
+  asking: Promise<boolean> | null;
+}
+
+/** Batches remembered per process; the oldest are forgotten past this (a re-check costs one call). */
+const REMEMBERED_BATCHES = 10_000;
+
+/** The batch ID of an item ID (`<batchId>:<groupId>:<index>`). */
+export function batchIdOf(itemId: string): string {
+  const colon = itemId.indexOf(':');
+  return colon < 0 ? itemId : itemId.slice(0, colon);
+}
+
+/**
+ * Which batches are cancelled, as far as this process knows, so their jobs are not run. Learned two
+ * ways that cost little: an ack rejected as `batch_cancelled` (free, it comes with the answer), and
+ * at most one item look-up per batch and interval. A look-up that fails counts as "not cancelled":
+ * cancel saves work, it is not needed for correct counts (the service rejects the acks anyway).
+ */
+export class CancelledBatches {
+  private readonly known = new Map<string, Known>();
+  private readonly intervalMs: number;
+
+  constructor(
+    private readonly client: RollcallClient,
+    options: CancelCheckOptions = {},
+  ) {
+    this.intervalMs = options.cancelCheckIntervalMs ?? 1000;
+  }
+
+  /** Remembers that the batch of this item is cancelled (from a `batch_cancelled` rejection). */
+  learnCancelled(itemId: string): void {
+    this.remember(batchIdOf(itemId), { cancelled: true, checkedAt: Date.now(), asking: null });
+  }
+
+  /** Whether the batch of this item is cancelled, asking rollcall when what is known is stale. */
+  async isCancelled(itemId: string): Promise<boolean> {
+    const batchId = batchIdOf(itemId);
+    const known = this.known.get(batchId);
+    if (known?.cancelled) return true;
+    if (this.intervalMs <= 0) return false;
+    if (known?.asking) return known.asking;
+    if (known && Date.now() - known.checkedAt < this.intervalMs) return false;
+    const asking = this.client.item(itemId).then(
+      (item) => item.batchState === 'cancelled',
+      () => false,
+    );
+    const entry: Known = { cancelled: false, checkedAt: Date.now(), asking };
+    this.remember(batchId, entry);
+    const cancelled = await asking;
+    entry.asking = null;
+    entry.cancelled ||= cancelled;
+    entry.checkedAt = Date.now();
+    return entry.cancelled;
+  }
+
+  private remember(batchId: string, entry: Known): void {
+    this.known.delete(batchId); // re-inserted last: Map order is then "least recently learned first"
+    this.known.set(batchId, entry);
+    if (this.known.size > REMEMBERED_BATCHES) this.known.delete(this.known.keys().next().value as string);
+  }
+}

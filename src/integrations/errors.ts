@@ -1,0 +1,31 @@
+/**
+ * Errors the queue integrations raise themselves, each with a stable `code` (like the API's errors,
+ * which reach callers as `RollcallApiError` from the client).
+ */
+export type IntegrationErrorCode =
+  /** The job or message carries no item ID where `itemIdOf` looks. */
+  | 'missing_item_id'
+  /** rollcall refused the item's ack (`unknown_batch`, `malformed`, …): retrying will not help. */
+  | 'ack_rejected'
+  /** `openBatch`'s `enqueue` threw; the batch stays open (never sealed), see `batchId`. */
+  | 'enqueue_failed';
+
+export class RollcallIntegrationError extends Error {
+  constructor(
+    readonly code: IntegrationErrorCode,
+    message: string,
+    options: { cause?: unknown; batchId?: string } = {},
+  ) {
+    super(message, { cause: options.cause });
+    this.name = new.target.name;
+    this.batchId = options.batchId;
+  }
+
+  /** The batch concerned, when there is one. */
+  readonly batchId: string | undefined;
+}
+
+/** `unknown` from a catch as an Error, keeping what was thrown as the cause. */
+export function asError(thrown: unknown): Error {
+  return thrown instanceof Error ? thrown : new Error(String(thrown), { cause: thrown });
+}

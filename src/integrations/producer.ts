@@ -1,0 +1,63 @@
+/**
+ * `import { openBatch } from 'rollcall/producer'`: the producer's side in one call — open a batch,
+ * add its items, hand their IDs to the queue in chunks, seal. Needs no queue library.
+ */
+import { randomUUID } from 'node:crypto';
+import type { Batch, RollcallClient } from '../client';
+import { RollcallIntegrationError } from './errors';
+import { withRetries } from './retry';
+
+/** The most item IDs handed to `enqueue` at once. */
+export const MAX_ENQUEUE_CHUNK = 1000;
+/** The most items the API adds in one call; larger batches take several adds. */
+export const MAX_ITEMS_PER_ADD = 10_000_000;
+
+export interface OpenBatchInput {
+  /** How many items (0 makes a batch that is complete at once). */
+  count: number;
+  userKey?: string;
+  metadata?: Record<string, unknown>;
+  callbackUrl?: string;
+  /** Puts one job or message per item ID on the queue; called one chunk (≤ 1,000 IDs) at a time, in order. */
+  enqueue: (itemIds: string[]) => Promise<void>;
+}
+
+/**
+ * Opens a batch, adds `count` items, calls `enqueue` with their IDs in chunks of at most 1,000, seals
+ * with `expectedItems: count`, and returns the sealed batch (`complete` already if the workers were
+ * faster than the seal).
+ * - IDs are made as they are enqueued: a batch of millions never sits in memory as strings.
+ * - Every add carries an Idempotency-Key and is retried on network errors and `5xx`: a retry whose
+ *   first try was committed makes nothing twice.
+ * - When `enqueue` throws, the batch is not sealed, so it cannot complete: the error
+ *   (`RollcallIntegrationError`, code `enqueue_failed`, with `batchId`) lets the caller delete or
+ *   cancel it; otherwise the service sweeps it after `OPEN_BATCH_TTL`.
+ */
+export async function openBatch(client: RollcallClient, input: OpenBatchInput): Promise<Batch> {
+  const { count, enqueue, ...details } = input;
+  if (!Number.isSafeInteger(count) || count < 0) throw new RangeError(`count must be a whole number ≥ 0, not ${count}`);
+  const batch = await client.open(details);
+  for (let left = count; left > 0; left -= MAX_ITEMS_PER_ADD) {
+    const idempotencyKey = randomUUID();
+    const added = await withRetries(() => client.addItems(batch.id, Math.min(left, MAX_ITEMS_PER_ADD), { idempotencyKey }));
+    try {
+      await enqueueInChunks(added.itemIds(), enqueue);
+    } catch (error) {
+      throw new RollcallIntegrationError('enqueue_failed', `enqueue failed; batch ${batch.id} is left open`, { cause: error, batchId: batch.id });
+    }
+  }
+  return withRetries(() => client.seal(batch.id, { expectedItems: count }));
+}
+
+async function enqueueInChunks(ids: Iterator<string>, enqueue: (itemIds: string[]) => Promise<void>): Promise<void> {
+  for (;;) {
+    const chunk: string[] = [];
+    for (let next = ids.next(); !next.done; next = ids.next()) {
+      chunk.push(next.value);
+      if (chunk.length === MAX_ENQUEUE_CHUNK) break;
+    }
+    if (chunk.length === 0) return;
+    await enqueue(chunk);
+    if (chunk.length < MAX_ENQUEUE_CHUNK) return;
+  }
+}

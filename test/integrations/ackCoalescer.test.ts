@@ -1,0 +1,56 @@
+import { RollcallClient } from '../../src/client';
+import { AckCoalescer } from '../../src/integrations/ackCoalescer';
+import { backends } from '../helpers/backends';
+import { countingFetch } from '../helpers/countingFetch';
+import { listen } from '../helpers/listening';
+import { sealedBatch, startService, TestService } from '../helpers/service';
+
+const [, sqlite] = backends()[0]!;
+
+describe('the ack coalescer of the queue integrations, against a real service', () => {
+  let svc: TestService;
+  let server: { url: string; close(): Promise<void> };
+  beforeAll(async () => {
+    svc = await startService(sqlite);
+    server = await listen(svc.rollcall.app);
+  });
+  afterAll(async () => {
+    await server.close();
+    await svc.stop();
+  });
+
+  it('when 25,000 items are acked at once, then they travel in calls of at most 10,000 and each answer comes after its item was committed', async () => {
+    const { id, ids } = await sealedBatch(svc.api, 25_000);
+    const tally = countingFetch();
+    const client = new RollcallClient({ baseUrl: server.url, fetch: tally.fetch });
+    const acks = new AckCoalescer(client);
+    const committedWhenAnswered: boolean[] = [];
+    const probe = new RollcallClient({ baseUrl: server.url });
+    await Promise.all(
+      ids.map(async (itemId, i) => {
+        expect(await acks.ack(itemId, 'succeeded')).toBeNull();
+        if (i % 1000 === 0) committedWhenAnswered.push((await probe.item(itemId)).state === 'succeeded');
+      }),
+    );
+    expect(committedWhenAnswered).toEqual(Array(25).fill(true));
+    expect(tally.largestCall).toBeLessThanOrEqual(10_000);
+    expect(tally.calls).toBeLessThanOrEqual(4);
+    expect(tally.completions.get(id)).toBe(1);
+  });
+
+  it('when acks of different outcomes and reasons and an unknown item arrive together, then each gets its own answer and reason', async () => {
+    const { id, ids } = await sealedBatch(svc.api, 4);
+    const acks = new AckCoalescer(new RollcallClient({ baseUrl: server.url }));
+    const unknown = `${id}:01234567-89ab-7def-8123-456789abcdef:0`;
+    const answers = await Promise.all([
+      acks.ack(ids[0]!, 'succeeded'),
+      acks.ack(ids[1]!, 'failed', 'disk full'),
+      acks.ack(ids[2]!, 'failed', 'x'.repeat(5000)), // longer than the API takes: cut, not refused
+      acks.ack(unknown, 'succeeded'),
+      acks.ack(ids[3]!, 'succeeded'),
+    ]);
+    expect(answers).toEqual([null, null, null, 'unknown_group', null]);
+    const reasons = new Map((await new RollcallClient({ baseUrl: server.url }).failures(id)).failures.map((f) => [f.id, f.error]));
+    expect(reasons).toEqual(new Map([[ids[1], 'disk full'], [ids[2], 'x'.repeat(1000)]]));
+  });
+});

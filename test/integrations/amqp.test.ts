@@ -1,0 +1,173 @@
+import { spawn } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import path from 'node:path';
+import readline from 'node:readline';
+import amqp, { ChannelModel, ConsumeMessage } from 'amqplib';
+import { Batch, RollcallClient } from '../../src/client';
+import { rollcallConsumer } from '../../src/integrations/amqp';
+import { openBatch } from '../../src/integrations/producer';
+import { backends } from '../helpers/backends';
+import { amqpUrl, describeWith } from '../helpers/brokers';
+import { AckTally, countingFetch } from '../helpers/countingFetch';
+import { listen } from '../helpers/listening';
+import { startService, TestService } from '../helpers/service';
+import { TcpProxy } from '../helpers/tcpProxy';
+import { kindOf } from './fixtures/jobs';
+import { handleTestMessage, numberOf } from './fixtures/messages';
+
+
+function expected(count: number): { succeeded: number; failed: number } {
+  let failed = 0;
+  for (let n = 0; n < count; n++) if (kindOf(n) === 'permanent' || kindOf(n) === 'unrecoverable') failed++;
+  return { succeeded: count - failed, failed };
+}
+
+describeWith(amqpUrl).each(backends())('rollcall/amqp on a real RabbitMQ quorum queue and a real rollcall service (%s)', (_name, backend) => {
+  const url = new URL(amqpUrl ?? 'amqp://guest:guest@127.0.0.1:5672');
+  let svc: TestService;
+  let server: { url: string; close(): Promise<void> };
+  const connections: ChannelModel[] = [];
+  let admin: ChannelModel;
+
+  beforeAll(async () => {
+    svc = await startService(backend);
+    server = await listen(svc.rollcall.app);
+    admin = await amqp.connect(url.toString());
+  });
+  afterAll(async () => {
+    for (const c of connections) await c.close().catch(() => undefined);
+    await admin.close();
+    await server.close();
+    await svc.stop();
+  });
+
+  async function connect(through?: TcpProxy): Promise<ChannelModel> {
+    const target = new URL(url.toString());
+    if (through) target.port = String(through.port);
+    const connection = await amqp.connect(target.toString());
+    connection.on('error', () => undefined); // a dropped connection is what some tests do
+    connections.push(connection);
+    return connection;
+  }
+
+  /** A fresh quorum queue and a batch of `count` items published to it through rollcall/producer. */
+  async function produce(client: RollcallClient, count: number): Promise<{ queue: string; batch: Batch }> {
+    const queue = `rollcall-test-${randomBytes(4).toString('hex')}`;
+    const channel = await admin.createConfirmChannel();
+    await channel.assertQueue(queue, { durable: true, arguments: { 'x-queue-type': 'quorum' } });
+    let n = 0;
+    const batch = await openBatch(client, {
+      count,
+      enqueue: async (ids) => {
+        for (const id of ids) channel.sendToQueue(queue, Buffer.from(JSON.stringify({ n: n++ })), { headers: { 'x-rollcall-item-id': id }, persistent: true });
+        await channel.waitForConfirms();
+      },
+    });
+    await channel.close();
+    return { queue, batch };
+  }
+
+  async function consumer(connection: ChannelModel, queue: string, client: RollcallClient, runs: Map<number, number>, workMs: number): Promise<void> {
+    const channel = await connection.createChannel();
+    channel.on('error', () => undefined);
+    await channel.prefetch(20);
+    await channel.consume(
+      queue,
+      rollcallConsumer(client, channel, (message) => {
+        runs.set(numberOf(message), (runs.get(numberOf(message)) ?? 0) + 1);
+        return handleTestMessage(message, workMs);
+      }),
+    );
+  }
+
+  /** Waits until the queue holds no message, ready or unacknowledged. */
+  async function drained(queue: string): Promise<void> {
+    const channel = await admin.createChannel();
+    for (let i = 0; i < 100; i++) {
+      // messageCount counts ready messages only: wait a little more for unacked ones to settle.
+      if ((await channel.checkQueue(queue)).messageCount === 0) break;
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    await channel.deleteQueue(queue);
+    await channel.close();
+  }
+
+  it('when messages fail for good or only on their first delivery, then each runs as often as maxDeliveries allows and no more', async () => {
+    const tally = countingFetch();
+    const client = new RollcallClient({ baseUrl: server.url, fetch: tally.fetch });
+    const { queue, batch } = await produce(client, 200);
+    const runs = new Map<number, number>();
+    await consumer(await connect(), queue, client, runs, 0);
+    const done = await client.waitForCompletion(batch.id, { timeoutMs: 30_000 });
+    expect(done).toMatchObject({ state: 'complete', ...expected(200), pending: 0 });
+    for (let n = 0; n < 200; n++) expect([n, runs.get(n)]).toEqual([n, { permanent: 3, unrecoverable: 3, flaky: 2, ok: 1 }[kindOf(n)]]);
+    await drained(queue); // the answer that completed the batch may still be on its way to the consumer
+    expect(tally.completions.get(batch.id)).toBe(1);
+  });
+
+  it('when a batch is cancelled before its messages are consumed, then none of them runs and all are acked', async () => {
+    const client = new RollcallClient({ baseUrl: server.url });
+    const { queue, batch } = await produce(client, 100);
+    await client.cancel(batch.id);
+    const runs = new Map<number, number>();
+    await consumer(await connect(), queue, client, runs, 0);
+    await drained(queue);
+    expect(runs.size).toBe(0);
+    expect(await client.status(batch.id)).toMatchObject({ state: 'cancelled', pending: 100 });
+  });
+
+  it('when a consumer process is killed with SIGKILL mid-stream, then its unacked messages are redelivered and the counts are still exact', async () => {
+    const producerClient = new RollcallClient({ baseUrl: server.url });
+    const { queue, batch } = await produce(producerClient, 2000);
+    const child = spawn(process.execPath, ['--import', 'tsx', 'test/integrations/fixtures/amqpConsumer.ts'], {
+      cwd: path.resolve(__dirname, '../..'),
+      env: { ...process.env, ROLLCALL_URL: server.url, AMQP_URL: url.toString(), QUEUE: queue, WORK_MS: '5' },
+      stdio: ['ignore', 'pipe', 'inherit'],
+    });
+    const exited = new Promise((resolve) => child.once('exit', resolve));
+    let childCompletions = 0;
+    readline.createInterface({ input: child.stdout! }).on('line', (line) => {
+      if (line === `COMPLETED ${batch.id}`) childCompletions++;
+    });
+    for (;;) {
+      const now = await producerClient.status(batch.id);
+      if (now.succeeded + now.failed >= 500) break;
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    }
+    child.kill('SIGKILL'); // with acks on their way to rollcall and messages not yet acked
+    await exited;
+    expect((await producerClient.status(batch.id)).pending).toBeGreaterThan(0);
+    const tally = countingFetch();
+    const client = new RollcallClient({ baseUrl: server.url, fetch: tally.fetch });
+    await consumer(await connect(), queue, client, new Map(), 0);
+    const done = await producerClient.waitForCompletion(batch.id, { timeoutMs: 60_000 });
+    expect(done).toMatchObject({ state: 'complete', ...expected(2000), pending: 0 });
+    await drained(queue);
+    expect(childCompletions + (tally.completions.get(batch.id) ?? 0)).toBe(1);
+  });
+
+  it('when 2,000 messages are consumed by two consumers and one connection is dropped mid-stream, then the counts are exact and completion is reported once', async () => {
+    const producerClient = new RollcallClient({ baseUrl: server.url });
+    const { queue, batch } = await produce(producerClient, 2000);
+    const tallies: AckTally[] = [countingFetch(), countingFetch()];
+    const clients = tallies.map((t) => new RollcallClient({ baseUrl: server.url, fetch: t.fetch }));
+    const proxy = new TcpProxy(url.hostname, Number(url.port || 5672));
+    await proxy.open();
+    const runs = new Map<number, number>();
+    await consumer(await connect(), queue, clients[0]!, runs, 5);
+    await consumer(await connect(proxy), queue, clients[1]!, runs, 5);
+    for (;;) {
+      const now = await producerClient.status(batch.id);
+      if (now.succeeded + now.failed >= 500) break;
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    }
+    await proxy.cut(); // the second consumer's connection is gone, with the messages it held unacked
+    const done = await producerClient.waitForCompletion(batch.id, { timeoutMs: 60_000 });
+    expect(done).toMatchObject({ state: 'complete', ...expected(2000), pending: 0 });
+    for (let n = 0; n < 2000; n++) expect(runs.get(n) ?? 0).toBeGreaterThan(0);
+    await drained(queue);
+    expect(tallies.reduce((sum, t) => sum + (t.completions.get(batch.id) ?? 0), 0)).toBe(1);
+    expect(tallies.reduce((sum, t) => sum + t.calls, 0)).toBeLessThan(2000 / 4); // adaptive: calls grow when rollcall answers fast and the load is light
+  });
+});

@@ -1,0 +1,203 @@
+import { spawn } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import path from 'node:path';
+import readline from 'node:readline';
+import { Job, Queue, Worker } from 'bullmq';
+import { Batch, RollcallClient } from '../../src/client';
+import { rollcallProcessor } from '../../src/integrations/bullmq';
+import { openBatch } from '../../src/integrations/producer';
+import { backends } from '../helpers/backends';
+import { describeWith, redisConnection, redisUrl } from '../helpers/brokers';
+import { AckTally, countingFetch } from '../helpers/countingFetch';
+import { listen } from '../helpers/listening';
+import { startService, TestService } from '../helpers/service';
+import { kindOf, permanentMessage, runTestJob, TestJobData, unrecoverableMessage } from './fixtures/jobs';
+
+const ROOT = path.resolve(__dirname, '../..');
+
+describeWith(redisUrl).each(backends())('rollcall/bullmq on a real Redis and a real rollcall service (%s)', (_name, backend) => {
+  const connection = redisConnection(redisUrl ?? 'redis://127.0.0.1:6379');
+  const prefix = `rollcall-test-${randomBytes(4).toString('hex')}`;
+  let svc: TestService;
+  let server: { url: string; close(): Promise<void> };
+  let tally: AckTally;
+  let client: RollcallClient;
+  const queues: Queue[] = [];
+  const workers: Worker[] = [];
+
+  beforeAll(async () => {
+    svc = await startService(backend);
+    server = await listen(svc.rollcall.app);
+  });
+  beforeEach(() => {
+    tally = countingFetch();
+    client = new RollcallClient({ baseUrl: server.url, fetch: tally.fetch });
+  });
+  afterEach(async () => {
+    await Promise.all(workers.splice(0).map((w) => w.close()));
+  });
+  afterAll(async () => {
+    for (const queue of queues) {
+      await queue.obliterate({ force: true });
+      await queue.close();
+    }
+    await server.close();
+    await svc.stop();
+  });
+
+  function newQueue(): Queue<TestJobData> {
+    const queue = new Queue<TestJobData>(`q-${randomBytes(4).toString('hex')}`, { connection, prefix });
+    queues.push(queue);
+    return queue;
+  }
+
+  /** Opens and seals a batch of `count` items through rollcall/producer, one job per item (attempts: 3). */
+  async function produce(queue: Queue<TestJobData>, count: number): Promise<Batch> {
+    let n = 0;
+    return openBatch(client, {
+      count,
+      enqueue: async (ids) => {
+        await queue.addBulk(ids.map((id) => ({ name: 'item', data: { rollcallItemId: id, n: n++ }, opts: { attempts: 3, removeOnComplete: false } })));
+      },
+    });
+  }
+
+  async function settled(queue: Queue, count: number, timeoutMs = 60_000): Promise<void> {
+    const deadline = Date.now() + timeoutMs;
+    for (;;) {
+      const counts = await queue.getJobCounts('completed', 'failed');
+      if ((counts.completed ?? 0) + (counts.failed ?? 0) >= count) return;
+      if (Date.now() > deadline) throw new Error(`BullMQ did not finish the jobs: ${JSON.stringify(counts)}`);
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+  }
+
+  function expectedOutcome(count: number): { succeeded: number; failed: number; failedIds: (ids: string[]) => string[] } {
+    let failed = 0;
+    for (let n = 0; n < count; n++) if (kindOf(n) === 'permanent' || kindOf(n) === 'unrecoverable') failed++;
+    return { succeeded: count - failed, failed, failedIds: (ids) => ids };
+  }
+
+  it('when 3,000 jobs with attempts: 3 fail for good or only at first, then the counts are exact, completion is reported once and acks travel in few calls', async () => {
+    const queue = newQueue();
+    const runs = new Map<number, number>();
+    const itemOf = new Map<number, string>();
+    workers.push(
+      new Worker<TestJobData>(
+        queue.name,
+        rollcallProcessor(client, (job: Job<TestJobData>) => {
+          runs.set(job.data.n, (runs.get(job.data.n) ?? 0) + 1);
+          itemOf.set(job.data.n, job.data.rollcallItemId);
+          return runTestJob(job);
+        }),
+        { connection, prefix, concurrency: 50 },
+      ),
+    );
+    const batch = await produce(queue, 3000);
+    const done = await client.waitForCompletion(batch.id, { timeoutMs: 60_000 });
+    await settled(queue, 3000);
+
+    const expected = expectedOutcome(3000);
+    expect(done).toMatchObject({ state: 'complete', outcome: 'failed', total: 3000, succeeded: expected.succeeded, failed: expected.failed, pending: 0 });
+    expect(await client.status(batch.id)).toMatchObject({ succeeded: expected.succeeded, failed: expected.failed });
+    expect(tally.completions.get(batch.id)).toBe(1);
+    // Each job was retried as BullMQ decided, and not once more: rollcall's acks did not change that.
+    for (let n = 0; n < 3000; n++) expect([n, runs.get(n)]).toEqual([n, { permanent: 3, flaky: 2, unrecoverable: 1, ok: 1 }[kindOf(n)]]);
+    const counts = await queue.getJobCounts('completed', 'failed');
+    expect(counts).toEqual({ completed: expected.succeeded, failed: expected.failed });
+    expect(tally.calls).toBeLessThan(3000 / 10);
+    expect(tally.largestCall).toBeLessThanOrEqual(10_000);
+
+    // The reasons kept are those of the jobs that failed for good, with their messages; no flaky one.
+    const reasons = new Map<string, string>();
+    for (let cursor: string | undefined; ; ) {
+      const page = await client.failures(batch.id, { limit: 500, cursor });
+      for (const failure of page.failures) reasons.set(failure.id, failure.error);
+      if (!page.nextCursor) break;
+      cursor = page.nextCursor;
+    }
+    const wanted = new Map<string, string>();
+    for (let n = 0; n < 3000; n++) {
+      if (kindOf(n) === 'permanent') wanted.set(itemOf.get(n)!, permanentMessage(n));
+      if (kindOf(n) === 'unrecoverable') wanted.set(itemOf.get(n)!, unrecoverableMessage(n));
+    }
+    expect(reasons).toEqual(wanted);
+  });
+
+  it('when a batch is cancelled before its jobs run, then none of them runs and BullMQ completes them', async () => {
+    const queue = newQueue();
+    const batch = await produce(queue, 200);
+    await client.cancel(batch.id);
+    let runs = 0;
+    workers.push(new Worker<TestJobData>(queue.name, rollcallProcessor(client, async () => void runs++), { connection, prefix, concurrency: 20 }));
+    await settled(queue, 200);
+    expect(runs).toBe(0);
+    expect(await queue.getJobCounts('completed', 'failed')).toEqual({ completed: 200, failed: 0 });
+    expect(await client.status(batch.id)).toMatchObject({ state: 'cancelled', succeeded: 0, failed: 0, pending: 200 });
+  });
+
+  it('when a batch is cancelled mid-run, then the first rejected ack stops its remaining jobs from running (without asking rollcall before each job)', async () => {
+    const queue = newQueue();
+    const batch = await produce(queue, 1000);
+    let runs = 0;
+    const handler = async (job: Job<TestJobData>) => {
+      runs++;
+      await new Promise((resolve) => setTimeout(resolve, 10));
+      return job.data.n;
+    };
+    workers.push(new Worker<TestJobData>(queue.name, rollcallProcessor(client, handler, { cancelCheckIntervalMs: 0 }), { connection, prefix, concurrency: 10 }));
+    for (;;) {
+      const now = await client.status(batch.id);
+      if (now.succeeded >= 100) break;
+      await new Promise((resolve) => setTimeout(resolve, 10));
+    }
+    const cancelled = await client.cancel(batch.id);
+    const runsAtCancel = runs;
+    await settled(queue, 1000);
+    // Jobs already running finish; a few more may start before the first rejection comes back.
+    expect(runs - runsAtCancel).toBeLessThan(50);
+    expect(await client.status(batch.id)).toMatchObject({ state: 'cancelled', succeeded: cancelled.succeeded, failed: 0 });
+    expect(await queue.getJobCounts('completed', 'failed')).toEqual({ completed: 1000, failed: 0 });
+  });
+
+  it('when a worker process is killed with SIGKILL mid-run, then its stalled jobs run again elsewhere and the counts are still exact', async () => {
+    const queue = newQueue();
+    const batch = await produce(queue, 2000);
+    const child = spawn(process.execPath, ['--import', 'tsx', 'test/integrations/fixtures/bullmqWorker.ts'], {
+      cwd: ROOT,
+      env: { ...process.env, ROLLCALL_URL: server.url, REDIS_URL: redisUrl, QUEUE: queue.name, PREFIX: prefix, WORK_MS: '10' },
+      stdio: ['ignore', 'pipe', 'inherit'],
+    });
+    const exited = new Promise((resolve) => child.once('exit', resolve));
+    let childCompletions = 0;
+    readline.createInterface({ input: child.stdout! }).on('line', (line) => {
+      if (line === `COMPLETED ${batch.id}`) childCompletions++;
+    });
+    // Kill it while it holds jobs: a third of the batch has an outcome, the rest does not.
+    for (;;) {
+      const now = await client.status(batch.id);
+      if (now.succeeded + now.failed >= 600) break;
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    }
+    child.kill('SIGKILL');
+    await exited;
+    const atKill = await client.status(batch.id);
+    expect(atKill.pending).toBeGreaterThan(0);
+    expect(await queue.getActiveCount()).toBeGreaterThan(0); // jobs it held, now stalled
+
+    workers.push(
+      new Worker<TestJobData>(queue.name, rollcallProcessor(client, (job: Job<TestJobData>) => runTestJob(job)), {
+        connection,
+        prefix,
+        concurrency: 50,
+        stalledInterval: 500,
+      }),
+    );
+    const done = await client.waitForCompletion(batch.id, { timeoutMs: 60_000 });
+    await settled(queue, 2000);
+    const expected = expectedOutcome(2000);
+    expect(done).toMatchObject({ state: 'complete', succeeded: expected.succeeded, failed: expected.failed, pending: 0 });
+    expect(childCompletions + (tally.completions.get(batch.id) ?? 0)).toBe(1);
+    expect(await queue.getJobCounts('completed', 'failed')).toEqual({ completed: expected.succeeded, failed: expected.failed });
+  });
+});

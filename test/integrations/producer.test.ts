@@ -1,0 +1,90 @@
+import { RollcallClient } from '../../src/client';
+import { RollcallIntegrationError } from '../../src/integrations/errors';
+import { openBatch } from '../../src/integrations/producer';
+import { backends } from '../helpers/backends';
+import { listen } from '../helpers/listening';
+import { startService, TestService } from '../helpers/service';
+
+describe.each(backends())('rollcall/producer openBatch (%s)', (_name, backend) => {
+  let svc: TestService;
+  let server: { url: string; close(): Promise<void> };
+  let client: RollcallClient;
+  beforeAll(async () => {
+    svc = await startService(backend);
+    server = await listen(svc.rollcall.app);
+    client = new RollcallClient({ baseUrl: server.url });
+  });
+  afterAll(async () => {
+    await server.close();
+    await svc.stop();
+  });
+
+  it('when a batch of 2,500 is opened, then enqueue gets every item ID once in chunks of at most 1,000 and the batch is sealed', async () => {
+    const chunks: string[][] = [];
+    const batch = await openBatch(client, { count: 2500, userKey: 'producer', metadata: { job: 'x' }, enqueue: async (ids) => void chunks.push(ids) });
+    expect(chunks.map((c) => c.length)).toEqual([1000, 1000, 500]);
+    const ids = chunks.flat();
+    expect(new Set(ids).size).toBe(2500);
+    expect(batch).toMatchObject({ state: 'sealed', total: 2500, pending: 2500, userKey: 'producer', metadata: { job: 'x' } });
+    const acked = await client.ack(ids);
+    expect(acked).toMatchObject({ acked: 2500, rejected: [] });
+    expect(acked.completed.map((b) => b.id)).toEqual([batch.id]);
+  });
+
+  it('when the answer to an add is lost and the add is retried, then nothing is added twice', async () => {
+    const keys: string[] = [];
+    let lost = 0;
+    const losing: typeof fetch = async (input, init) => {
+      const response = await fetch(input, init);
+      if (String(input).endsWith('/items')) {
+        keys.push(String((init?.headers as Record<string, string>)['idempotency-key']));
+        if (lost++ === 0) throw new TypeError('fetch failed'); // committed, but the producer never hears it
+      }
+      return response;
+    };
+    const batch = await openBatch(new RollcallClient({ baseUrl: server.url, fetch: losing }), { count: 1500, enqueue: async () => undefined });
+    expect(keys).toHaveLength(2);
+    expect(keys[0]).toBe(keys[1]);
+    expect(batch).toMatchObject({ state: 'sealed', total: 1500 });
+  });
+
+  it('when a batch of 3,000,000 is opened, then its IDs are made as they are enqueued, never all at once', async () => {
+    global.gc?.();
+    const before = process.memoryUsage().heapUsed;
+    let peak = 0;
+    let count = 0;
+    let largest = 0;
+    const batch = await openBatch(client, {
+      count: 3_000_000,
+      enqueue: async (ids) => {
+        count += ids.length;
+        largest = Math.max(largest, ids.length);
+        if (count % 100_000 === 0) peak = Math.max(peak, process.memoryUsage().heapUsed - before);
+      },
+    });
+    expect(batch.total).toBe(3_000_000);
+    expect(count).toBe(3_000_000);
+    expect(largest).toBe(1000);
+    // 3,000,000 IDs of 85 characters held at once would take well over 250 MB.
+    expect(peak).toBeLessThan(100 * 2 ** 20);
+  }, 120_000);
+
+  it('when enqueue throws, then the error names the batch, which stays open and cannot complete', async () => {
+    const error = await openBatch(client, {
+      count: 10,
+      enqueue: async () => {
+        throw new Error('queue is down');
+      },
+    }).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(RollcallIntegrationError);
+    expect(error).toMatchObject({ code: 'enqueue_failed', cause: { message: 'queue is down' } });
+    const batchId = (error as RollcallIntegrationError).batchId!;
+    expect((await client.status(batchId)).state).toBe('open');
+  });
+
+  it('when the count is 0, then the batch is complete at once and enqueue is never called', async () => {
+    let calls = 0;
+    expect((await openBatch(client, { count: 0, enqueue: async () => void calls++ })).state).toBe('complete');
+    expect(calls).toBe(0);
+  });
+});
