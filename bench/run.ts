@@ -8,12 +8,14 @@ import { randomBytes } from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 import readline from 'node:readline';
+
 import knex, { Knex } from 'knex';
-import { call, FROM_BUILD, spawnService, ServiceProcess } from '../test/helpers/processes';
+
+import { call, FROM_BUILD, ServiceProcess,spawnService } from '../test/helpers/processes';
 import { BULLMQ_VERSION, runBullmq } from './lib/bullmqPeer';
+import { sequentialLatency } from './lib/latency';
 import { load, LoadResult } from './lib/load';
 import { describeMachine, peakRssMiB } from './lib/machine';
-import { sequentialLatency } from './lib/latency';
 
 const ROOT = path.resolve(__dirname, '..');
 const MYSQL_URL = process.env.BENCH_MYSQL_URL ?? 'mysql://root@127.0.0.1:3306/test';

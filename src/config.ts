@@ -1,5 +1,7 @@
 import fs from 'node:fs';
+
 import { z } from 'zod';
+
 import { invalidAllowEntry } from './domain/callbackTarget';
 
 const int = (min: number, max: number) => z.coerce.number().int().min(min).max(max);

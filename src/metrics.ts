@@ -1,5 +1,6 @@
-import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
-import type { Db } from './store/db';
+import { collectDefaultMetrics,Counter, Gauge, Histogram, Registry } from 'prom-client';
+
+import { type Db, poolStats } from './store/db';
 
 /**
  * Every metric rollcall exports, on a registry of its own (so several apps in one process, as in
@@ -28,17 +29,17 @@ export class Metrics {
 
   constructor(db: Db) {
     collectDefaultMetrics({ register: this.registry, prefix: 'rollcall_' });
-    const pool = (db.client as { pool?: { numUsed(): number; numFree(): number; numPendingAcquires(): number } }).pool;
     new Gauge({
       name: 'rollcall_db_pool_connections',
       help: 'Database pool connections by state',
       labelNames: ['state'],
       registers: [this.registry],
       collect() {
+        const pool = poolStats(db);
         if (!pool) return;
-        this.set({ state: 'used' }, pool.numUsed());
-        this.set({ state: 'free' }, pool.numFree());
-        this.set({ state: 'pending_acquire' }, pool.numPendingAcquires());
+        this.set({ state: 'used' }, pool.used);
+        this.set({ state: 'free' }, pool.free);
+        this.set({ state: 'pending_acquire' }, pool.pendingAcquires);
       },
     });
   }

@@ -1,23 +1,23 @@
-import pino, { Logger } from 'pino';
 import type { Express } from 'express';
+import pino, { Logger } from 'pino';
+
 import { Config } from './config';
+import { AckCall } from './domain/ackCall';
+import { CallbackTargetPolicy } from './domain/callbackTarget';
 import { createApp } from './http/app';
+import { isLoopback } from './http/loopbackHost';
+import { Metrics } from './metrics';
 import { AckCommitter } from './service/ackCommitter';
 import { ackItems } from './service/ackItems';
-import { CallbackDispatcher } from './service/callbackDispatcher';
+import { CallbackDispatcher, DeliveryOptions } from './service/callbackDispatcher';
 import { ChildOutcomeDispatcher } from './service/childOutcomeDispatcher';
 import { CompletionWatcher } from './service/completionWatcher';
 import { ServiceDeps } from './service/deps';
 import { PeriodicTask } from './service/periodic';
+import { callbackPoster, PostCallback } from './service/postCallback';
 import { sweepOnce, SweepResult } from './service/sweep';
 import { Db, openDb, writerSlots } from './store/db';
 import { migrateLatest } from './store/migrations';
-import { AckCall } from './domain/ackCall';
-import { Metrics } from './metrics';
-import { isLoopback } from './http/loopbackHost';
-import { CallbackTargetPolicy } from './domain/callbackTarget';
-import { callbackPoster, PostCallback } from './service/postCallback';
-import { DeliveryOptions } from './service/callbackDispatcher';
 
 /** The service wired together: database, use cases, HTTP app, background loops. */
 export interface Rollcall {

@@ -1,6 +1,7 @@
 #!/usr/bin/env node
-import { parseArgs } from 'node:util';
 import readline from 'node:readline';
+import { parseArgs } from 'node:util';
+
 import { RollcallApiError, RollcallClient } from '../client';
 import { toError } from '../domain/errors';
 

@@ -3,8 +3,8 @@
  * No dependencies beyond Node's fetch.
  */
 
-import type { BatchOutcome, BatchState, BatchView as Batch } from '../domain/batch';
 import type { Rejection } from '../domain/ackCall';
+import type { BatchOutcome, BatchState, BatchView as Batch } from '../domain/batch';
 
 export type { Batch, BatchOutcome, BatchState };
 

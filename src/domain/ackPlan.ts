@@ -1,7 +1,7 @@
+import { AckCall, Rejection } from './ackCall';
 import { BatchRecord, Outcome } from './batch';
 import { Bitfield } from './bitfield';
-import { AckCall, Rejection } from './ackCall';
-import { planFailureReasons, ReasonPlan, ReasonTouch, reasonKey } from './failureReasons';
+import { planFailureReasons, reasonKey,ReasonPlan, ReasonTouch } from './failureReasons';
 
 /** A group row as stored: bits are null while all zero. */
 export interface GroupRecord {

@@ -1,23 +1,24 @@
 import express, { Express } from 'express';
 import type { Logger } from 'pino';
+
+import type { TokenEntry } from '../config';
 import { RouteNotFoundError } from '../domain/errors';
+import type { Metrics } from '../metrics';
 import { ServiceDeps } from '../service/deps';
+import { authenticate } from './auth';
 import { errorHandler } from './errorHandler';
+import { httpMetrics } from './httpMetrics';
+import { requireLoopbackHost } from './loopbackHost';
+import { requestContext } from './requestContext';
+import { requireJsonBody } from './requireJson';
 import { ackHandlers, SubmitAck } from './routes/acks';
 import { batchRoutes } from './routes/batches';
-import { itemRoutes } from './routes/items';
-import { whoamiRoutes } from './routes/whoami';
-import { healthRoutes } from './routes/health';
-import { lifecycleRoutes, LifecycleDeps } from './routes/lifecycle';
-import { requestContext } from './requestContext';
-import { authenticate } from './auth';
-import type { TokenEntry } from '../config';
-import type { Metrics } from '../metrics';
-import { httpMetrics } from './httpMetrics';
-import { requireJsonBody } from './requireJson';
-import { metaRoutes } from './routes/meta';
 import { dashboardRoutes } from './routes/dashboard';
-import { requireLoopbackHost } from './loopbackHost';
+import { healthRoutes } from './routes/health';
+import { itemRoutes } from './routes/items';
+import { LifecycleDeps,lifecycleRoutes } from './routes/lifecycle';
+import { metaRoutes } from './routes/meta';
+import { whoamiRoutes } from './routes/whoami';
 
 export interface AppDeps extends LifecycleDeps {
   service: ServiceDeps;

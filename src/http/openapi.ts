@@ -1,6 +1,7 @@
 import { z } from 'zod';
-import * as req from './schemas';
+
 import * as res from './responseSchemas';
+import * as req from './schemas';
 
 type JsonObject = Record<string, unknown>;
 

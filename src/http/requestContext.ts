@@ -1,5 +1,6 @@
-import type { Express, RequestHandler } from 'express';
 import { randomUUID } from 'node:crypto';
+
+import type { Express, RequestHandler } from 'express';
 import type { Logger } from 'pino';
 
 declare module 'express-serve-static-core' {

@@ -1,11 +1,11 @@
-import { AckCall, Rejection } from '../domain/ackCall';
-import { Knex } from 'knex';
 import { v7 as uuidv7 } from 'uuid';
+
+import { AckCall, Rejection } from '../domain/ackCall';
 import { AckPlan, CallResult, planAcks } from '../domain/ackPlan';
 import { BatchRecord, BatchView, Outcome, toBatchView } from '../domain/batch';
 import { batchEventBody } from '../domain/delivery';
 import { ackTargetReads, ackTargetsFrom, ackTargetWrites } from '../store/ackTargets';
-import { Queryable } from '../store/db';
+import { Queryable, Statement } from '../store/db';
 import { reasonKeysFrom, reasonKeysQuery, writeReasonsQueries } from '../store/failureReasons';
 import { insertEventQuery } from '../store/outbox';
 import { readDecideWrite } from '../store/readDecideWrite';
@@ -41,7 +41,7 @@ function batchesWithReasons(calls: AckCall[]): string[] {
 }
 
 /** The failure-reason writes, and the batch.first_failure events of batches with a callback URL. */
-function failureWrites(q: Queryable, deps: ServiceDeps, plan: AckPlan, now: number): Knex.QueryBuilder[] {
+function failureWrites(q: Queryable, deps: ServiceDeps, plan: AckPlan, now: number): Statement[] {
   const writes = plan.reasonWrites.flatMap(({ batchId, plan: reasons }) => writeReasonsQueries(q, batchId, reasons, now));
   const written = new Map(plan.batchWrites.map((b) => [b.id, b]));
   for (const first of plan.firstFailures) {

@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+
 import { BackoffPolicy, retryDelay, signBody } from '../domain/delivery';
 import { loadOf, pickFairly, saturated, ShareLimits } from '../domain/fairShare';
 import { claimEvents, lockDueEvents, markDelivered, markFailed, OutboxEvent } from '../store/outbox';

@@ -1,9 +1,9 @@
-import { Knex } from 'knex';
 import { v7 as uuidv7 } from 'uuid';
+
 import { BatchRecord, toBatchView } from '../domain/batch';
 import { batchEventBody } from '../domain/delivery';
-import { Queryable } from '../store/db';
 import { insertChildOutcomeQuery } from '../store/childOutcomes';
+import { Queryable, Statement, Transaction } from '../store/db';
 import { insertEventQuery } from '../store/outbox';
 import { ServiceDeps } from './deps';
 
@@ -12,7 +12,7 @@ export const CHILD_FAILED = 'child batch failed';
 export const CHILD_CANCELLED = 'child batch cancelled';
 
 /** The callback of a batch that has just finished: batch.completed, or batch.cancelled. */
-function finishEvent(q: Queryable, deps: ServiceDeps, batch: BatchRecord): Knex.QueryBuilder {
+function finishEvent(q: Queryable, deps: ServiceDeps, batch: BatchRecord): Statement {
   const view = toBatchView(batch);
   const cancelledNow = batch.state === 'cancelled';
   return insertEventQuery(q, {
@@ -30,7 +30,7 @@ function finishEvent(q: Queryable, deps: ServiceDeps, batch: BatchRecord): Knex.
  * What a child batch's end means for its parent item, written beside the child's end (the outbox
  * way: no transaction spans two batches); the ChildOutcomeDispatcher acks the parent item from it.
  */
-function childOutcome(q: Queryable, deps: ServiceDeps, batch: BatchRecord): Knex.QueryBuilder {
+function childOutcome(q: Queryable, deps: ServiceDeps, batch: BatchRecord): Statement {
   const succeeded = batch.state === 'complete' && batch.failed === 0;
   return insertChildOutcomeQuery(
     q,
@@ -49,8 +49,8 @@ function childOutcome(q: Queryable, deps: ServiceDeps, batch: BatchRecord): Knex
  * The rows that the end of these batches (complete or cancelled) writes, to run in the transaction
  * that ended them: the callback event and the parent's pending ack exist if and only if the end committed.
  */
-export function completionEvents(q: Queryable, deps: ServiceDeps, finished: BatchRecord[]): Knex.QueryBuilder[] {
-  const writes: Knex.QueryBuilder[] = [];
+export function completionEvents(q: Queryable, deps: ServiceDeps, finished: BatchRecord[]): Statement[] {
+  const writes: Statement[] = [];
   for (const batch of finished) {
     if (batch.callbackUrl) writes.push(finishEvent(q, deps, batch));
     if (batch.parentItem) writes.push(childOutcome(q, deps, batch));
@@ -59,7 +59,7 @@ export function completionEvents(q: Queryable, deps: ServiceDeps, finished: Batc
 }
 
 /** Runs completionEvents in `trx`. */
-export async function recordCompletions(trx: Knex.Transaction, deps: ServiceDeps, completed: BatchRecord[]): Promise<void> {
+export async function recordCompletions(trx: Transaction, deps: ServiceDeps, completed: BatchRecord[]): Promise<void> {
   for (const insert of completionEvents(trx, deps, completed)) await insert;
 }
 

@@ -1,6 +1,6 @@
+import { Caller } from '../domain/batch';
 import { deleteBatchesWithGroups } from '../store/removeBatches';
 import { inTransaction } from '../store/transaction';
-import { Caller } from '../domain/batch';
 import { ServiceDeps } from './deps';
 import { lockExistingBatch } from './lockedBatch';
 

@@ -1,4 +1,5 @@
 import { v7 as uuidv7 } from 'uuid';
+
 import { itemState } from '../domain/ackPlan';
 import { BatchRecord, BatchView, Caller, toBatchView } from '../domain/batch';
 import { InvalidRequestError, ItemNotFoundError, ItemNotPendingError, toError } from '../domain/errors';

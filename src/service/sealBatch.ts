@@ -1,9 +1,8 @@
-import { BatchView, sealed, toBatchView } from '../domain/batch';
+import { BatchView, Caller, sealed, toBatchView } from '../domain/batch';
 import { BatchNotOpenError, ExpectedItemsMismatchError } from '../domain/errors';
 import { updateBatch } from '../store/batches';
 import { inTransaction } from '../store/transaction';
 import { announceCompletions, recordCompletions } from './completion';
-import { Caller } from '../domain/batch';
 import { ServiceDeps } from './deps';
 import { lockExistingBatch } from './lockedBatch';
 

@@ -1,9 +1,10 @@
 import { Knex } from 'knex';
-import { GroupRecord, groupKey } from '../domain/ackPlan';
+
+import { groupKey,GroupRecord } from '../domain/ackPlan';
 import { BatchRecord } from '../domain/batch';
-import { BatchRow, batchFromRow, lockBatchesQuery, updateBatchQuery } from './batches';
+import { batchFromRow, BatchRow, lockBatchesQuery, updateBatchQuery } from './batches';
 import { Queryable } from './db';
-import { GroupRow, groupFromRow, lockGroupsQueries, writeGroupsQueries } from './groups';
+import { groupFromRow, GroupRow, lockGroupsQueries, writeGroupsQueries } from './groups';
 
 export interface AckTargets {
   batches: Map<string, BatchRecord>;

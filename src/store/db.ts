@@ -1,19 +1,21 @@
 import fs from 'node:fs';
 import path from 'node:path';
+
 import knex, { Knex } from 'knex';
 import type { Logger } from 'pino';
+
 import type { Config } from '../config';
+import { toError, UnavailableError } from '../domain/errors';
+import { profileOf } from './dialect';
 
 export type Db = Knex;
 /** Anything that runs a query: the pool or an open transaction. */
 export type Queryable = Knex | Knex.Transaction;
+/** An open transaction, as the store's functions take it (services never look inside). */
+export type Transaction = Knex.Transaction;
+/** A statement built by a store function, for a transaction to run (services never look inside). */
+export type Statement = Knex.QueryBuilder;
 
-export type Dialect = 'mysql' | 'sqlite';
-
-export function dialectOf(db: Queryable): Dialect {
-  const client = db.client.config.client as string;
-  return client === 'mysql2' || client === 'mysql' ? 'mysql' : 'sqlite';
-}
 
 /** knex's own messages (connection errors, warnings) go to the service log, not the console. */
 function knexLog(log?: Logger): Knex.Config['log'] {
@@ -59,7 +61,7 @@ function mysqlPool(config: DbConfig, log: Logger | undefined, multipleStatements
  * one). More merged ack transactions than this would only queue for a connection, and smaller.
  */
 export function writerSlots(db: Db): number {
-  return dialectOf(db) === 'sqlite' ? 1 : Number((db.client.config.pool as { max?: number } | undefined)?.max ?? 1);
+  return profileOf(db).writers === 'one-per-file' ? 1 : Number((db.client.config.pool as { max?: number } | undefined)?.max ?? 1);
 }
 
 /** The pool whose connections take several statements per query (readDecideWrite.ts); else db itself. */
@@ -113,4 +115,25 @@ export function openDb(config: DbConfig, log?: Logger): Db {
       },
     },
   });
+}
+
+/** Checks that the database answers; UnavailableError when it does not. */
+export async function ping(db: Db): Promise<void> {
+  try {
+    await db.raw('select 1');
+  } catch (caught) {
+    throw new UnavailableError('the database is not available', { cause: toError(caught) });
+  }
+}
+
+export interface PoolStats {
+  used: number;
+  free: number;
+  pendingAcquires: number;
+}
+
+/** The connection pool's state for metrics; null before knex has made its pool. */
+export function poolStats(db: Db): PoolStats | null {
+  const pool = (db.client as { pool?: { numUsed(): number; numFree(): number; numPendingAcquires(): number } }).pool;
+  return pool ? { used: pool.numUsed(), free: pool.numFree(), pendingAcquires: pool.numPendingAcquires() } : null;
 }

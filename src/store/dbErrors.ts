@@ -1,33 +1,24 @@
+import { DialectProfile, PROFILES } from './dialect';
+
 /**
- * Database errors classified by driver code, never by message text.
+ * Database errors classified by driver code, never by message text, from the codes each dialect
+ * profile declares (a code belongs to one driver, so every profile's codes are checked).
  * Retryable: the transaction was aborted by the database and can run again from the start at once.
  * Lock timeout: a lock was not granted within LOCK_TIMEOUT; running again would wait as long
  * again, so the request fails with 503 and Retry-After instead.
  * Unavailable: the database does not answer; the request fails with 503.
  */
-const RETRYABLE_CODES = new Set(['ER_LOCK_DEADLOCK']);
-/** SQLite's extended codes: SQLITE_BUSY_SNAPSHOT, SQLITE_BUSY_RECOVERY, SQLITE_LOCKED_SHAREDCACHE … */
-const RETRYABLE_PREFIXES = ['SQLITE_BUSY_', 'SQLITE_LOCKED'];
-/** Plain SQLITE_BUSY is what busy_timeout (= LOCK_TIMEOUT) ends in. */
-const LOCK_TIMEOUT_CODES = new Set(['ER_LOCK_WAIT_TIMEOUT', 'SQLITE_BUSY']);
+type ErrorClass = keyof DialectProfile['errors'];
 
-const UNAVAILABLE_CODES = new Set([
-  'ECONNREFUSED',
-  'ECONNRESET',
-  'ETIMEDOUT',
-  'EPIPE',
-  'ENOTFOUND',
-  'EHOSTUNREACH',
-  'PROTOCOL_CONNECTION_LOST',
-  'PROTOCOL_SEQUENCE_TIMEOUT',
-  'ER_CON_COUNT_ERROR',
-  'ER_SERVER_SHUTDOWN',
-  'ER_ACCESS_DENIED_ERROR',
-  'ER_BAD_DB_ERROR',
-  'SQLITE_CANTOPEN',
-  'SQLITE_IOERR',
-  'SQLITE_FULL',
-]);
+const codes = (kind: ErrorClass) => new Set(Object.values(PROFILES).flatMap((p) => p.errors[kind]));
+const prefixes = (kind: ErrorClass) => Object.values(PROFILES).flatMap((p) => p.errors[kind]);
+
+const RETRYABLE = codes('retryable');
+const RETRYABLE_PREFIXES = prefixes('retryablePrefixes');
+const LOCK_TIMEOUT = codes('lockTimeout');
+const UNAVAILABLE = codes('unavailable');
+const UNAVAILABLE_PREFIXES = prefixes('unavailablePrefixes');
+const DUPLICATE_KEY = codes('duplicateKey');
 
 function codeOf(error: unknown): string | undefined {
   if (typeof error !== 'object' || error === null) return undefined;
@@ -37,17 +28,17 @@ function codeOf(error: unknown): string | undefined {
 
 export function isRetryable(error: unknown): boolean {
   const code = codeOf(error);
-  return code !== undefined && (RETRYABLE_CODES.has(code) || RETRYABLE_PREFIXES.some((p) => code.startsWith(p)));
+  return code !== undefined && (RETRYABLE.has(code) || RETRYABLE_PREFIXES.some((p) => code.startsWith(p)));
 }
 
 export function isLockTimeout(error: unknown): boolean {
   const code = codeOf(error);
-  return code !== undefined && LOCK_TIMEOUT_CODES.has(code);
+  return code !== undefined && LOCK_TIMEOUT.has(code);
 }
 
 export function isUnavailable(error: unknown): boolean {
   const code = codeOf(error);
-  if (code !== undefined && (UNAVAILABLE_CODES.has(code) || code.startsWith('SQLITE_IOERR'))) return true;
+  if (code !== undefined && (UNAVAILABLE.has(code) || UNAVAILABLE_PREFIXES.some((p) => code.startsWith(p)))) return true;
   const name = (error as { name?: unknown } | null)?.name;
   // knex raises this when no pooled connection could be had in time: the database is not answering.
   if (name === 'KnexTimeoutError') return true;
@@ -55,8 +46,8 @@ export function isUnavailable(error: unknown): boolean {
   return (error as { fatal?: unknown } | null)?.fatal === true;
 }
 
-/** A unique key refused the insert (MySQL ER_DUP_ENTRY, SQLite SQLITE_CONSTRAINT_UNIQUE / _PRIMARYKEY). */
+/** A unique key refused the insert. */
 export function isDuplicateKey(error: unknown): boolean {
   const code = codeOf(error);
-  return code === 'ER_DUP_ENTRY' || code === 'SQLITE_CONSTRAINT_UNIQUE' || code === 'SQLITE_CONSTRAINT_PRIMARYKEY';
+  return code !== undefined && DUPLICATE_KEY.has(code);
 }

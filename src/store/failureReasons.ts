@@ -1,5 +1,6 @@
 import { Knex } from 'knex';
-import { ReasonPlan, reasonKey } from '../domain/failureReasons';
+
+import { reasonKey,ReasonPlan } from '../domain/failureReasons';
 import { Queryable } from './db';
 import { selectRows } from './mysqlDriver';
 

@@ -1,4 +1,5 @@
 import { Knex } from 'knex';
+
 import { Migration, migrations } from '../../migrations';
 import { Db } from './db';
 

@@ -1,5 +1,7 @@
 import { Knex } from 'knex';
-import { Db, dialectOf, Queryable } from './db';
+
+import { Db, Queryable } from './db';
+import { forUpdateSkipLocked } from './dialect';
 
 export type EventStatus = 'pending' | 'delivered' | 'dead';
 
@@ -132,8 +134,7 @@ export async function lockDueEvents(trx: Knex.Transaction, now: number, limit: n
   if (saturated.hosts.length > 0) ready = ready.whereNotIn('outbox.host', saturated.hosts);
   const ids = ((await ready.orderBy('next_attempt_at').limit(limit)) as Array<{ id: string }>).map((r) => r.id);
   if (ids.length === 0) return [];
-  let query = trx('outbox').select('id', 'tenant', 'host').whereIn('id', ids).where('status', 'pending').where('next_attempt_at', '<=', now).orderBy('next_attempt_at');
-  if (dialectOf(trx) === 'mysql') query = query.forUpdate().skipLocked();
+  const query = forUpdateSkipLocked(trx, trx('outbox').select('id', 'tenant', 'host').whereIn('id', ids).where('status', 'pending').where('next_attempt_at', '<=', now).orderBy('next_attempt_at'));
   return (await query) as DueEvent[];
 }
 

@@ -1,5 +1,6 @@
 import { Knex } from 'knex';
-import { dialectOf } from './db';
+
+import { forUpdateSkipLocked } from './dialect';
 
 export interface SweepCutoffs {
   /** Batches not complete whose last activity is older than this are removed. */
@@ -16,7 +17,7 @@ export interface SweepCutoffs {
  * Three index range scans (idle, complete, cancelled), each checking the outbox by batch.
  */
 export async function lockDueBatches(trx: Knex.Transaction, cutoffs: SweepCutoffs, limit: number): Promise<string[]> {
-  const skipLocked = (q: Knex.QueryBuilder) => (dialectOf(trx) === 'mysql' ? q.forUpdate().skipLocked() : q);
+  const skipLocked = (q: Knex.QueryBuilder) => forUpdateSkipLocked(trx, q);
   const noPendingEvent = (q: Knex.QueryBuilder) =>
     q.whereNotExists(trx('outbox').select(trx.raw('1')).whereRaw('outbox.batch_id = batches.id').where('outbox.status', 'pending'));
   const idle = (await skipLocked(

@@ -1,7 +1,9 @@
 import { Knex } from 'knex';
-import { UnavailableError, toError } from '../domain/errors';
-import { Db, dialectOf } from './db';
+
+import { toError,UnavailableError } from '../domain/errors';
+import { Db } from './db';
 import { isLockTimeout, isRetryable, isUnavailable } from './dbErrors';
+import { profileOf } from './dialect';
 
 export interface TransactionOptions {
   /** How many times a transaction aborted by a deadlock or lock timeout is run again. */
@@ -19,7 +21,7 @@ const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
  * UnavailableError.
  */
 export function inTransaction<T>(db: Db, options: TransactionOptions, work: (trx: Knex.Transaction) => Promise<T>): Promise<T> {
-  if (dialectOf(db) !== 'sqlite') return withRetries(options, () => db.transaction(work));
+  if (profileOf(db).writers === 'pool') return withRetries(options, () => db.transaction(work));
   return withRetries(options, () =>
     oneWriterPerFile(db, () =>
       db.transaction(async (trx) => {

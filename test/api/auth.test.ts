@@ -1,6 +1,8 @@
+import { Writable } from 'node:stream';
+
 import pino from 'pino';
 import request from 'supertest';
-import { Writable } from 'node:stream';
+
 import { createServer } from '../../src/http/server';
 import { createRollcall, Rollcall } from '../../src/rollcall';
 import { backends, TestDatabase } from '../helpers/backends';

@@ -1,9 +1,10 @@
-import { mysqlBackend, TestDatabase } from '../helpers/backends';
-import { TcpProxy } from '../helpers/tcpProxy';
 import request from 'supertest';
+
 import { loadConfig } from '../../src/config';
 import { createServer } from '../../src/http/server';
 import { createRollcall, Rollcall } from '../../src/rollcall';
+import { mysqlBackend, TestDatabase } from '../helpers/backends';
+import { TcpProxy } from '../helpers/tcpProxy';
 
 const backend = mysqlBackend();
 const describeOnMysql = backend ? describe : describe.skip;

@@ -1,6 +1,6 @@
-import { dialectOf } from '../../src/store/db';
+import { profileOf } from '../../src/store/dialect';
 import { backends } from '../helpers/backends';
-import { itemIds, shuffled, sealedBatch, startService, TestService } from '../helpers/service';
+import { itemIds, sealedBatch, shuffled, startService, TestService } from '../helpers/service';
 
 describe.each(backends())('group commit of concurrent acks (%s)', (_name, backend) => {
   let svc: TestService;
@@ -41,7 +41,7 @@ describe.each(backends())('group commit of concurrent acks (%s)', (_name, backen
     const { id, ids } = await sealed(40);
     const db = svc.rollcall.db;
     // A real database failure: a trigger refuses any transaction that acks more than five items.
-    if (dialectOf(db) === 'mysql') {
+    if (profileOf(db).name === 'mysql') {
       await db.raw(`CREATE TRIGGER refuse_big_ack BEFORE UPDATE ON batches FOR EACH ROW
         BEGIN IF NEW.succeeded > 5 THEN SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'injected failure'; END IF; END`);
     } else {

@@ -1,5 +1,6 @@
 import Ajv2020 from 'ajv/dist/2020';
 import addFormats from 'ajv-formats';
+
 import { backends } from '../helpers/backends';
 import { itemIds, startService, TestService } from '../helpers/service';
 

@@ -2,7 +2,9 @@
 // Functions passed to page.evaluate / waitForFunction run in the browser, hence the DOM types.
 import fs from 'node:fs';
 import path from 'node:path';
+
 import { Browser, chromium, Page } from 'playwright-core';
+
 import { backends } from '../helpers/backends';
 import { listen } from '../helpers/listening';
 import { itemIds, startService, TestService } from '../helpers/service';

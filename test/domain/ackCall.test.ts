@@ -1,4 +1,5 @@
 import fc from 'fast-check';
+
 import { callFromCompact, callFromIds, callSize, compactSize } from '../../src/domain/ackCall';
 import { parseItemId } from '../../src/domain/itemId';
 

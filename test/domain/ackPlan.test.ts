@@ -1,6 +1,7 @@
 import fc from 'fast-check';
+
 import { AckCall, AckTarget } from '../../src/domain/ackCall';
-import { GroupRecord, groupKey, planAcks } from '../../src/domain/ackPlan';
+import { groupKey, GroupRecord, planAcks } from '../../src/domain/ackPlan';
 import { BatchRecord, Outcome } from '../../src/domain/batch';
 
 const BATCH = '0193a1b2-c3d4-7e5f-8a9b-000000000001';

@@ -1,4 +1,5 @@
 import fc from 'fast-check';
+
 import { Bitfield, bitfieldBytes } from '../../src/domain/bitfield';
 
 const sizeAndIndexes = fc

@@ -1,4 +1,5 @@
 import vm from 'node:vm';
+
 import { toError } from '../../src/domain/errors';
 import { isLockTimeout, isRetryable, isUnavailable } from '../../src/store/dbErrors';
 

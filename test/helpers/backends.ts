@@ -1,8 +1,10 @@
+import { randomBytes } from 'node:crypto';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { randomBytes } from 'node:crypto';
+
 import knex from 'knex';
+
 import { Config, loadConfig } from '../../src/config';
 
 /**

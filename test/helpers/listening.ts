@@ -1,5 +1,7 @@
 import { AddressInfo } from 'node:net';
+
 import type { Express } from 'express';
+
 import { createServer } from '../../src/http/server';
 
 /** Serves an app on a free loopback port, for clients that need a real URL (through the server main.ts uses). */

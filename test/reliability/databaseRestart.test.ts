@@ -1,4 +1,5 @@
 import knex from 'knex';
+
 import { mysqlBackend } from '../helpers/backends';
 import { PrivateMariadb, privateMariadbAvailable } from '../helpers/privateMariadb';
 import { call, ServiceProcess, spawnService } from '../helpers/processes';

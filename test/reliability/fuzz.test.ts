@@ -1,4 +1,5 @@
 import fc from 'fast-check';
+
 import { addItemsBody, createBatchBody, sealBody } from '../../src/http/schemas';
 import { backends } from '../helpers/backends';
 import { startService, TestService } from '../helpers/service';

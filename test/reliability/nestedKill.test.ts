@@ -1,7 +1,7 @@
+import { Db, openDb } from '../../src/store/db';
 import { backends, processEnv, TestDatabase } from '../helpers/backends';
 import { call, runClients, ServiceProcess, spawnService } from '../helpers/processes';
 import { Receiver } from '../helpers/receiver';
-import { Db, openDb } from '../../src/store/db';
 
 describe.each(backends())('a service killed -9 between children completing and their parent items being acked (%s)', (_name, backend) => {
   jest.setTimeout(180_000);

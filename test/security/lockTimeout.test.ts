@@ -1,5 +1,7 @@
 import { spawn } from 'node:child_process';
+
 import knex, { Knex } from 'knex';
+
 import { backends, mysqlBackend } from '../helpers/backends';
 import { sealedBatch, startService, TestService } from '../helpers/service';
 

@@ -1,10 +1,11 @@
-import { Db, dialectOf, openDb } from '../../src/store/db';
+import { Db, openDb } from '../../src/store/db';
+import { profileOf } from '../../src/store/dialect';
 import { migrateLatest, migrateRollbackAll, migrationsCurrent } from '../../src/store/migrations';
 import { backends } from '../helpers/backends';
 
 /** The schema as the database reports it: tables, columns with types, and indexes. */
 async function describeSchema(db: Db): Promise<unknown> {
-  if (dialectOf(db) === 'mysql') {
+  if (profileOf(db).name === 'mysql') {
     const [columns] = await db.raw(
       `SELECT table_name t, column_name c, column_type ty, is_nullable n, column_default d, collation_name co FROM information_schema.columns
        WHERE table_schema = DATABASE() ORDER BY table_name, ordinal_position`,

@@ -1,6 +1,7 @@
 import knex from 'knex';
-import { lockRows } from '../../src/store/batches';
+
 import { Db, openDb, Queryable } from '../../src/store/db';
+import { forUpdate } from '../../src/store/dialect';
 import { migrateLatest } from '../../src/store/migrations';
 import { readDecideWrite } from '../../src/store/readDecideWrite';
 import { backends, TestDatabase } from '../helpers/backends';
@@ -82,7 +83,7 @@ describe.each(backends())('read-decide-write transactions (%s)', (name, backend)
   it('when decide throws, then nothing is written and the rows it read are free again', async () => {
     await db('scratch').insert({ id: 'a', n: 1 });
     const failure = await readDecideWrite<null>(db, { retries: 0 }, {
-      reads: (q) => [lockRows(q, scratch(q).select('id').where({ id: 'a' }))],
+      reads: (q) => [forUpdate(q, scratch(q).select('id').where({ id: 'a' }))],
       decide: () => {
         throw new Error('decided to fail');
       },
@@ -91,7 +92,7 @@ describe.each(backends())('read-decide-write transactions (%s)', (name, backend)
     // Another client takes the row lock within a second (one still held would make it time out).
     await other.transaction(async (trx) => {
       if (name === 'mysql') await trx.raw('SET SESSION innodb_lock_wait_timeout = 1');
-      await lockRows(trx, trx('scratch').where({ id: 'a' })).update({ n: 5 });
+      await forUpdate(trx, trx('scratch').where({ id: 'a' })).update({ n: 5 });
     });
     expect(await committed()).toEqual([['a', 5]]);
   });
@@ -101,7 +102,7 @@ describe.each(backends())('read-decide-write transactions (%s)', (name, backend)
     let attempts = 0;
     const retried: number[] = [];
     const answer = await readDecideWrite(db, { retries: 2, onRetry: (_error, attempt) => retried.push(attempt) }, {
-      reads: (q) => [lockRows(q, scratch(q).select('id', 'n').where({ id: 'a' }))],
+      reads: (q) => [forUpdate(q, scratch(q).select('id', 'n').where({ id: 'a' }))],
       decide: (q, [rows]) => {
         attempts += 1;
         if (attempts === 1) throw Object.assign(new Error('aborted'), { code: name === 'mysql' ? 'ER_LOCK_DEADLOCK' : 'SQLITE_BUSY_SNAPSHOT' });

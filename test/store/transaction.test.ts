@@ -1,4 +1,5 @@
 import { Knex } from 'knex';
+
 import { Db, openDb } from '../../src/store/db';
 import { inTransaction } from '../../src/store/transaction';
 import { mysqlBackend, TestDatabase } from '../helpers/backends';

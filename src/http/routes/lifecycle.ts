@@ -1,12 +1,13 @@
 import { Router } from 'express';
+
 import { CompletionWatcher } from '../../service/completionWatcher';
 import { ServiceDeps } from '../../service/deps';
 import { listEvents } from '../../service/listEvents';
 import { SweepResult } from '../../service/sweep';
 import { requireScope } from '../auth';
+import { batchIdOf } from '../params';
 import { waitQuery } from '../schemas';
 import { parse } from '../validate';
-import { batchIdOf } from '../params';
 
 export interface LifecycleDeps {
   service: ServiceDeps;

@@ -1,0 +1,107 @@
+import { Knex } from 'knex';
+
+/**
+ * Everything that differs between the SQL databases rollcall runs on, declared once (like pg-boss's
+ * BACKEND_PROFILES). Store modules read these properties instead of asking which database runs;
+ * opening the connections (db.ts) is the only other place that knows the dialects apart.
+ *
+ * What needs no entry because knex already renders each dialect's form: the upsert
+ * (`onConflict().merge()`), bound values, identifier quoting, and the blob type of `table.binary`.
+ */
+export type DialectName = 'mysql' | 'sqlite';
+
+export interface DialectProfile {
+  name: DialectName;
+  /** knex client names that mean this dialect. */
+  clients: readonly string[];
+  /** `SELECT … FOR UPDATE` takes row locks. SQLite has none: its write transaction excludes every other writer. */
+  rowLocks: boolean;
+  /** `FOR UPDATE SKIP LOCKED` lets claims (outbox, sweeper, child outcomes) pass over rows another replica holds. */
+  skipLocked: boolean;
+  /**
+   * How the hot paths reach the database. `mysql2-multi-statement`: the ack transaction is two
+   * round trips on one connection (mysqlDriver.ts) and plain reads skip knex's query objects;
+   * `knex`: knex runs each statement.
+   */
+  hotPath: 'mysql2-multi-statement' | 'knex';
+  /** `pool`: as many writers as connections. `one-per-file`: this process queues its write transactions per file. */
+  writers: 'pool' | 'one-per-file';
+  /** Driver error codes (never message text): see dbErrors.ts for what each class means. */
+  errors: {
+    retryable: readonly string[];
+    retryablePrefixes: readonly string[];
+    lockTimeout: readonly string[];
+    unavailable: readonly string[];
+    unavailablePrefixes: readonly string[];
+    duplicateKey: readonly string[];
+  };
+}
+
+/** Socket-level codes every network driver reports when the server is away. */
+const NETWORK_DOWN = ['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EPIPE', 'ENOTFOUND', 'EHOSTUNREACH'];
+
+export const PROFILES: Readonly<Record<DialectName, DialectProfile>> = {
+  mysql: {
+    name: 'mysql',
+    clients: ['mysql2', 'mysql'],
+    rowLocks: true,
+    skipLocked: true,
+    hotPath: 'mysql2-multi-statement',
+    writers: 'pool',
+    errors: {
+      retryable: ['ER_LOCK_DEADLOCK'],
+      retryablePrefixes: [],
+      lockTimeout: ['ER_LOCK_WAIT_TIMEOUT'],
+      unavailable: [
+        ...NETWORK_DOWN,
+        'PROTOCOL_CONNECTION_LOST',
+        'PROTOCOL_SEQUENCE_TIMEOUT',
+        'ER_CON_COUNT_ERROR',
+        'ER_SERVER_SHUTDOWN',
+        'ER_ACCESS_DENIED_ERROR',
+        'ER_BAD_DB_ERROR',
+      ],
+      unavailablePrefixes: [],
+      duplicateKey: ['ER_DUP_ENTRY'],
+    },
+  },
+  sqlite: {
+    name: 'sqlite',
+    clients: ['better-sqlite3', 'sqlite3'],
+    rowLocks: false,
+    skipLocked: false,
+    hotPath: 'knex',
+    writers: 'one-per-file',
+    errors: {
+      retryable: [],
+      // Extended codes: SQLITE_BUSY_SNAPSHOT, SQLITE_BUSY_RECOVERY, SQLITE_LOCKED_SHAREDCACHE …
+      retryablePrefixes: ['SQLITE_BUSY_', 'SQLITE_LOCKED'],
+      // Plain SQLITE_BUSY is what busy_timeout (= LOCK_TIMEOUT) ends in.
+      lockTimeout: ['SQLITE_BUSY'],
+      unavailable: ['SQLITE_CANTOPEN', 'SQLITE_FULL'],
+      unavailablePrefixes: ['SQLITE_IOERR'],
+      duplicateKey: ['SQLITE_CONSTRAINT_UNIQUE', 'SQLITE_CONSTRAINT_PRIMARYKEY'],
+    },
+  },
+};
+
+/** Anything that runs a query: the pool or an open transaction. */
+type Queryable = Knex | Knex.Transaction;
+
+/** The profile of the database `db` talks to. */
+export function profileOf(db: Queryable): DialectProfile {
+  const client = db.client.config.client as string;
+  const profile = Object.values(PROFILES).find((p) => p.clients.includes(client));
+  if (!profile) throw new Error(`no dialect profile for the knex client ${client}`);
+  return profile;
+}
+
+/** Adds FOR UPDATE where the dialect has row locks. */
+export function forUpdate<T extends object>(q: Queryable, query: Knex.QueryBuilder<T>): Knex.QueryBuilder<T> {
+  return profileOf(q).rowLocks ? query.forUpdate() : query;
+}
+
+/** Adds FOR UPDATE SKIP LOCKED where the dialect has it: a claim passes over rows others hold. */
+export function forUpdateSkipLocked<T extends object>(q: Queryable, query: Knex.QueryBuilder<T>): Knex.QueryBuilder<T> {
+  return profileOf(q).skipLocked ? query.forUpdate().skipLocked() : query;
+}
