@@ -24,17 +24,20 @@ interface ChildOutcomeRow {
   attempts: number | string;
 }
 
+/** What a new outcome row needs: the child's end, and when it becomes due. */
+export type NewChildOutcome = Omit<ChildOutcome, 'attempts'> & { createdAt: number };
+
 /** Writes the outcome row; runs in the child's completing or cancelling transaction (one row per child, ever). */
-export function insertChildOutcomeQuery(q: Queryable, row: Omit<ChildOutcome, 'attempts'>, now: number): Knex.QueryBuilder {
+export function insertChildOutcomeQuery(q: Queryable, row: NewChildOutcome): Knex.QueryBuilder {
   return q('child_outcomes').insert({
     batch_id: row.batchId,
     tenant: row.tenant,
     parent_item: row.parentItem,
     outcome: row.outcome,
     error: row.error,
-    next_attempt_at: now,
+    next_attempt_at: row.createdAt,
     attempts: 0,
-    created_at: now,
+    created_at: row.createdAt,
   });
 }
 
