@@ -1,3 +1,4 @@
+import type { ItemState } from '../contract/vocabulary';
 import { AckCall, Rejection } from './ackCall';
 import { BatchRecord, Outcome } from './batch';
 import { Bitfield } from './bitfield';
@@ -44,7 +45,7 @@ export interface ReasonContext {
 }
 
 /** An item's state as its group's bits say: succeeded wins over failed (a retry that won clears failed). */
-export function itemState(group: GroupRecord, index: number): 'pending' | 'succeeded' | 'failed' {
+export function itemState(group: GroupRecord, index: number): ItemState {
   if (Bitfield.from(group.succeededBits, group.size).has(index)) return 'succeeded';
   return Bitfield.from(group.failedBits, group.size).has(index) ? 'failed' : 'pending';
 }

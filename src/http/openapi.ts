@@ -1,6 +1,6 @@
 import { z } from 'zod';
 
-import * as res from './responseSchemas';
+import * as res from '../contract/responses';
 import * as req from './schemas';
 
 type JsonObject = Record<string, unknown>;

@@ -1,10 +1,13 @@
 import { z } from 'zod';
 
+import { BATCH_STATES, MAX_ACK_IDS, OUTCOMES } from '../contract/vocabulary';
+
+export { MAX_ACK_IDS };
+
 /** Request shapes of the HTTP contract. Each schema is also the type of what the route passes on. */
 
 export const MAX_METADATA_BYTES = 4096;
 export const MAX_ADD_COUNT = 10_000_000;
-export const MAX_ACK_IDS = 10_000;
 export const MAX_METADATA_DEPTH = 32;
 
 /**
@@ -51,7 +54,7 @@ export const sealBody = z.strictObject({
   expectedItems: z.number().int().min(0).optional(),
 });
 
-export const outcome = z.enum(['succeeded', 'failed']);
+export const outcome = z.enum(OUTCOMES);
 
 /** Why the items of a failed ack failed; applies to every item of the call. */
 const failureError = z.string().max(MAX_ERROR_LENGTH);
@@ -87,7 +90,7 @@ export const compactAckBody = z.strictObject({
 }).refine(errorOnlyWhenFailed, errorRule);
 
 export const listQuery = z.strictObject({
-  state: z.enum(['open', 'sealed', 'complete', 'cancelled']).optional(),
+  state: z.enum(BATCH_STATES).optional(),
   userKey: z.string().min(1).max(255).optional(),
   parent: z.uuid().optional(),
   limit: z.coerce.number().int().min(1).max(500).default(50),

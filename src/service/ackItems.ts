@@ -1,21 +1,17 @@
 import { v7 as uuidv7 } from 'uuid';
 
-import { AckCall, Rejection } from '../domain/ackCall';
+import { toBatchView } from '../contract/batchView';
+import { AckResult } from '../contract/responses';
+import { AckCall } from '../domain/ackCall';
 import { AckPlan, CallResult, planAcks } from '../domain/ackPlan';
-import { BatchRecord, BatchView, Outcome, toBatchView } from '../domain/batch';
+import { BatchRecord, Outcome } from '../domain/batch';
 import { batchEventBody } from '../domain/delivery';
 import { runAckTransaction } from '../store/ackTransaction';
 import { NewEvent } from '../store/outbox';
 import { announceCompletions, finishRows } from './completion';
 import { ServiceDeps } from './deps';
 
-/** The Ack result of the HTTP contract. */
-export interface AckResult {
-  acked: number;
-  duplicates: number;
-  rejected: Rejection[];
-  completed: BatchView[];
-}
+export type { AckResult };
 
 /** The group ids each batch of these calls names. */
 function groupIdsByBatch(calls: AckCall[]): Map<string, Set<string>> {

@@ -1,4 +1,6 @@
-import { BatchView, Caller, cancelled, toBatchView } from '../domain/batch';
+import { toBatchView } from '../contract/batchView';
+import { BatchView } from '../contract/responses';
+import { Caller, cancelled } from '../domain/batch';
 import { BatchCompleteError } from '../domain/errors';
 import { updateBatch } from '../store/batches';
 import { inTransaction } from '../store/transaction';

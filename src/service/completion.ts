@@ -1,6 +1,7 @@
 import { v7 as uuidv7 } from 'uuid';
 
-import { BatchRecord, toBatchView } from '../domain/batch';
+import { toBatchView } from '../contract/batchView';
+import { BatchRecord } from '../domain/batch';
 import { batchEventBody } from '../domain/delivery';
 import { FinishRows, insertFinishRows } from '../store/ackTransaction';
 import { NewChildOutcome } from '../store/childOutcomes';

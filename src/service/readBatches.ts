@@ -1,4 +1,6 @@
-import { BatchRecord, BatchState, BatchView, Caller, toBatchView } from '../domain/batch';
+import { toBatchView } from '../contract/batchView';
+import { BatchView } from '../contract/responses';
+import { BatchRecord, BatchState, Caller } from '../domain/batch';
 import { BatchNotFoundError, InvalidRequestError, toError } from '../domain/errors';
 import { isUuid } from '../domain/itemId';
 import { findBatch, listBatches as listBatchRows } from '../store/batches';

@@ -1,9 +1,10 @@
 import { Knex } from 'knex';
 
+import type { EventStatus } from '../contract/vocabulary';
 import { Db, Queryable } from './db';
 import { forUpdateSkipLocked } from './dialect';
 
-export type EventStatus = 'pending' | 'delivered' | 'dead';
+export type { EventStatus };
 
 export interface OutboxEvent {
   id: string;
