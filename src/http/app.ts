@@ -4,7 +4,9 @@ import type { Logger } from 'pino';
 import type { TokenEntry } from '../config';
 import { RouteNotFoundError } from '../domain/errors';
 import type { Metrics } from '../metrics';
+import { CompletionWatcher } from '../service/completionWatcher';
 import { ServiceDeps } from '../service/deps';
+import { SweepResult } from '../service/sweep';
 import { authenticate } from './auth';
 import { errorHandler } from './errorHandler';
 import { httpMetrics } from './httpMetrics';
@@ -12,16 +14,20 @@ import { requireLoopbackHost } from './loopbackHost';
 import { requestContext } from './requestContext';
 import { requireJsonBody } from './requireJson';
 import { ackHandlers, SubmitAck } from './routes/acks';
+import { adminRoutes } from './routes/admin';
 import { batchRoutes } from './routes/batches';
 import { dashboardRoutes } from './routes/dashboard';
+import { eventRoutes } from './routes/events';
 import { healthRoutes } from './routes/health';
 import { itemRoutes } from './routes/items';
-import { LifecycleDeps,lifecycleRoutes } from './routes/lifecycle';
 import { metaRoutes } from './routes/meta';
+import { waitRoutes } from './routes/wait';
 import { whoamiRoutes } from './routes/whoami';
 
-export interface AppDeps extends LifecycleDeps {
+export interface AppDeps {
   service: ServiceDeps;
+  watcher: CompletionWatcher;
+  sweepNow: () => Promise<SweepResult>;
   submitAck: SubmitAck;
   bodyLimit: string;
   log: Logger;
@@ -49,7 +55,9 @@ export function createApp(deps: AppDeps): Express {
   app.use(batchRoutes(deps.service));
   app.use(itemRoutes(deps.service));
   app.use(whoamiRoutes());
-  app.use(lifecycleRoutes(deps));
+  app.use(waitRoutes(deps.watcher));
+  app.use(eventRoutes(deps.service));
+  app.use(adminRoutes(deps.sweepNow));
   app.use(healthRoutes(deps.service.db));
   app.use(metaRoutes(deps));
   app.use(dashboardRoutes());

@@ -8,7 +8,7 @@ import { updateBatch } from '../store/batches';
 import { insertGroups } from '../store/groups';
 import { inTransaction } from '../store/transaction';
 import { ServiceDeps } from './deps';
-import { lockExistingBatch } from './lockedBatch';
+import { lockExistingBatch } from './existingBatch';
 
 /**
  * Adds `count` items as new groups of at most GROUP_SIZE. Locks the batch row first (refusing

@@ -6,7 +6,7 @@ import { updateBatch } from '../store/batches';
 import { inTransaction } from '../store/transaction';
 import { recordCompletions } from './completion';
 import { ServiceDeps } from './deps';
-import { lockExistingBatch } from './lockedBatch';
+import { lockExistingBatch } from './existingBatch';
 
 /**
  * Cancels a batch under its row lock. Acks and seals take the same lock, so exactly one of "the

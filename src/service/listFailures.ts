@@ -3,7 +3,8 @@ import { InvalidRequestError } from '../domain/errors';
 import { isUuid } from '../domain/itemId';
 import { listReasons, ReasonCursor } from '../store/failureReasons';
 import { ServiceDeps } from './deps';
-import { findExistingBatch, reading } from './readBatches';
+import { findExistingBatch } from './existingBatch';
+import { reading } from './reading';
 
 export interface FailureView {
   id: string;

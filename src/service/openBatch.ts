@@ -11,7 +11,7 @@ import { isDuplicateKey } from '../store/dbErrors';
 import { findGroup } from '../store/groups';
 import { asUnavailable } from '../store/transaction';
 import { ServiceDeps } from './deps';
-import { reading } from './readBatches';
+import { reading } from './reading';
 
 export interface OpenBatchInput {
   userKey?: string;

@@ -6,7 +6,7 @@ import { formatItemId, parseItemId } from '../domain/itemId';
 import { findBatch } from '../store/batches';
 import { findGroup } from '../store/groups';
 import { ServiceDeps } from './deps';
-import { reading } from './readBatches';
+import { reading } from './reading';
 
 export type ItemView = ItemStatus;
 

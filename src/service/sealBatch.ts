@@ -6,7 +6,7 @@ import { updateBatch } from '../store/batches';
 import { inTransaction } from '../store/transaction';
 import { announceCompletions, recordCompletions } from './completion';
 import { ServiceDeps } from './deps';
-import { lockExistingBatch } from './lockedBatch';
+import { lockExistingBatch } from './existingBatch';
 
 export interface SealResult {
   batch: BatchView;
