@@ -11,7 +11,7 @@ import readline from 'node:readline';
 
 import knex, { Knex } from 'knex';
 
-import { call, FROM_BUILD, ServiceProcess,spawnService } from '../test/helpers/processes';
+import { call, FROM_BUILD, ServiceProcess, spawnService } from '../test/helpers/processes';
 import { BULLMQ_VERSION, runBullmq } from './lib/bullmqPeer';
 import { sequentialLatency } from './lib/latency';
 import { load, LoadResult } from './lib/load';
@@ -128,7 +128,7 @@ async function main(): Promise<void> {
       let entries: string[] = [];
       let inCall = 0;
       for (const g of big.groups) {
-        for (let from = 0; from < g.size; ) {
+        for (let from = 0; from < g.size;) {
           const take = Math.min(g.size - from, 10_000 - inCall);
           entries.push(`{"batchId":"${big.id}","groupId":"${g.id}","indexes":[[${from},${from + take - 1}]]}`);
           from += take;
@@ -141,7 +141,10 @@ async function main(): Promise<void> {
         }
       }
       if (entries.length) compactBodies.push(`{"groups":[${entries.join(',')}]}`);
-      const compact = check(await load({ url: `${url}/v1/acks`, connections: 16, amount: compactBodies.length, body: () => compactBodies.pop()! }), 'compact acks');
+      const compact = check(
+        await load({ url: `${url}/v1/acks`, connections: 16, amount: compactBodies.length, body: () => compactBodies.pop()! }),
+        'compact acks',
+      );
       const done = (await call(`${url}/v1/batches/${big.id}`, 'GET')).body;
       if (done.state !== 'complete' || done.succeeded !== 10_000_000) throw new Error(`10M batch not complete: ${JSON.stringify(done)}`);
       await db.raw('ANALYZE TABLE item_groups');
@@ -181,15 +184,26 @@ async function main(): Promise<void> {
       const rounds: Array<{ rollcall: LoadResult; noop: LoadResult; servedAlike: LoadResult }> = [];
       let noopBatched: LoadResult;
       try {
-        noopBatched = check(await load({ url: `${noop.url}/v1/acks`, connections: 16, duration: SECONDS, body: () => idsBody(`${fake}:${fake}:`, 0, 1000) }), 'noop batched');
+        noopBatched = check(
+          await load({ url: `${noop.url}/v1/acks`, connections: 16, duration: SECONDS, body: () => idsBody(`${fake}:${fake}:`, 0, 1000) }),
+          'noop batched',
+        );
         let n = 0;
         for (let round = 0; round < SINGLE_ROUNDS; round++) {
           rounds.push({
             rollcall: check(
-              await load({ url: `${url}/v1/acks`, connections: 64, duration: SECONDS, body: () => `{"ids":["${singlePrefixes[Math.floor(next / 8192)]}${next++ % 8192}"]}` }),
+              await load({
+                url: `${url}/v1/acks`,
+                connections: 64,
+                duration: SECONDS,
+                body: () => `{"ids":["${singlePrefixes[Math.floor(next / 8192)]}${next++ % 8192}"]}`,
+              }),
               'single acks',
             ),
-            noop: check(await load({ url: `${noop.url}/v1/acks`, connections: 64, duration: SECONDS, body: () => `{"ids":["${fake}:${fake}:${n++}"]}` }), 'noop single'),
+            noop: check(
+              await load({ url: `${noop.url}/v1/acks`, connections: 64, duration: SECONDS, body: () => `{"ids":["${fake}:${fake}:${n++}"]}` }),
+              'noop single',
+            ),
             servedAlike: check(
               await load({ url: `${servedAlike.url}/v1/acks`, connections: 64, duration: SECONDS, body: () => `{"ids":["${fake}:${fake}:${n++}"]}` }),
               'noop single, served like rollcall',
@@ -222,8 +236,18 @@ async function main(): Promise<void> {
       const bull = await runBullmq(BULLMQ_CHILDREN);
 
       const ratio = itemAcksPerSecond / bull.completedPerSecond;
-      add('1. batched acks (1,000 IDs/request, 16 clients): item acks/s', fmt(itemAcksPerSecond), `BullMQ completes ${fmt(bull.completedPerSecond)} children/s`, `${fmt(ratio, 1)}× (target ≥ 50×)`);
-      add('   same load, requests/s vs no-op ceiling', fmt(batchedRun.rps), `no-op: ${fmt(noopBatched.rps)} req/s`, `${fmt(batchedRun.rps / noopBatched.rps, 2)}×`);
+      add(
+        '1. batched acks (1,000 IDs/request, 16 clients): item acks/s',
+        fmt(itemAcksPerSecond),
+        `BullMQ completes ${fmt(bull.completedPerSecond)} children/s`,
+        `${fmt(ratio, 1)}× (target ≥ 50×)`,
+      );
+      add(
+        '   same load, requests/s vs no-op ceiling',
+        fmt(batchedRun.rps),
+        `no-op: ${fmt(noopBatched.rps)} req/s`,
+        `${fmt(batchedRun.rps / noopBatched.rps, 2)}×`,
+      );
       const roundRatios = rounds.map((r) => fmt(r.rollcall.rps / r.noop.rps, 2)).join(', ');
       add(
         `2. single-ID acks (64 clients): requests/s, median of ${SINGLE_ROUNDS} alternating rounds`,
@@ -256,7 +280,12 @@ async function main(): Promise<void> {
       );
       add('   status of the 10M batch, 16 clients: req/s, p99', `${fmt(statusLoaded.rps)} req/s, p99 ${statusLoaded.p99} ms`, '', '');
       add('6. storage, 10M acked items: bitfield bits/item', fmt(payloadBits, 3), '', payloadBits <= 1.1 ? 'target ≤ 1.1: met' : 'target ≤ 1.1: MISSED');
-      add('   on disk (InnoDB pages incl. row overhead) bits/item', fmt(diskBits, 3), `${fmt(diskBytesForBatch / 2 ** 20, 2)} MiB for ${payload.n} group rows`, '');
+      add(
+        '   on disk (InnoDB pages incl. row overhead) bits/item',
+        fmt(diskBits, 3),
+        `${fmt(diskBytesForBatch / 2 ** 20, 2)} MiB for ${payload.n} group rows`,
+        '',
+      );
       add('   compact acks of the 10M batch (10,000 items/request): items/s', fmt(10_000_000 / compact.seconds), '', '');
       // The target is in MB (10^6 bytes); VmHWM is read in MiB.
       const rssMB = (rss * 2 ** 20) / 1e6;

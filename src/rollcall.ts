@@ -152,7 +152,11 @@ function backgroundLoops(config: Config, deps: ServiceDeps, metrics: Metrics, po
   const childOutcomes = new ChildOutcomeDispatcher(deps);
   const ackingParents = new PeriodicTask('child outcomes', config.CALLBACK_POLL_INTERVAL, () => childOutcomes.deliverDue(), log);
   const sweep = async (): Promise<SweepResult> => {
-    const removed = await sweepOnce(deps, { openBatchTtlMs: config.OPEN_BATCH_TTL, completedRetentionMs: config.COMPLETED_RETENTION, chunk: config.SWEEP_CHUNK });
+    const removed = await sweepOnce(deps, {
+      openBatchTtlMs: config.OPEN_BATCH_TTL,
+      completedRetentionMs: config.COMPLETED_RETENTION,
+      chunk: config.SWEEP_CHUNK,
+    });
     metrics.sweeps.inc();
     metrics.sweptBatches.inc(removed.batchesRemoved);
     metrics.sweptGroups.inc(removed.groupsRemoved);

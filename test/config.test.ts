@@ -7,7 +7,15 @@ import { ConfigError, loadConfig } from '../src/config';
 describe('configuration', () => {
   it('when nothing is set, then the documented defaults apply', () => {
     const config = loadConfig({});
-    expect(config).toMatchObject({ PORT: 8080, HOST: '127.0.0.1', GROUP_SIZE: 8192, SQLITE_PATH: './data/rollcall.sqlite', OPEN_BATCH_TTL: 7 * 86_400_000, HEAP_GROWTH_PERCENT: 100, tokens: null });
+    expect(config).toMatchObject({
+      PORT: 8080,
+      HOST: '127.0.0.1',
+      GROUP_SIZE: 8192,
+      SQLITE_PATH: './data/rollcall.sqlite',
+      OPEN_BATCH_TTL: 7 * 86_400_000,
+      HEAP_GROWTH_PERCENT: 100,
+      tokens: null,
+    });
     expect(config.DATABASE_URL).toBeUndefined();
   });
 
@@ -33,6 +41,10 @@ describe('configuration', () => {
   });
 
   it('when durations are written with units, then they become milliseconds', () => {
-    expect(loadConfig({ SWEEP_INTERVAL: '500ms', OPEN_BATCH_TTL: '2h', COMPLETED_RETENTION: '90' })).toMatchObject({ SWEEP_INTERVAL: 500, OPEN_BATCH_TTL: 7_200_000, COMPLETED_RETENTION: 90_000 });
+    expect(loadConfig({ SWEEP_INTERVAL: '500ms', OPEN_BATCH_TTL: '2h', COMPLETED_RETENTION: '90' })).toMatchObject({
+      SWEEP_INTERVAL: 500,
+      OPEN_BATCH_TTL: 7_200_000,
+      COMPLETED_RETENTION: 90_000,
+    });
   });
 });

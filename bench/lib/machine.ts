@@ -8,7 +8,10 @@ export function describeMachine(mysqlVersion: string): string {
   const memGiB = (os.totalmem() / 2 ** 30).toFixed(0);
   let redis = 'unknown';
   try {
-    redis = execFileSync('redis-server', ['--version']).toString().match(/v=(\S+)/)?.[1] ?? redis;
+    redis =
+      execFileSync('redis-server', ['--version'])
+        .toString()
+        .match(/v=(\S+)/)?.[1] ?? redis;
   } catch {
     /* Redis is only needed for the BullMQ peer */
   }

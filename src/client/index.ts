@@ -72,7 +72,11 @@ export function* itemIdsOf(batchId: string, groups: readonly Group[]): IterableI
 }
 
 function queryString(query: Record<string, string | number | undefined>): string {
-  const params = new URLSearchParams(Object.entries(query).filter(([, v]) => v !== undefined).map(([k, v]): [string, string] => [k, String(v)]));
+  const params = new URLSearchParams(
+    Object.entries(query)
+      .filter(([, v]) => v !== undefined)
+      .map(([k, v]): [string, string] => [k, String(v)]),
+  );
   return params.size ? `?${params}` : '';
 }
 
@@ -124,7 +128,9 @@ export class RollcallClient {
   }
 
   /** Batches newest first; `parent` lists the children of that batch. */
-  list(query: { state?: BatchState; userKey?: string; parent?: string; limit?: number; cursor?: string } = {}): Promise<{ batches: Batch[]; nextCursor: string | null }> {
+  list(
+    query: { state?: BatchState; userKey?: string; parent?: string; limit?: number; cursor?: string } = {},
+  ): Promise<{ batches: Batch[]; nextCursor: string | null }> {
     return this.request('GET', `/v1/batches${queryString(query)}`);
   }
 

@@ -1,4 +1,4 @@
-import { batchOutcome,BatchRecord } from '../domain/batch';
+import { batchOutcome, BatchRecord } from '../domain/batch';
 import { BatchView } from './responses';
 
 const iso = (ms: number | null): string | null => (ms === null ? null : new Date(ms).toISOString());
@@ -24,4 +24,3 @@ export function toBatchView(batch: BatchRecord): BatchView {
     parentItem: batch.parentItem,
   };
 }
-

@@ -2,7 +2,7 @@ import type { ItemState } from '../contract/vocabulary';
 import { AckCall, Rejection } from './ackCall';
 import { BatchRecord, Outcome } from './batch';
 import { Bitfield } from './bitfield';
-import { planFailureReasons, reasonKey,ReasonPlan, ReasonTouch } from './failureReasons';
+import { planFailureReasons, reasonKey, ReasonPlan, ReasonTouch } from './failureReasons';
 
 /** A group row as stored: bits are null while all zero. */
 export interface GroupRecord {
@@ -208,4 +208,3 @@ export function planAcks(
     firstFailures,
   };
 }
-

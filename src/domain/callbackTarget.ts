@@ -6,10 +6,24 @@ import net from 'node:net';
  * unique-local and unspecified addresses are refused unless CALLBACK_ALLOW_HOSTS names them.
  */
 const FORBIDDEN = new net.BlockList();
-for (const [prefix, bits] of [['0.0.0.0', 8], ['10.0.0.0', 8], ['100.64.0.0', 10], ['127.0.0.0', 8], ['169.254.0.0', 16], ['172.16.0.0', 12], ['192.168.0.0', 16]] as const) {
+for (const [prefix, bits] of [
+  ['0.0.0.0', 8],
+  ['10.0.0.0', 8],
+  ['100.64.0.0', 10],
+  ['127.0.0.0', 8],
+  ['169.254.0.0', 16],
+  ['172.16.0.0', 12],
+  ['192.168.0.0', 16],
+] as const) {
   FORBIDDEN.addSubnet(prefix, bits, 'ipv4');
 }
-for (const [prefix, bits] of [['::', 128], ['::1', 128], ['fc00::', 7], ['fe80::', 10]] as const) FORBIDDEN.addSubnet(prefix, bits, 'ipv6');
+for (const [prefix, bits] of [
+  ['::', 128],
+  ['::1', 128],
+  ['fc00::', 7],
+  ['fe80::', 10],
+] as const)
+  FORBIDDEN.addSubnet(prefix, bits, 'ipv6');
 
 /** `::ffff:10.0.0.1` and `::ffff:a00:1` are IPv4 addresses in IPv6 clothing: check them as IPv4. */
 function unmapped(address: string): string {

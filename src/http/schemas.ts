@@ -41,7 +41,10 @@ export const createBatchBody = z.strictObject({
   /** `<batchId>:<groupId>:<index>` of another batch: the new batch is a child standing for that item. */
   parentItem: z.string().max(200).nullish(),
   metadata: metadata.nullish(),
-  callbackUrl: z.url({ protocol: /^https?$/, error: 'must be an http(s) URL' }).max(2048).nullish(),
+  callbackUrl: z
+    .url({ protocol: /^https?$/, error: 'must be an http(s) URL' })
+    .max(2048)
+    .nullish(),
 });
 
 export const addItemsBody = z.strictObject({
@@ -72,22 +75,28 @@ export const ackBody = z
   })
   .refine(errorOnlyWhenFailed, errorRule);
 
-const index = z.number().int().min(0).max(2 ** 31);
+const index = z
+  .number()
+  .int()
+  .min(0)
+  .max(2 ** 31);
 
 /** The compact form: per group, indexes as numbers or inclusive [from, to] ranges. */
-export const compactAckBody = z.strictObject({
-  groups: z.array(
-    z.strictObject({
-      batchId: z.string().max(64),
-      groupId: z.string().max(64),
-      indexes: z
-        .array(z.union([index, z.tuple([index, index]).refine(([from, to]) => from <= to, 'a range is [from, to] with from <= to')]))
-        .min(1, 'an entry names at least one index'),
-    }),
-  ),
-  outcome: outcome.optional(),
-  error: failureError.optional(),
-}).refine(errorOnlyWhenFailed, errorRule);
+export const compactAckBody = z
+  .strictObject({
+    groups: z.array(
+      z.strictObject({
+        batchId: z.string().max(64),
+        groupId: z.string().max(64),
+        indexes: z
+          .array(z.union([index, z.tuple([index, index]).refine(([from, to]) => from <= to, 'a range is [from, to] with from <= to')]))
+          .min(1, 'an entry names at least one index'),
+      }),
+    ),
+    outcome: outcome.optional(),
+    error: failureError.optional(),
+  })
+  .refine(errorOnlyWhenFailed, errorRule);
 
 export const listQuery = z.strictObject({
   state: z.enum(BATCH_STATES).optional(),

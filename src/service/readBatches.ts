@@ -45,7 +45,14 @@ function decodeCursor(cursor: string): string {
 export async function listBatchPage(deps: ServiceDeps, caller: Caller, input: ListInput): Promise<BatchPage> {
   const beforeId = input.cursor === undefined ? undefined : decodeCursor(input.cursor);
   const found = await reading(() =>
-    listBatchRows(deps.db, { tenant: caller.tenant, state: input.state, userKey: input.userKey, parentBatchId: input.parent?.toLowerCase(), beforeId, limit: input.limit + 1 }),
+    listBatchRows(deps.db, {
+      tenant: caller.tenant,
+      state: input.state,
+      userKey: input.userKey,
+      parentBatchId: input.parent?.toLowerCase(),
+      beforeId,
+      limit: input.limit + 1,
+    }),
   );
   // The store filters by tenant and userKey exactly (binary collations); checked again here so a
   // lax collation can never show one tenant another's batches.

@@ -1,12 +1,12 @@
-import { groupKey,GroupRecord } from '../domain/ackPlan';
+import { groupKey, GroupRecord } from '../domain/ackPlan';
 import { BatchRecord } from '../domain/batch';
 import { ReasonPlan } from '../domain/failureReasons';
 import { batchFromRow, BatchRow, lockBatchesQuery, updateBatchQuery } from './batches';
-import { insertChildOutcomeQuery,NewChildOutcome } from './childOutcomes';
+import { insertChildOutcomeQuery, NewChildOutcome } from './childOutcomes';
 import { Db, Queryable, Statement } from './db';
 import { reasonKeysFrom, reasonKeysQuery, writeReasonsQueries } from './failureReasons';
 import { groupFromRow, GroupRow, lockGroupsQueries, writeGroupsQueries } from './groups';
-import { insertEventQuery,NewEvent } from './outbox';
+import { insertEventQuery, NewEvent } from './outbox';
 import { readDecideWrite } from './readDecideWrite';
 import { TransactionOptions } from './transaction';
 
@@ -42,7 +42,12 @@ export interface AckWrites {
  * group rows by id, then stored reason keys), a pure decision from the rows, and its writes. Runs
  * again from the start after a deadlock (readDecideWrite.ts), so `decide` must have no side effects.
  */
-export function runAckTransaction<T>(db: Db, options: TransactionOptions, reads: AckReads, decide: (rows: AckRows) => { writes: AckWrites; answer: T }): Promise<T> {
+export function runAckTransaction<T>(
+  db: Db,
+  options: TransactionOptions,
+  reads: AckReads,
+  decide: (rows: AckRows) => { writes: AckWrites; answer: T },
+): Promise<T> {
   return readDecideWrite(db, options, {
     reads: (q) => [...targetReads(q, reads.groupIdsByBatch), ...reads.reasonBatches.map((id) => reasonKeysQuery(q, id))],
     decide(q, results) {

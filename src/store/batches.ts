@@ -99,7 +99,12 @@ export async function lockBatch(trx: Knex.Transaction, id: string): Promise<Batc
  * batch rows by id, then their group rows by id).
  */
 export function lockBatchesQuery(q: Queryable, ids: string[]): Knex.QueryBuilder {
-  return forUpdate(q, q('batches').whereIn('id', [...ids].sort()).orderBy('id'));
+  return forUpdate(
+    q,
+    q('batches')
+      .whereIn('id', [...ids].sort())
+      .orderBy('id'),
+  );
 }
 
 /** Runs updateBatchQuery. */

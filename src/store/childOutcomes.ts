@@ -49,7 +49,9 @@ export async function claimDueChildOutcomes(trx: Knex.Transaction, claim: string
   const query = forUpdateSkipLocked(trx, trx('child_outcomes').select('batch_id').where('next_attempt_at', '<=', now).orderBy('next_attempt_at').limit(limit));
   const ids = ((await query) as Array<{ batch_id: string }>).map((r) => r.batch_id);
   if (ids.length === 0) return [];
-  await trx('child_outcomes').whereIn('batch_id', ids).update({ claim, next_attempt_at: now + leaseMs, attempts: trx.raw('attempts + 1') });
+  await trx('child_outcomes')
+    .whereIn('batch_id', ids)
+    .update({ claim, next_attempt_at: now + leaseMs, attempts: trx.raw('attempts + 1') });
   const rows = (await trx('child_outcomes').whereIn('batch_id', ids).where('claim', claim)) as ChildOutcomeRow[];
   return rows.map((row) => ({
     batchId: row.batch_id,

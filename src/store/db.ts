@@ -16,7 +16,6 @@ export type Transaction = Knex.Transaction;
 /** A statement built by a store function, for a transaction to run (services never look inside). */
 export type Statement = Knex.QueryBuilder;
 
-
 /** knex's own messages (connection errors, warnings) go to the service log, not the console. */
 function knexLog(log?: Logger): Knex.Config['log'] {
   const write = (level: 'warn' | 'error' | 'debug') => (message: unknown) => log?.[level]({ knex: String(message) }, 'knex');

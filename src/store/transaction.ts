@@ -1,6 +1,6 @@
 import { Knex } from 'knex';
 
-import { toError,UnavailableError } from '../domain/errors';
+import { toError, UnavailableError } from '../domain/errors';
 import { Db } from './db';
 import { isLockTimeout, isRetryable, isUnavailable } from './dbErrors';
 import { profileOf } from './dialect';

@@ -71,7 +71,7 @@ describe.each(backends())('authentication and tenants (%s)', (_name, backend) =>
     expect((await api.post('/v1/admin/sweep').set('Authorization', admin)).status).toBe(200);
   });
 
-  it("when another tenant reads, acks or deletes a batch, then it does not exist for them", async () => {
+  it('when another tenant reads, acks or deletes a batch, then it does not exist for them', async () => {
     const { id, ids } = await acmeBatch(3);
     for (const res of [
       await api.get(`/v1/batches/${id}`).set('Authorization', beta),

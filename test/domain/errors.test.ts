@@ -16,9 +16,8 @@ describe('errors', () => {
     expect(toError('text').message).toBe('text');
   });
 
-  it.each(['ER_LOCK_DEADLOCK', 'SQLITE_BUSY_SNAPSHOT', 'SQLITE_LOCKED'])(
-    'when the database aborts with %s, then the transaction is retryable',
-    (code) => expect(isRetryable({ code })).toBe(true),
+  it.each(['ER_LOCK_DEADLOCK', 'SQLITE_BUSY_SNAPSHOT', 'SQLITE_LOCKED'])('when the database aborts with %s, then the transaction is retryable', (code) =>
+    expect(isRetryable({ code })).toBe(true),
   );
 
   it.each(['ER_DUP_ENTRY', 'SQLITE_CONSTRAINT', 'ER_LOCK_WAIT_TIMEOUT', 'SQLITE_BUSY', undefined])('when it fails with %s, then it is not retried', (code) => {

@@ -81,6 +81,8 @@ describeOnMysql('MariaDB stopped and restarted under load', () => {
     expect(new Set(answeredOk).size).toBe(60_000);
     expect(completions).toBe(1);
     expect(tally.other).toBe(0);
-    console.log(`database restart: ${tally.sent} ack requests, ${tally.ok} answered 200, ${tally.unavailable} answered 503 while MariaDB was down, served again ${recoveryMs} ms after it came back; lost acks: 0`);
+    console.log(
+      `database restart: ${tally.sent} ack requests, ${tally.ok} answered 200, ${tally.unavailable} answered 503 while MariaDB was down, served again ${recoveryMs} ms after it came back; lost acks: 0`,
+    );
   });
 });

@@ -66,6 +66,8 @@ describeOnMysql('a service killed -9 during an ack storm (mysql)', () => {
     const after = (await call(`${service.url}/v1/batches/${id}`, 'GET')).body;
     expect(after).toMatchObject({ state: 'complete', succeeded: 100_000, failed: 0, pending: 0 });
     expect(completions).toBe(1);
-    console.log(`kill -9 storm: ${sent} ack requests started, ${answeredOk.length} answered 200 (${confirmed.length} IDs) before the kill, ${failedRequests} cut off; lost acks: 0`);
+    console.log(
+      `kill -9 storm: ${sent} ack requests started, ${answeredOk.length} answered 200 (${confirmed.length} IDs) before the kill, ${failedRequests} cut off; lost acks: 0`,
+    );
   });
 });

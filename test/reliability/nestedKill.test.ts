@@ -62,7 +62,8 @@ describe.each(backends())('a service killed -9 between children completing and t
     expect((await call(`${service.url}/v1/batches/${parent}/wait?timeout=30`, 'GET')).body.state).toBe('complete');
     // Rows the dead process had claimed come back when their lease ends, and are acked again as duplicates.
     const drained = Date.now() + 30_000;
-    while (Number(((await db('child_outcomes').count({ n: '*' })) as Array<{ n: number }>)[0]!.n) > 0 && Date.now() < drained) await new Promise((r) => setTimeout(r, 100));
+    while (Number(((await db('child_outcomes').count({ n: '*' })) as Array<{ n: number }>)[0]!.n) > 0 && Date.now() < drained)
+      await new Promise((r) => setTimeout(r, 100));
     const done = (await call(`${service.url}/v1/batches/${parent}`, 'GET')).body;
     expect(done).toMatchObject({ state: 'complete', outcome: 'succeeded', total: CHILDREN, succeeded: CHILDREN, failed: 0, pending: 0 });
     const deadline = Date.now() + 30_000;

@@ -40,7 +40,10 @@ describeOnMysql('transactions aborted by the database (mysql)', () => {
   });
   beforeEach(async () => {
     await db('scratch').delete();
-    await db('scratch').insert([{ id: 'a', n: 0 }, { id: 'b', n: 0 }]);
+    await db('scratch').insert([
+      { id: 'a', n: 0 },
+      { id: 'b', n: 0 },
+    ]);
   });
   afterAll(async () => {
     await db.destroy();
@@ -51,7 +54,10 @@ describeOnMysql('transactions aborted by the database (mysql)', () => {
     const retried: string[] = [];
     await Promise.all(crossLock(db, 3, retried));
     expect(retried).toEqual(['ER_LOCK_DEADLOCK']);
-    expect(await db('scratch').orderBy('id')).toEqual([{ id: 'a', n: 1 }, { id: 'b', n: 1 }]);
+    expect(await db('scratch').orderBy('id')).toEqual([
+      { id: 'a', n: 1 },
+      { id: 'b', n: 1 },
+    ]);
   });
 
   it('when retries are used up, then the caller gets unavailable (503) caused by the deadlock, and its work is rolled back', async () => {
