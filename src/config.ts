@@ -34,7 +34,7 @@ export const configSchema = z.object({
   HOST: z.string().min(1).default('127.0.0.1'),
   DATABASE_URL: z
     .string()
-    .regex(/^mysql2?:\/\//, 'must be a mysql://user:pass@host:port/db URL (unset it for embedded SQLite)')
+    .regex(/^(mysql2?|postgres|postgresql):\/\//, 'must be a mysql://, postgres:// or postgresql://user:pass@host:port/db URL (unset it for embedded SQLite)')
     .optional(),
   SQLITE_PATH: z.string().min(1).default('./data/rollcall.sqlite'),
   GROUP_SIZE: int(8, 65536)

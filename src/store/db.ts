@@ -89,9 +89,41 @@ function openMysql(config: DbConfig, log?: Logger): Db {
   return main;
 }
 
-/** Opens the configured database: MySQL/MariaDB when DATABASE_URL is set, else an embedded SQLite file. */
+/** The database a DATABASE_URL names, by its scheme (config.ts accepts only these). */
+export const isPostgresUrl = (url: string): boolean => /^postgres(ql)?:\/\//.test(url);
+
+interface PostgresSession {
+  query(sql: string, values: unknown[], callback: (error: Error | null) => void): void;
+}
+
+/**
+ * PostgreSQL through node-postgres. Every session reads committed data (the isolation every
+ * transaction here is written for, whatever the server's default) and waits at most LOCK_TIMEOUT for
+ * a lock (`lock_timeout`, in milliseconds; 55P03 past it). SSL options come from the URL (`sslmode`).
+ */
+function openPostgres(config: DbConfig, log?: Logger): Db {
+  return knex({
+    log: knexLog(log),
+    client: 'pg',
+    connection: { connectionString: config.DATABASE_URL as string, connectionTimeoutMillis: 5000 },
+    pool: {
+      min: 0,
+      max: config.DB_POOL_SIZE,
+      afterCreate(conn: PostgresSession, done: (err: Error | null, conn: unknown) => void) {
+        conn.query(
+          "SELECT set_config('default_transaction_isolation', 'read committed', false), set_config('lock_timeout', $1, false)",
+          [`${config.LOCK_TIMEOUT}ms`],
+          (err) => done(err, conn),
+        );
+      },
+    },
+    acquireConnectionTimeout: 5000,
+  } as Knex.Config);
+}
+
+/** Opens the configured database: MySQL/MariaDB or PostgreSQL when DATABASE_URL is set, else an embedded SQLite file. */
 export function openDb(config: DbConfig, log?: Logger): Db {
-  if (config.DATABASE_URL) return openMysql(config, log);
+  if (config.DATABASE_URL) return isPostgresUrl(config.DATABASE_URL) ? openPostgres(config, log) : openMysql(config, log);
   if (config.SQLITE_PATH !== ':memory:') fs.mkdirSync(path.dirname(path.resolve(config.SQLITE_PATH)), { recursive: true });
   return knex({
     log: knexLog(log),
@@ -135,4 +167,29 @@ export interface PoolStats {
 export function poolStats(db: Db): PoolStats | null {
   const pool = (db.client as { pool?: { numUsed(): number; numFree(): number; numPendingAcquires(): number } }).pool;
   return pool ? { used: pool.numUsed(), free: pool.numFree(), pendingAcquires: pool.numPendingAcquires() } : null;
+}
+
+/** The key of the session advisory lock that lets one replica at a time migrate a PostgreSQL database. */
+const MIGRATION_LOCK_KEY = 0x726f6c6c; // "roll"
+
+/**
+ * Runs `work` (the migrations) while holding the database's migration lock. On PostgreSQL that is a
+ * session advisory lock on a connection of its own, waited for without LOCK_TIMEOUT: replicas that
+ * start at once on a fresh database queue there, one applies the migrations, and the others then
+ * find nothing left to do. knex's own lock table would fail them instead ("already locked"), and two
+ * replicas creating knex's tables at once can collide. MySQL and SQLite keep knex's lock.
+ */
+export async function withMigrationLock<T>(db: Db, work: () => Promise<T>): Promise<T> {
+  if (profileOf(db).name !== 'postgres') return work();
+  const lockHolder = knex({ client: 'pg', connection: db.client.config.connection as Knex.StaticConnectionConfig, pool: { min: 1, max: 1 } });
+  try {
+    await lockHolder.raw("SELECT set_config('lock_timeout', '0', false), pg_advisory_lock(?)", [MIGRATION_LOCK_KEY]);
+    try {
+      return await work();
+    } finally {
+      await lockHolder.raw('SELECT pg_advisory_unlock(?)', [MIGRATION_LOCK_KEY]);
+    }
+  } finally {
+    await lockHolder.destroy();
+  }
 }

@@ -19,6 +19,7 @@ const LOCK_TIMEOUT = codes('lockTimeout');
 const UNAVAILABLE = codes('unavailable');
 const UNAVAILABLE_PREFIXES = prefixes('unavailablePrefixes');
 const DUPLICATE_KEY = codes('duplicateKey');
+const DRIVER_GONE_MESSAGES = codes('unavailableDriverMessages');
 
 function codeOf(error: unknown): string | undefined {
   if (typeof error !== 'object' || error === null) return undefined;
@@ -43,7 +44,10 @@ export function isUnavailable(error: unknown): boolean {
   // knex raises this when no pooled connection could be had in time: the database is not answering.
   if (name === 'KnexTimeoutError') return true;
   // A fatal mysql2 error means the connection is gone.
-  return (error as { fatal?: unknown } | null)?.fatal === true;
+  if ((error as { fatal?: unknown } | null)?.fatal === true) return true;
+  // node-postgres's own connection-loss errors carry no code.
+  const message = (error as { message?: unknown } | null)?.message;
+  return code === undefined && typeof message === 'string' && DRIVER_GONE_MESSAGES.has(message);
 }
 
 /** A unique key refused the insert. */

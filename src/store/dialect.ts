@@ -8,7 +8,7 @@ import { Knex } from 'knex';
  * What needs no entry because knex already renders each dialect's form: the upsert
  * (`onConflict().merge()`), bound values, identifier quoting, and the blob type of `table.binary`.
  */
-export type DialectName = 'mysql' | 'sqlite';
+export type DialectName = 'mysql' | 'postgres' | 'sqlite';
 
 export interface DialectProfile {
   name: DialectName;
@@ -33,6 +33,11 @@ export interface DialectProfile {
     lockTimeout: readonly string[];
     unavailable: readonly string[];
     unavailablePrefixes: readonly string[];
+    /**
+     * Errors the driver raises itself, with no code, when its connection is gone: matched by exact
+     * message (node-postgres's own, never the server's text).
+     */
+    unavailableDriverMessages: readonly string[];
     duplicateKey: readonly string[];
   };
 }
@@ -62,7 +67,44 @@ export const PROFILES: Readonly<Record<DialectName, DialectProfile>> = {
         'ER_BAD_DB_ERROR',
       ],
       unavailablePrefixes: [],
+      unavailableDriverMessages: [],
       duplicateKey: ['ER_DUP_ENTRY'],
+    },
+  },
+  postgres: {
+    name: 'postgres',
+    clients: ['pg', 'postgres', 'postgresql'],
+    rowLocks: true,
+    skipLocked: true,
+    hotPath: 'knex',
+    writers: 'pool',
+    errors: {
+      // deadlock_detected, serialization_failure: the server aborted the transaction; run it again.
+      retryable: ['40P01', '40001'],
+      retryablePrefixes: [],
+      // lock_not_available: `lock_timeout` (= LOCK_TIMEOUT) passed.
+      lockTimeout: ['55P03'],
+      unavailable: [
+        ...NETWORK_DOWN,
+        '57P01', // admin_shutdown
+        '57P02', // crash_shutdown
+        '57P03', // cannot_connect_now (starting up, shutting down, in recovery)
+        '53300', // too_many_connections
+        '3D000', // invalid_catalog_name: the database does not exist
+        '28000', // invalid_authorization_specification
+        '28P01', // invalid_password
+      ],
+      // Class 08: connection exceptions.
+      unavailablePrefixes: ['08'],
+      unavailableDriverMessages: [
+        'Connection terminated unexpectedly',
+        'Connection terminated',
+        'Connection terminated due to connection timeout',
+        'Client has encountered a connection error and is not queryable',
+        'Client was closed and is not queryable',
+      ],
+      // unique_violation
+      duplicateKey: ['23505'],
     },
   },
   sqlite: {
@@ -80,6 +122,7 @@ export const PROFILES: Readonly<Record<DialectName, DialectProfile>> = {
       lockTimeout: ['SQLITE_BUSY'],
       unavailable: ['SQLITE_CANTOPEN', 'SQLITE_FULL'],
       unavailablePrefixes: ['SQLITE_IOERR'],
+      unavailableDriverMessages: [],
       duplicateKey: ['SQLITE_CONSTRAINT_UNIQUE', 'SQLITE_CONSTRAINT_PRIMARYKEY'],
     },
   },

@@ -1,3 +1,4 @@
+import { countChildOutcomes } from '../../src/store/childOutcomes';
 import { backends } from '../helpers/backends';
 import { Delivery, Receiver } from '../helpers/receiver';
 import { itemIds, startReplica, startService, TestService } from '../helpers/service';
@@ -102,7 +103,7 @@ describe.each(backends())('nested batches (%s)', (_name, backend) => {
     await svc.rollcall.childOutcomes.deliverDue();
     await svc.rollcall.db('child_outcomes').insert({ ...row, claim: null }); // as if the delete never happened
     await svc.rollcall.childOutcomes.deliverDue();
-    expect(await svc.rollcall.db('child_outcomes').count({ n: '*' })).toEqual([{ n: 0 }]);
+    expect(await countChildOutcomes(svc.rollcall.db)).toBe(0);
     expect(await get(parent.id)).toMatchObject({ state: 'complete', succeeded: 1, total: 1 });
     expect(completions).toBe(1);
   });
@@ -119,7 +120,7 @@ describe.each(backends())('nested batches (%s)', (_name, backend) => {
     await svc.api.delete(`/v1/batches/${orphanParent.id}`);
     await svc.api.post('/v1/acks').send({ ids: orphan.ids });
     await svc.rollcall.childOutcomes.deliverDue();
-    expect(await svc.rollcall.db('child_outcomes').count({ n: '*' })).toEqual([{ n: 0 }]);
+    expect(await countChildOutcomes(svc.rollcall.db)).toBe(0);
   });
 });
 

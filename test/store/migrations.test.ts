@@ -16,6 +16,16 @@ async function describeSchema(db: Db): Promise<unknown> {
     );
     return { columns, indexes };
   }
+  if (profileOf(db).name === 'postgres') {
+    const columns = await db.raw(
+      `SELECT table_name t, column_name c, data_type ty, character_maximum_length l, is_nullable n, column_default d FROM information_schema.columns
+       WHERE table_schema = current_schema() ORDER BY table_name, ordinal_position`,
+    );
+    const indexes = await db.raw(
+      `SELECT tablename t, indexname i, indexdef d FROM pg_indexes WHERE schemaname = current_schema() ORDER BY tablename, indexname`,
+    );
+    return { columns: columns.rows, indexes: indexes.rows };
+  }
   return db.raw(`SELECT type, name, tbl_name, sql FROM sqlite_master WHERE name NOT LIKE 'sqlite_%' ORDER BY name`);
 }
 

@@ -105,7 +105,7 @@ describe.each(backends())('read-decide-write transactions (%s)', (name, backend)
       () => null,
       (error: unknown) => error as Error,
     );
-    expect(failure?.message).toMatch(/UNIQUE constraint|Duplicate entry/);
+    expect(failure?.message).toMatch(/UNIQUE constraint|Duplicate entry|duplicate key value/);
     expect(await committed()).toEqual([['a', 1]]);
     // The pool's one connection must not still be inside the failed transaction: this write has to be committed for others to see.
     await db('scratch').insert({ id: 'b', n: 2 });
