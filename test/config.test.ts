@@ -22,7 +22,7 @@ describe('configuration', () => {
   it.each([
     ['PORT', 'eighty'],
     ['GROUP_SIZE', '100'],
-    ['DATABASE_URL', 'postgres://x'],
+    ['DATABASE_URL', 'redis://x'],
     ['OPEN_BATCH_TTL', 'a week'],
     ['LOG_LEVEL', 'loud'],
     ['HEAP_GROWTH_PERCENT', '500'],
@@ -31,6 +31,14 @@ describe('configuration', () => {
   ])('when %s is %s, then loading stops with a message naming the key', (key, value) => {
     expect(() => loadConfig({ [key]: value })).toThrow(ConfigError);
     expect(() => loadConfig({ [key]: value })).toThrow(new RegExp(key));
+  });
+
+  it.each(['mysql://u:p@db:3306/rc', 'postgres://u:p@db:5432/rc', 'postgresql://u:p@db/rc?sslmode=require'])('when DATABASE_URL is %s, then it is taken', (url) => {
+    expect(loadConfig({ DATABASE_URL: url }).DATABASE_URL).toBe(url);
+  });
+
+  it('when DATABASE_URL names another database, then the message names the three accepted forms', () => {
+    expect(() => loadConfig({ DATABASE_URL: 'redis://x' })).toThrow(/mysql:\/\/, postgres:\/\/ or postgresql:\/\//);
   });
 
   it('when tokens come from a file, then they are read from it', () => {
