@@ -33,9 +33,12 @@ describe('configuration', () => {
     expect(() => loadConfig({ [key]: value })).toThrow(new RegExp(key));
   });
 
-  it.each(['mysql://u:p@db:3306/rc', 'postgres://u:p@db:5432/rc', 'postgresql://u:p@db/rc?sslmode=require'])('when DATABASE_URL is %s, then it is taken', (url) => {
-    expect(loadConfig({ DATABASE_URL: url }).DATABASE_URL).toBe(url);
-  });
+  it.each(['mysql://u:p@db:3306/rc', 'postgres://u:p@db:5432/rc', 'postgresql://u:p@db/rc?sslmode=require'])(
+    'when DATABASE_URL is %s, then it is taken',
+    (url) => {
+      expect(loadConfig({ DATABASE_URL: url }).DATABASE_URL).toBe(url);
+    },
+  );
 
   it('when DATABASE_URL names another database, then the message names the three accepted forms', () => {
     expect(() => loadConfig({ DATABASE_URL: 'redis://x' })).toThrow(/mysql:\/\/, postgres:\/\/ or postgresql:\/\//);

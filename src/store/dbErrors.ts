@@ -45,9 +45,10 @@ export function isUnavailable(error: unknown): boolean {
   if (name === 'KnexTimeoutError') return true;
   // A fatal mysql2 error means the connection is gone.
   if ((error as { fatal?: unknown } | null)?.fatal === true) return true;
-  // node-postgres's own connection-loss errors carry no code.
+  // node-postgres's own connection-loss errors carry no code; knex puts the statement before the message.
   const message = (error as { message?: unknown } | null)?.message;
-  return code === undefined && typeof message === 'string' && DRIVER_GONE_MESSAGES.has(message);
+  if (code !== undefined || typeof message !== 'string') return false;
+  return [...DRIVER_GONE_MESSAGES].some((gone) => message === gone || message.endsWith(` - ${gone}`));
 }
 
 /** A unique key refused the insert. */
