@@ -1,16 +1,16 @@
-import { mysqlBackend, TestDatabase } from '../helpers/backends';
+import { serverBackends, TestDatabase } from '../helpers/backends';
 import { call, runClients, ServiceProcess, spawnService } from '../helpers/processes';
 import { chunks, itemIds, shuffled } from '../helpers/service';
 
-const backend = mysqlBackend();
-const describeOnMysql = backend ? describe : describe.skip;
+const servers = serverBackends();
+const describeOnServers = servers.length > 0 ? describe.each(servers) : describe.skip.each([['none', null as never]]);
 
-describeOnMysql('a service killed -9 during an ack storm (mysql)', () => {
+describeOnServers('a service killed -9 during an ack storm (%s)', (_name, backend) => {
   jest.setTimeout(180_000);
   let database: TestDatabase;
   let service: ServiceProcess;
   beforeAll(async () => {
-    database = await backend!.create();
+    database = await backend.create();
   });
   afterAll(async () => {
     await service?.stop();

@@ -2,7 +2,7 @@ import { spawn } from 'node:child_process';
 
 import knex, { Knex } from 'knex';
 
-import { backends, mysqlBackend } from '../helpers/backends';
+import { backends, serverBackends } from '../helpers/backends';
 import { sealedBatch, startService, TestService } from '../helpers/service';
 
 /** Times a promise: [its value, milliseconds taken]. */
@@ -12,15 +12,20 @@ async function timed<T>(promise: Promise<T>): Promise<[T, number]> {
   return [value, performance.now() - started];
 }
 
-const mysql = mysqlBackend();
-const describeOnMysql = mysql ? describe : describe.skip;
+const servers = serverBackends();
+const describeOnServers = servers.length > 0 ? describe.each(servers) : describe.skip.each([['none', null as never]]);
 
-describeOnMysql('a batch row held locked by another connection (mysql)', () => {
+describeOnServers('a batch row held locked by another connection (%s)', (name, backend) => {
   let svc: TestService;
   let holder: Knex;
   beforeAll(async () => {
-    svc = await startService(mysql!, { ACK_QUEUE_MAX_IDS: '10000' });
-    holder = knex({ client: 'mysql2', connection: { uri: svc.database.config.DATABASE_URL } as never, pool: { min: 0, max: 1 } });
+    svc = await startService(backend, { ACK_QUEUE_MAX_IDS: '10000' });
+    const url = svc.database.config.DATABASE_URL as string;
+    holder = knex({
+      client: name === 'pg' ? 'pg' : 'mysql2',
+      connection: (name === 'pg' ? { connectionString: url } : { uri: url }) as never,
+      pool: { min: 0, max: 1 },
+    });
   });
   afterAll(async () => {
     await holder.destroy();
