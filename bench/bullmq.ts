@@ -5,6 +5,7 @@
  */
 import { execFileSync } from 'node:child_process';
 import path from 'node:path';
+
 import { FROM_BUILD, spawnService } from '../test/helpers/processes';
 import { runBullmqEndToEnd } from './lib/bullmqEndToEnd';
 import { withDatabase } from './lib/database';
@@ -16,7 +17,9 @@ async function main(): Promise<void> {
     try {
       const result = await runBullmqEndToEnd(service.url, Number(process.env.BENCH_E2E_JOBS ?? 20_000), Number(process.env.BENCH_E2E_ROUNDS ?? 3));
       console.log(JSON.stringify(result, null, 2));
-      console.log(`BullMQ end to end: plain ${result.plainPerSecond.toFixed(0)} jobs/s, with rollcallProcessor ${result.rollcallPerSecond.toFixed(0)} jobs/s: ${result.ratio.toFixed(2)}× (target ≥ 0.8×)`);
+      console.log(
+        `BullMQ end to end: plain ${result.plainPerSecond.toFixed(0)} jobs/s, with rollcallProcessor ${result.rollcallPerSecond.toFixed(0)} jobs/s: ${result.ratio.toFixed(2)}× (target ≥ 0.8×)`,
+      );
     } finally {
       await service.stop();
     }

@@ -1,27 +1,34 @@
 /**
- * `npm run bench`: rollcall on MariaDB driven over HTTP, next to its peers on the same machine
- * (an express no-op endpoint = the HTTP ceiling, BullMQ flows on Redis, BullMQ end to end with and without
- * rollcallProcessor — alone: `npm run bench:bullmq`). Prints a table and writes
- * docs/benchmarks.md. Environment: BENCH_MYSQL_URL (default mysql://root@127.0.0.1:3306/test).
+ * `npm run bench`: rollcall on MariaDB and on PostgreSQL driven over HTTP, next to its peers on the
+ * same machine (an express no-op endpoint = the HTTP ceiling, BullMQ flows on Redis, BullMQ end to end
+ * with and without rollcallProcessor — alone: `npm run bench:bullmq`). Prints a table
+ * and writes docs/benchmarks.md. Environment: BENCH_MYSQL_URL (default
+ * mysql://root@127.0.0.1:3306/test), BENCH_PG_URL (default postgres://postgres@127.0.0.1:5432/postgres),
+ * BENCH_PG=off to measure MariaDB alone.
  */
 import { execFileSync, spawn } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 import readline from 'node:readline';
-import { call, FROM_BUILD, spawnService, ServiceProcess } from '../test/helpers/processes';
-import { BULLMQ_VERSION, runBullmq } from './lib/bullmqPeer';
+
+import knex, { Knex } from 'knex';
+
+import { call, FROM_BUILD, ServiceProcess, spawnService } from '../test/helpers/processes';
 import { runBullmqEndToEnd } from './lib/bullmqEndToEnd';
-import { withDatabase } from './lib/database';
+import { BULLMQ_VERSION, runBullmq } from './lib/bullmqPeer';
+import { sequentialLatency } from './lib/latency';
 import { load, LoadResult } from './lib/load';
 import { describeMachine, peakRssMiB } from './lib/machine';
-import { sequentialLatency } from './lib/latency';
 
 const ROOT = path.resolve(__dirname, '..');
+const MYSQL_URL = process.env.BENCH_MYSQL_URL ?? 'mysql://root@127.0.0.1:3306/test';
+const PG_URL = process.env.BENCH_PG_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres';
 const BATCHED_ITEMS = Number(process.env.BENCH_BATCHED_ITEMS ?? 2_000_000);
+const BULLMQ_E2E_JOBS = Number(process.env.BENCH_E2E_JOBS ?? 20_000);
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 10);
 const SINGLE_ROUNDS = Number(process.env.BENCH_SINGLE_ROUNDS ?? 3);
 const BULLMQ_CHILDREN = Number(process.env.BENCH_BULLMQ_CHILDREN ?? 20_000);
-const BULLMQ_E2E_JOBS = Number(process.env.BENCH_E2E_JOBS ?? 20_000);
 
 type Group = { id: string; size: number };
 
@@ -76,188 +83,360 @@ async function startNoop(server: 'express' | 'rollcall' = 'express'): Promise<{ 
   return { url: `http://127.0.0.1:${port}`, stop: () => child.kill('SIGTERM') };
 }
 
-async function main(): Promise<void> {
-  console.log('building …');
-  execFileSync('npm', ['run', 'build'], { cwd: ROOT, stdio: 'ignore' });
-  const rows: Array<[string, string, string, string]> = [];
-  const add = (what: string, rollcall: string, peer: string, verdict: string) => {
-    rows.push([what, rollcall, peer, verdict]);
-    console.log(`${what}: ${rollcall} | ${peer} | ${verdict}`);
-  };
-  const fmt = (n: number, digits = 0) => n.toLocaleString('en-US', { maximumFractionDigits: digits, minimumFractionDigits: digits });
+/** A database server the bench runs rollcall on: a fresh database for the run, and how to read its storage. */
+interface BenchDatabase {
+  name: 'MariaDB' | 'PostgreSQL';
+  withDatabase<T>(work: (url: string, db: Knex) => Promise<T>): Promise<T>;
+  version(db: Knex): Promise<string>;
+  /** Bytes the item_groups table takes on disk (rows, pages, indexes), after the server's own upkeep. */
+  tableBytes(db: Knex): Promise<number>;
+}
 
-  await withDatabase(async (databaseUrl, db) => {
-    const mysqlVersion = String(((await db.raw('SELECT VERSION() v')) as Array<Array<{ v: string }>>)[0]![0]!.v);
+const mariadb: BenchDatabase = {
+  name: 'MariaDB',
+  async withDatabase(work) {
+    const name = `rollcall_bench_${randomBytes(4).toString('hex')}`;
+    const admin = knex({ client: 'mysql2', connection: { uri: MYSQL_URL } as never, pool: { min: 0, max: 1 } });
+    await admin.raw('CREATE DATABASE ??', [name]);
+    const url = new URL(MYSQL_URL);
+    url.pathname = `/${name}`;
+    const db = knex({ client: 'mysql2', connection: { uri: url.toString() } as never, pool: { min: 0, max: 2 } });
+    try {
+      return await work(url.toString(), db);
+    } finally {
+      await db.destroy();
+      await admin.raw('DROP DATABASE ??', [name]);
+      await admin.destroy();
+    }
+  },
+  async version(db) {
+    return String(((await db.raw('SELECT VERSION() v')) as Array<Array<{ v: string }>>)[0]![0]!.v);
+  },
+  async tableBytes(db) {
+    await db.raw('ANALYZE TABLE item_groups');
+    const [[sizes]] = (await db.raw(
+      `SELECT data_length d, index_length i FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name = 'item_groups'`,
+    )) as [[{ d: number; i: number }]];
+    return Number(sizes.d) + Number(sizes.i);
+  },
+};
+
+const postgres: BenchDatabase = {
+  name: 'PostgreSQL',
+  async withDatabase(work) {
+    const name = `rollcall_bench_${randomBytes(4).toString('hex')}`;
+    const admin = knex({ client: 'pg', connection: { connectionString: PG_URL }, pool: { min: 0, max: 1 } });
+    await admin.raw('CREATE DATABASE ??', [name]);
+    const url = new URL(PG_URL);
+    url.pathname = `/${name}`;
+    const db = knex({ client: 'pg', connection: { connectionString: url.toString() }, pool: { min: 0, max: 2 } });
+    try {
+      return await work(url.toString(), db);
+    } finally {
+      await db.destroy();
+      await admin.raw('DROP DATABASE ?? WITH (FORCE)', [name]);
+      await admin.destroy();
+    }
+  },
+  async version(db) {
+    return String(((await db.raw('SHOW server_version')) as { rows: Array<{ server_version: string }> }).rows[0]!.server_version);
+  },
+  async tableBytes(db) {
+    // Every ack rewrites its group rows (MVCC): VACUUM makes the dead versions' space reusable, as autovacuum would.
+    await db.raw('VACUUM (ANALYZE) item_groups');
+    return Number(((await db.raw(`SELECT pg_total_relation_size('item_groups') t`)) as { rows: Array<{ t: string }> }).rows[0]!.t);
+  },
+};
+
+type NoopServer = { url: string; stop(): void };
+
+/** What one run of rollcall on one database measured. */
+interface Figures {
+  database: BenchDatabase['name'];
+  version: string;
+  addMs: number;
+  coldStatus: Latency;
+  coldHealth: Latency;
+  statusLoaded: LoadResult;
+  compact: LoadResult;
+  payloadBits: number;
+  diskBits: number;
+  diskBytesForBatch: number;
+  groupRows: number;
+  batchedRun: LoadResult;
+  itemAcksPerSecond: number;
+  rounds: Array<{ rollcall: LoadResult; noop: LoadResult; servedAlike: LoadResult }>;
+  status: Latency;
+  /** BullMQ end to end against this database's service (MariaDB only: it measures the integration, not the database). */
+  endToEnd?: Awaited<ReturnType<typeof runBullmqEndToEnd>>;
+  health: Latency;
+  mergeFactor: number;
+  rssMiB: number;
+}
+
+type Latency = Awaited<ReturnType<typeof sequentialLatency>>;
+
+/** Adds 10M items three times (median time) and reads that batch's status cold and under load. */
+async function measureAdds(url: string) {
+  const adds = [];
+  for (let i = 0; i < 3; i++) adds.push(await openBatch(url, 10_000_000));
+  const addMs = adds.map((a) => a.addMs).sort((a, b) => a - b)[1]!;
+  const big = adds[0]!;
+  // Read right after start, this measures V8 still compiling the read path; it is read again, warm, after the ack loads.
+  const coldStatus = await sequentialLatency(`${url}/v1/batches/${big.id}`, 5000);
+  const coldHealth = await sequentialLatency(`${url}/healthz`, 5000);
+  const statusLoaded = check(await load({ url: `${url}/v1/batches/${big.id}`, method: 'GET', connections: 16, duration: 5 }), 'status, 16 clients');
+  return { addMs, big, coldStatus, coldHealth, statusLoaded };
+}
+
+/** The compact-form bodies (10,000 items a call) that ack every item of a batch. */
+function compactBodiesOf(batchId: string, groups: Group[]): string[] {
+  const bodies: string[] = [];
+  let entries: string[] = [];
+  let inCall = 0;
+  for (const g of groups) {
+    for (let from = 0; from < g.size;) {
+      const take = Math.min(g.size - from, 10_000 - inCall);
+      entries.push(`{"batchId":"${batchId}","groupId":"${g.id}","indexes":[[${from},${from + take - 1}]]}`);
+      from += take;
+      inCall += take;
+      if (inCall === 10_000) {
+        bodies.push(`{"groups":[${entries.join(',')}]}`);
+        entries = [];
+        inCall = 0;
+      }
+    }
+  }
+  if (entries.length) bodies.push(`{"groups":[${entries.join(',')}]}`);
+  return bodies;
+}
+
+/** Acks every item of the 10M batch, then measures what its group rows take. */
+async function measureStorage(url: string, database: BenchDatabase, db: Knex, big: { id: string; groups: Group[] }) {
+  await call(`${url}/v1/batches/${big.id}/seal`, 'POST', {});
+  const bodies = compactBodiesOf(big.id, big.groups);
+  const compact = check(await load({ url: `${url}/v1/acks`, connections: 16, amount: bodies.length, body: () => bodies.pop()! }), 'compact acks');
+  const done = (await call(`${url}/v1/batches/${big.id}`, 'GET')).body;
+  if (done.state !== 'complete' || done.succeeded !== 10_000_000) throw new Error(`10M batch not complete: ${JSON.stringify(done)}`);
+  const tableBytes = await database.tableBytes(db);
+  const [payload] = (await db('item_groups')
+    .where('batch_id', big.id)
+    .select(db.raw('COUNT(*) n'), db.raw('SUM(LENGTH(succeeded_bits)) s'), db.raw('SUM(COALESCE(LENGTH(failed_bits), 0)) f'))) as Array<{
+    n: number | string;
+    s: number | string;
+    f: number | string;
+  }>;
+  const [all] = (await db('item_groups').count({ n: '*' })) as Array<{ n: number | string }>;
+  // The table also holds the two unacked 10M batches' groups (no bitfields yet): count this batch's share of rows.
+  const diskBytesForBatch = (tableBytes * Number(payload!.n)) / Number(all!.n);
+  return {
+    compact,
+    groupRows: Number(payload!.n),
+    payloadBits: ((Number(payload!.s) + Number(payload!.f)) * 8) / 10_000_000,
+    diskBytesForBatch,
+    diskBits: (diskBytesForBatch * 8) / 10_000_000,
+  };
+}
+
+/** Batched acks: 1,000 IDs a request, 16 clients. */
+async function measureBatchedAcks(url: string) {
+  const batched = await openBatch(url, BATCHED_ITEMS);
+  await call(`${url}/v1/batches/${batched.id}/seal`, 'POST', {});
+  const bodies = sliceChunks(batched.id, batched.groups, 1000);
+  const batchedRun = check(await load({ url: `${url}/v1/acks`, connections: 16, amount: bodies.length, body: () => bodies.pop()! }), 'batched acks');
+  const batchedState = (await call(`${url}/v1/batches/${batched.id}`, 'GET')).body;
+  if (batchedState.state !== 'complete' || batchedState.succeeded !== BATCHED_ITEMS) throw new Error('batched run lost acks');
+  return { batchedRun, itemAcksPerSecond: BATCHED_ITEMS / batchedRun.seconds };
+}
+
+/**
+ * Single-ID ack requests, 64 clients, against the HTTP ceiling with the same loads. The machine's
+ * speed drifts from minute to minute, so the two alternate in rounds and the ratio is the median of
+ * the rounds' ratios.
+ */
+async function measureSingleAcks(url: string, noop: NoopServer, servedAlike: NoopServer) {
+  const single = await openBatch(url, 3_000_000);
+  const singlePrefixes = single.groups.map((g) => `${single.id}:${g.id}:`);
+  const fake = '01234567-89ab-7def-8123-456789abcdef';
+  let next = 0;
+  let n = 0;
+  const rounds: Figures['rounds'] = [];
+  for (let round = 0; round < SINGLE_ROUNDS; round++) {
+    rounds.push({
+      rollcall: check(
+        await load({
+          url: `${url}/v1/acks`,
+          connections: 64,
+          duration: SECONDS,
+          body: () => `{"ids":["${singlePrefixes[Math.floor(next / 8192)]}${next++ % 8192}"]}`,
+        }),
+        'single acks',
+      ),
+      noop: check(
+        await load({ url: `${noop.url}/v1/acks`, connections: 64, duration: SECONDS, body: () => `{"ids":["${fake}:${fake}:${n++}"]}` }),
+        'noop single',
+      ),
+      servedAlike: check(
+        await load({ url: `${servedAlike.url}/v1/acks`, connections: 64, duration: SECONDS, body: () => `{"ids":["${fake}:${fake}:${n++}"]}` }),
+        'noop single, served like rollcall',
+      ),
+    });
+  }
+  const answered = rounds.reduce((sum, r) => sum + r.rollcall.requests, 0);
+  const singleState = (await call(`${url}/v1/batches/${single.id}`, 'GET')).body;
+  // autocannon stops at each deadline without counting the requests still in flight (one per connection).
+  const unanswered = singleState.succeeded - answered;
+  if (unanswered < 0 || unanswered > 64 * SINGLE_ROUNDS) throw new Error(`single run: ${answered} answered, ${singleState.succeeded} recorded`);
+  return rounds;
+}
+
+/** The median round by rollcall / no-op ratio. */
+const medianRound = (rounds: Figures['rounds']) =>
+  [...rounds].sort((a, b) => a.rollcall.rps / a.noop.rps - b.rollcall.rps / b.noop.rps)[Math.floor(rounds.length / 2)]!;
+
+/** Runs every rollcall measure on one database, with the service built as `npm start` runs it. */
+async function measureOn(database: BenchDatabase, noop: NoopServer, servedAlike: NoopServer): Promise<Figures> {
+  console.log(`== ${database.name}`);
+  return database.withDatabase(async (databaseUrl, db) => {
+    const version = await database.version(db);
     const service: ServiceProcess = await spawnService({ DATABASE_URL: databaseUrl, LOG_LEVEL: 'warn' }, FROM_BUILD);
     const pid = service.child.pid!;
     const phase = (name: string) => console.log(`  after ${name}: service RSS peak so far ${peakRssMiB(pid).toFixed(1)} MiB`);
-    phase('start');
     const url = service.url;
     try {
-      // 5. Add 10M items (three times), status of that batch.
-      const adds = [];
-      for (let i = 0; i < 3; i++) adds.push(await openBatch(url, 10_000_000));
-      const addMs = adds.map((a) => a.addMs).sort((a, b) => a - b)[1]!;
-      const big = adds[0]!;
-      // Read right after start, this measures V8 still compiling the read path; it is read again, warm, after the ack loads.
-      const coldStatus = await sequentialLatency(`${url}/v1/batches/${big.id}`, 5000);
-      const coldHealth = await sequentialLatency(`${url}/healthz`, 5000);
-      const statusLoaded = check(await load({ url: `${url}/v1/batches/${big.id}`, method: 'GET', connections: 16, duration: 5 }), 'status, 16 clients');
+      const adds = await measureAdds(url);
       phase('adds and status');
-
-      // 6. Storage: ack every item of the 10M batch (compact form, 10,000 items a call), then measure.
-      await call(`${url}/v1/batches/${big.id}/seal`, 'POST', {});
-      const compactBodies: string[] = [];
-      let entries: string[] = [];
-      let inCall = 0;
-      for (const g of big.groups) {
-        for (let from = 0; from < g.size; ) {
-          const take = Math.min(g.size - from, 10_000 - inCall);
-          entries.push(`{"batchId":"${big.id}","groupId":"${g.id}","indexes":[[${from},${from + take - 1}]]}`);
-          from += take;
-          inCall += take;
-          if (inCall === 10_000) {
-            compactBodies.push(`{"groups":[${entries.join(',')}]}`);
-            entries = [];
-            inCall = 0;
-          }
-        }
-      }
-      if (entries.length) compactBodies.push(`{"groups":[${entries.join(',')}]}`);
-      const compact = check(await load({ url: `${url}/v1/acks`, connections: 16, amount: compactBodies.length, body: () => compactBodies.pop()! }), 'compact acks');
-      const done = (await call(`${url}/v1/batches/${big.id}`, 'GET')).body;
-      if (done.state !== 'complete' || done.succeeded !== 10_000_000) throw new Error(`10M batch not complete: ${JSON.stringify(done)}`);
-      await db.raw('ANALYZE TABLE item_groups');
-      const [[sizes]] = (await db.raw(
-        `SELECT data_length d, index_length i, table_rows r FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name = 'item_groups'`,
-      )) as [[{ d: number; i: number; r: number }]];
-      const [[payload]] = (await db.raw(
-        `SELECT COUNT(*) n, SUM(LENGTH(succeeded_bits)) s, SUM(COALESCE(LENGTH(failed_bits), 0)) f FROM item_groups WHERE batch_id = ?`,
-        [big.id],
-      )) as [[{ n: number; s: number; f: number }]];
-      const [[all]] = (await db.raw(`SELECT COUNT(*) n FROM item_groups`)) as [[{ n: number }]];
-      // The table also holds the two unacked 10M batches' groups (no bitfields yet): count this batch's share of rows.
-      const diskBytesForBatch = ((Number(sizes.d) + Number(sizes.i)) * Number(payload.n)) / Number(all.n);
-      const payloadBits = ((Number(payload.s) + Number(payload.f)) * 8) / 10_000_000;
-      const diskBits = (diskBytesForBatch * 8) / 10_000_000;
+      const storage = await measureStorage(url, database, db, adds.big);
       phase('compact acks of 10M');
-
-      // 1. Batched acks: 1,000 IDs a request, 16 clients.
-      const batched = await openBatch(url, BATCHED_ITEMS);
-      await call(`${url}/v1/batches/${batched.id}/seal`, 'POST', {});
-      const bodies = sliceChunks(batched.id, batched.groups, 1000);
-      const batchedRun = check(await load({ url: `${url}/v1/acks`, connections: 16, amount: bodies.length, body: () => bodies.pop()! }), 'batched acks');
-      const batchedState = (await call(`${url}/v1/batches/${batched.id}`, 'GET')).body;
-      if (batchedState.state !== 'complete' || batchedState.succeeded !== BATCHED_ITEMS) throw new Error('batched run lost acks');
-      const itemAcksPerSecond = BATCHED_ITEMS / batchedRun.seconds;
+      const batched = await measureBatchedAcks(url);
       phase('batched acks');
-
-      // 2 and 3. Single-ID ack requests, 64 clients, against the HTTP ceiling with the same loads. The
-      // machine's speed drifts from minute to minute, so the two alternate in rounds and the ratio is
-      // the median of the rounds' ratios.
-      const single = await openBatch(url, 3_000_000);
-      const singlePrefixes = single.groups.map((g) => `${single.id}:${g.id}:`);
-      let next = 0;
-      const noop = await startNoop();
-      const servedAlike = await startNoop('rollcall');
-      const fake = '01234567-89ab-7def-8123-456789abcdef';
-      const rounds: Array<{ rollcall: LoadResult; noop: LoadResult; servedAlike: LoadResult }> = [];
-      let noopBatched: LoadResult;
-      try {
-        noopBatched = check(await load({ url: `${noop.url}/v1/acks`, connections: 16, duration: SECONDS, body: () => idsBody(`${fake}:${fake}:`, 0, 1000) }), 'noop batched');
-        let n = 0;
-        for (let round = 0; round < SINGLE_ROUNDS; round++) {
-          rounds.push({
-            rollcall: check(
-              await load({ url: `${url}/v1/acks`, connections: 64, duration: SECONDS, body: () => `{"ids":["${singlePrefixes[Math.floor(next / 8192)]}${next++ % 8192}"]}` }),
-              'single acks',
-            ),
-            noop: check(await load({ url: `${noop.url}/v1/acks`, connections: 64, duration: SECONDS, body: () => `{"ids":["${fake}:${fake}:${n++}"]}` }), 'noop single'),
-            servedAlike: check(
-              await load({ url: `${servedAlike.url}/v1/acks`, connections: 64, duration: SECONDS, body: () => `{"ids":["${fake}:${fake}:${n++}"]}` }),
-              'noop single, served like rollcall',
-            ),
-          });
-        }
-      } finally {
-        noop.stop();
-        servedAlike.stop();
-      }
-      const answered = rounds.reduce((sum, r) => sum + r.rollcall.requests, 0);
-      const singleState = (await call(`${url}/v1/batches/${single.id}`, 'GET')).body;
-      // autocannon stops at each deadline without counting the requests still in flight (one per connection).
-      const unanswered = singleState.succeeded - answered;
-      if (unanswered < 0 || unanswered > 64 * SINGLE_ROUNDS) throw new Error(`single run: ${answered} answered, ${singleState.succeeded} recorded`);
-      const byRatio = [...rounds].sort((a, b) => a.rollcall.rps / a.noop.rps - b.rollcall.rps / b.noop.rps);
-      const medianRound = byRatio[Math.floor(byRatio.length / 2)]!;
-      const singleRun = medianRound.rollcall;
-      const noopSingle = medianRound.noop;
-
+      const rounds = await measureSingleAcks(url, noop, servedAlike);
       phase('single-ID acks');
-      const status = await sequentialLatency(`${url}/v1/batches/${big.id}`, 5000);
+      const status = await sequentialLatency(`${url}/v1/batches/${adds.big.id}`, 5000);
       const health = await sequentialLatency(`${url}/healthz`, 5000);
       const metricsText = (await (await fetch(`${url}/metrics`)).text()).split('\n');
       const metric = (name: string) => Number(metricsText.find((l) => l.startsWith(`${name} `))?.split(' ')[1] ?? NaN);
       const mergeFactor = metric('rollcall_group_commit_calls_sum') / metric('rollcall_group_commit_calls_count');
-      const rss = peakRssMiB(pid);
-
-      // 4. BullMQ flows.
-      const bull = await runBullmq(BULLMQ_CHILDREN);
-      // 4b. BullMQ end to end: a no-op worker, plain and wrapped in rollcallProcessor (also alone: npm run bench:bullmq).
-      const endToEnd = await runBullmqEndToEnd(url, BULLMQ_E2E_JOBS);
-
-      const ratio = itemAcksPerSecond / bull.completedPerSecond;
-      add('1. batched acks (1,000 IDs/request, 16 clients): item acks/s', fmt(itemAcksPerSecond), `BullMQ completes ${fmt(bull.completedPerSecond)} children/s`, `${fmt(ratio, 1)}× (target ≥ 50×)`);
-      add('   same load, requests/s vs no-op ceiling', fmt(batchedRun.rps), `no-op: ${fmt(noopBatched.rps)} req/s`, `${fmt(batchedRun.rps / noopBatched.rps, 2)}×`);
-      const roundRatios = rounds.map((r) => fmt(r.rollcall.rps / r.noop.rps, 2)).join(', ');
-      add(
-        `2. single-ID acks (64 clients): requests/s, median of ${SINGLE_ROUNDS} alternating rounds`,
-        fmt(singleRun.rps),
-        `no-op: ${fmt(noopSingle.rps)} req/s`,
-        `${fmt(singleRun.rps / noopSingle.rps, 2)}× (rounds: ${roundRatios}) (target ≥ 0.7×)`,
-      );
-      add('   single-ID latency p50 / p99 (ms)', `${singleRun.p50} / ${singleRun.p99}`, `no-op: ${noopSingle.p50} / ${noopSingle.p99}`, '');
-      const alike = medianRound.servedAlike;
-      add(
-        '   same rounds, against the no-op served as rollcall serves its app (src/http/server.ts)',
-        fmt(singleRun.rps),
-        `no-op served alike: ${fmt(alike.rps)} req/s, p50 / p99 ${alike.p50} / ${alike.p99} ms`,
-        `${fmt(singleRun.rps / alike.rps, 2)}× (rounds: ${rounds.map((r) => fmt(r.rollcall.rps / r.servedAlike.rps, 2)).join(', ')})`,
-      );
-      add('   ack calls merged per transaction (whole run, mean)', fmt(mergeFactor, 1), '', '');
-      add(
-        `4. BullMQ end to end, no-op jobs, concurrency ${endToEnd.concurrency}: jobs/s with rollcallProcessor (median of ${endToEnd.rounds.length} alternating rounds)`,
-        fmt(endToEnd.rollcallPerSecond),
-        `plain BullMQ ${endToEnd.bullmqVersion}: ${fmt(endToEnd.plainPerSecond)} jobs/s`,
-        `${fmt(endToEnd.ratio, 2)}× (rounds: ${endToEnd.rounds.map((r) => fmt(r.rollcall / r.plain, 2)).join(', ')}; ${fmt(endToEnd.ackCallsPerJob, 3)} ack calls per job, median call ${fmt(endToEnd.ackCallMedianMs, 1)} ms) (target ≥ 0.8×)`,
-      );
-      add('3. BullMQ flow: children registered/s', '—', fmt(bull.registeredPerSecond), `${BULLMQ_CHILDREN.toLocaleString('en-US')} children, one flow`);
-      add('5. add 10,000,000 items (median of 3)', `${fmt(addMs / 1000, 3)} s`, '', addMs < 1000 ? 'target < 1 s: met' : 'target < 1 s: MISSED');
-      add(
-        '   status of the 10M batch, one client, 5,000 reads after the ack loads (warm): p50 / p99',
-        `${status.p50} / ${status.p99} ms`,
-        `GET /healthz (no database): ${health.p50} / ${health.p99} ms`,
-        status.p99 < 5 ? 'target p99 < 5 ms: met' : 'target p99 < 5 ms: MISSED',
-      );
-      add(
-        '   the same, the first 5,000 reads after start (cold: V8 still compiling)',
-        `${coldStatus.p50} / ${coldStatus.p99} ms`,
-        `GET /healthz: ${coldHealth.p50} / ${coldHealth.p99} ms`,
-        '',
-      );
-      add('   status of the 10M batch, 16 clients: req/s, p99', `${fmt(statusLoaded.rps)} req/s, p99 ${statusLoaded.p99} ms`, '', '');
-      add('6. storage, 10M acked items: bitfield bits/item', fmt(payloadBits, 3), '', payloadBits <= 1.1 ? 'target ≤ 1.1: met' : 'target ≤ 1.1: MISSED');
-      add('   on disk (InnoDB pages incl. row overhead) bits/item', fmt(diskBits, 3), `${fmt(diskBytesForBatch / 2 ** 20, 2)} MiB for ${payload.n} group rows`, '');
-      add('   compact acks of the 10M batch (10,000 items/request): items/s', fmt(10_000_000 / compact.seconds), '', '');
-      // The target is in MB (10^6 bytes); VmHWM is read in MiB.
-      const rssMB = (rss * 2 ** 20) / 1e6;
-      add('7. service RSS peak', `${fmt(rssMB, 1)} MB (${fmt(rss, 1)} MiB)`, '', rssMB < 150 ? 'target < 150 MB: met' : 'target < 150 MB: MISSED');
-
-      writeReport(rows, describeMachine(mysqlVersion));
+      const rssMiB = peakRssMiB(pid);
+      // BullMQ end to end: a no-op worker, plain and wrapped in rollcallProcessor (also alone: npm run bench:bullmq).
+      const endToEnd = database === DATABASES[0] ? await runBullmqEndToEnd(url, BULLMQ_E2E_JOBS) : undefined;
+      const { big: _big, ...addFigures } = adds;
+      return { database: database.name, version, ...addFigures, ...storage, ...batched, rounds, status, health, mergeFactor, rssMiB, endToEnd };
     } finally {
       await service.stop();
     }
   });
+}
+
+const fmt = (n: number, digits = 0) => n.toLocaleString('en-US', { maximumFractionDigits: digits, minimumFractionDigits: digits });
+
+type Row = [string, string, string, string];
+
+/** The table rows of one database's figures, each measure named with the database. */
+function rowsOf(f: Figures, bull: Awaited<ReturnType<typeof runBullmq>>, noopBatched: LoadResult): Row[] {
+  const on = ` — ${f.database}`;
+  const single = medianRound(f.rounds);
+  const ratio = f.itemAcksPerSecond / bull.completedPerSecond;
+  const roundRatios = f.rounds.map((r) => fmt(r.rollcall.rps / r.noop.rps, 2)).join(', ');
+  const rssMB = (f.rssMiB * 2 ** 20) / 1e6; // the target is in MB (10^6 bytes); VmHWM is read in MiB
+  return [
+    [
+      `1. batched acks (1,000 IDs/request, 16 clients): item acks/s${on}`,
+      fmt(f.itemAcksPerSecond),
+      `BullMQ completes ${fmt(bull.completedPerSecond)} children/s`,
+      `${fmt(ratio, 1)}× (target ≥ 50×)`,
+    ],
+    [
+      '   same load, requests/s vs no-op ceiling',
+      fmt(f.batchedRun.rps),
+      `no-op: ${fmt(noopBatched.rps)} req/s`,
+      `${fmt(f.batchedRun.rps / noopBatched.rps, 2)}×`,
+    ],
+    [
+      `2. single-ID acks (64 clients): requests/s, median of ${SINGLE_ROUNDS} alternating rounds${on}`,
+      fmt(single.rollcall.rps),
+      `no-op: ${fmt(single.noop.rps)} req/s`,
+      `${fmt(single.rollcall.rps / single.noop.rps, 2)}× (rounds: ${roundRatios}) (target ≥ 0.7×)`,
+    ],
+    ['   single-ID latency p50 / p99 (ms)', `${single.rollcall.p50} / ${single.rollcall.p99}`, `no-op: ${single.noop.p50} / ${single.noop.p99}`, ''],
+    [
+      '   same rounds, against the no-op served as rollcall serves its app (src/http/server.ts)',
+      fmt(single.rollcall.rps),
+      `no-op served alike: ${fmt(single.servedAlike.rps)} req/s, p50 / p99 ${single.servedAlike.p50} / ${single.servedAlike.p99} ms`,
+      `${fmt(single.rollcall.rps / single.servedAlike.rps, 2)}× (rounds: ${f.rounds.map((r) => fmt(r.rollcall.rps / r.servedAlike.rps, 2)).join(', ')})`,
+    ],
+    ['   ack calls merged per transaction (whole run, mean)', fmt(f.mergeFactor, 1), '', ''],
+    ...endToEndRows(f),
+    [`5. add 10,000,000 items (median of 3)${on}`, `${fmt(f.addMs / 1000, 3)} s`, '', f.addMs < 1000 ? 'target < 1 s: met' : 'target < 1 s: MISSED'],
+    [
+      '   status of the 10M batch, one client, 5,000 reads after the ack loads (warm): p50 / p99',
+      `${f.status.p50} / ${f.status.p99} ms`,
+      `GET /healthz (no database): ${f.health.p50} / ${f.health.p99} ms`,
+      f.status.p99 < 5 ? 'target p99 < 5 ms: met' : 'target p99 < 5 ms: MISSED',
+    ],
+    [
+      '   the same, the first 5,000 reads after start (cold: V8 still compiling)',
+      `${f.coldStatus.p50} / ${f.coldStatus.p99} ms`,
+      `GET /healthz: ${f.coldHealth.p50} / ${f.coldHealth.p99} ms`,
+      '',
+    ],
+    ['   status of the 10M batch, 16 clients: req/s, p99', `${fmt(f.statusLoaded.rps)} req/s, p99 ${f.statusLoaded.p99} ms`, '', ''],
+    [`6. storage, 10M acked items: bitfield bits/item${on}`, fmt(f.payloadBits, 3), '', f.payloadBits <= 1.1 ? 'target ≤ 1.1: met' : 'target ≤ 1.1: MISSED'],
+    [
+      f.database === 'PostgreSQL'
+        ? '   on disk (pg_total_relation_size after VACUUM, incl. row overhead) bits/item'
+        : '   on disk (InnoDB pages incl. row overhead) bits/item',
+      fmt(f.diskBits, 3),
+      `${fmt(f.diskBytesForBatch / 2 ** 20, 2)} MiB for ${f.groupRows} group rows`,
+      '',
+    ],
+    ['   compact acks of the 10M batch (10,000 items/request): items/s', fmt(10_000_000 / f.compact.seconds), '', ''],
+    [`7. service RSS peak${on}`, `${fmt(rssMB, 1)} MB (${fmt(f.rssMiB, 1)} MiB)`, '', rssMB < 150 ? 'target < 150 MB: met' : 'target < 150 MB: MISSED'],
+  ];
+}
+
+/** The BullMQ end-to-end row, where it was measured. */
+function endToEndRows(f: Figures): Row[] {
+  const e = f.endToEnd;
+  if (!e) return [];
+  return [
+    [
+      `4. BullMQ end to end, no-op jobs, concurrency ${e.concurrency}: jobs/s with rollcallProcessor (median of ${e.rounds.length} alternating rounds)${` — ${f.database}`}`,
+      fmt(e.rollcallPerSecond),
+      `plain BullMQ ${e.bullmqVersion}: ${fmt(e.plainPerSecond)} jobs/s`,
+      `${fmt(e.ratio, 2)}× (rounds: ${e.rounds.map((r) => fmt(r.rollcall / r.plain, 2)).join(', ')}; ${fmt(e.ackCallsPerJob, 3)} ack calls per job, median call ${fmt(e.ackCallMedianMs, 1)} ms) (target ≥ 0.8×)`,
+    ],
+  ];
+}
+
+/** Which databases to measure: MariaDB always, PostgreSQL unless BENCH_PG=off. */
+const DATABASES: BenchDatabase[] = process.env.BENCH_PG === 'off' ? [mariadb] : [mariadb, postgres];
+
+async function main(): Promise<void> {
+  console.log('building …');
+  execFileSync('npm', ['run', 'build'], { cwd: ROOT, stdio: 'ignore' });
+  const noop = await startNoop();
+  const servedAlike = await startNoop('rollcall');
+  const figures: Figures[] = [];
+  let noopBatched: LoadResult;
+  try {
+    const fake = '01234567-89ab-7def-8123-456789abcdef';
+    noopBatched = check(
+      await load({ url: `${noop.url}/v1/acks`, connections: 16, duration: SECONDS, body: () => idsBody(`${fake}:${fake}:`, 0, 1000) }),
+      'noop batched',
+    );
+    for (const database of DATABASES) figures.push(await measureOn(database, noop, servedAlike));
+  } finally {
+    noop.stop();
+    servedAlike.stop();
+  }
+  const bull = await runBullmq(BULLMQ_CHILDREN);
+  const rows: Row[] = [
+    ['3. BullMQ flow: children registered/s', '—', fmt(bull.registeredPerSecond), `${BULLMQ_CHILDREN.toLocaleString('en-US')} children, one flow`],
+    ...figures.flatMap((f) => rowsOf(f, bull, noopBatched)),
+  ];
+  for (const row of rows) console.log(row.join(' | '));
+  writeReport(rows, describeMachine(figures.map((f) => `${f.database} ${f.version}`).join(', ')));
 }
 
 function writeReport(rows: Array<[string, string, string, string]>, machine: string): void {
@@ -269,8 +448,8 @@ function writeReport(rows: Array<[string, string, string, string]>, machine: str
   fs.writeFileSync(
     file,
     `# Benchmarks\n\nWritten by \`npm run bench\` (bench/run.ts) on ${date}.\n\nMachine: ${machine}. BullMQ ${BULLMQ_VERSION}.\n` +
-      `rollcall runs as one process (\`npm start\`'s command: \`node ${FROM_BUILD.join(' ')}\`) on MariaDB with a durable commit (fsync) per transaction; ` +
-      `the load generator (autocannon), MariaDB and Redis share the same two cores.\n\n${table}\n\n${notes}`,
+      `rollcall runs as one process (\`npm start\`'s command: \`node ${FROM_BUILD.join(' ')}\`) on MariaDB and on PostgreSQL (one after the other) with a durable commit (fsync) per transaction; ` +
+      `the load generator (autocannon), the databases and Redis share the same two cores.\n\n${table}\n\n${notes}`,
   );
   console.log(`\n${table}\n\nwritten to docs/benchmarks.md`);
 }

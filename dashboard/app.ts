@@ -139,7 +139,15 @@ async function renderList(): Promise<void> {
       state.append(stateBadge(b));
       const progress = document.createElement('td');
       progress.append(progressBar(b));
-      row.append(id, state, text('td', b.userKey ?? '—'), progress, text('td', `${count(b.succeeded + b.failed)} / ${count(b.total)}`), text('td', when(b.createdAt)), text('td', when(b.completedAt ?? b.cancelledAt)));
+      row.append(
+        id,
+        state,
+        text('td', b.userKey ?? '—'),
+        progress,
+        text('td', `${count(b.succeeded + b.failed)} / ${count(b.total)}`),
+        text('td', when(b.createdAt)),
+        text('td', when(b.completedAt ?? b.cancelledAt)),
+      );
       row.addEventListener('click', () => void openDetail(b.id));
       return row;
     }),
@@ -152,7 +160,11 @@ async function renderList(): Promise<void> {
 
 function renderFamily(batch: Batch, children: Batch[]): void {
   const parent = $('parent');
-  parent.replaceChildren(...(batch.parentItem ? [text('span', 'Stands for item '), text('code', batch.parentItem), text('span', ' of parent '), batchLink(batch.parentItem.slice(0, 36))] : []));
+  parent.replaceChildren(
+    ...(batch.parentItem
+      ? [text('span', 'Stands for item '), text('code', batch.parentItem), text('span', ' of parent '), batchLink(batch.parentItem.slice(0, 36))]
+      : []),
+  );
   parent.hidden = !batch.parentItem;
   const list = $('children');
   list.replaceChildren(
@@ -194,9 +206,19 @@ async function renderDetail(id: string): Promise<void> {
   cancel.hidden = !(mine.includes('produce') || mine.includes('admin')) || batch.state === 'complete' || batch.state === 'cancelled';
   $('detail-title').replaceChildren(text('span', `Batch ${batch.id} `, 'id'), stateBadge(batch));
   $('detail-bar').replaceWith(Object.assign(progressBar(batch, true), { id: 'detail-bar' }));
-  const counts: Array<[string, number]> = [['total', batch.total], ['succeeded', batch.succeeded], ['failed', batch.failed], ['pending', batch.pending]];
+  const counts: Array<[string, number]> = [
+    ['total', batch.total],
+    ['succeeded', batch.succeeded],
+    ['failed', batch.failed],
+    ['pending', batch.pending],
+  ];
   $('detail-counts').replaceChildren(...counts.flatMap(([k, v]) => [text('dt', k), text('dd', count(v))]));
-  const steps: Array<[string, string | null]> = [['created', batch.createdAt], ['sealed', batch.sealedAt], batch.cancelledAt ? ['cancelled', batch.cancelledAt] : ['completed', batch.completedAt], ['last activity', batch.updatedAt]];
+  const steps: Array<[string, string | null]> = [
+    ['created', batch.createdAt],
+    ['sealed', batch.sealedAt],
+    batch.cancelledAt ? ['cancelled', batch.cancelledAt] : ['completed', batch.completedAt],
+    ['last activity', batch.updatedAt],
+  ];
   $('timeline').replaceChildren(...steps.map(([k, v]) => text('li', `${k}: ${when(v)}`)));
   $('metadata').textContent = JSON.stringify({ userKey: batch.userKey, callbackUrl: batch.callbackUrl, metadata: batch.metadata }, null, 2);
   const rows = events.map((e) => {

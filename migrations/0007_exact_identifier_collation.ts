@@ -1,4 +1,5 @@
 import { Knex } from 'knex';
+
 import { exactCollation, isMysql } from './exactCollation';
 
 /**

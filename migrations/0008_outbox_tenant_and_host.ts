@@ -1,4 +1,5 @@
 import { Knex } from 'knex';
+
 import { exactCollation, exactString } from './exactCollation';
 
 /**
@@ -14,9 +15,15 @@ export async function up(knex: Knex): Promise<void> {
     exactString(t, 'tenant', 64, collation).notNullable().defaultTo('');
     t.string('host', 255).notNullable().defaultTo('');
   });
-  const rows = (await knex('outbox').join('batches', 'batches.id', 'outbox.batch_id').select('outbox.id', 'outbox.url', 'batches.tenant')) as Array<{ id: string; url: string; tenant: string }>;
+  const rows = (await knex('outbox').join('batches', 'batches.id', 'outbox.batch_id').select('outbox.id', 'outbox.url', 'batches.tenant')) as Array<{
+    id: string;
+    url: string;
+    tenant: string;
+  }>;
   for (const row of rows) {
-    await knex('outbox').where({ id: row.id }).update({ tenant: row.tenant, host: hostOf(row.url) });
+    await knex('outbox')
+      .where({ id: row.id })
+      .update({ tenant: row.tenant, host: hostOf(row.url) });
   }
 }
 

@@ -1,4 +1,5 @@
 import { Knex } from 'knex';
+
 import * as m0001 from './0001_create_batches';
 import * as m0002 from './0002_create_item_groups';
 import * as m0003 from './0003_create_add_requests';

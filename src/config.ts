@@ -1,5 +1,7 @@
 import fs from 'node:fs';
+
 import { z } from 'zod';
+
 import { invalidAllowEntry } from './domain/callbackTarget';
 
 const int = (min: number, max: number) => z.coerce.number().int().min(min).max(max);
@@ -32,12 +34,17 @@ export const configSchema = z.object({
   HOST: z.string().min(1).default('127.0.0.1'),
   DATABASE_URL: z
     .string()
-    .regex(/^mysql2?:\/\//, 'must be a mysql://user:pass@host:port/db URL (unset it for embedded SQLite)')
+    .regex(/^(mysql2?|postgres|postgresql):\/\//, 'must be a mysql://, postgres:// or postgresql://user:pass@host:port/db URL (unset it for embedded SQLite)')
     .optional(),
   SQLITE_PATH: z.string().min(1).default('./data/rollcall.sqlite'),
-  GROUP_SIZE: int(8, 65536).refine((n) => n % 8 === 0, 'must be a multiple of 8').default(8192),
+  GROUP_SIZE: int(8, 65536)
+    .refine((n) => n % 8 === 0, 'must be a multiple of 8')
+    .default(8192),
   DB_POOL_SIZE: int(1, 500).default(10),
-  BODY_LIMIT: z.string().regex(/^\d+(b|kb|mb)$/i, 'must look like 512kb or 2mb').default('2mb'),
+  BODY_LIMIT: z
+    .string()
+    .regex(/^\d+(b|kb|mb)$/i, 'must look like 512kb or 2mb')
+    .default('2mb'),
   TX_RETRIES: int(0, 50).default(8),
   LOCK_TIMEOUT: duration('2s', 1),
   ACK_GROUP_COMMIT: z.enum(['on', 'off']).default('on'),
@@ -60,7 +67,12 @@ export const configSchema = z.object({
   CALLBACK_ALLOW_HOSTS: z
     .string()
     .default('')
-    .transform((text) => text.split(',').map((entry) => entry.trim()).filter((entry) => entry !== ''))
+    .transform((text) =>
+      text
+        .split(',')
+        .map((entry) => entry.trim())
+        .filter((entry) => entry !== ''),
+    )
     .superRefine((entries, ctx) => {
       for (const entry of entries) {
         const problem = invalidAllowEntry(entry);
@@ -113,7 +125,8 @@ function issuesOf(key: string, error: z.ZodError): string {
 
 /** API_TOKENS (JSON) or API_TOKENS_FILE (a file holding the same JSON), never both. */
 function loadTokens(settings: z.infer<typeof configSchema>): TokenEntry[] | null {
-  if (settings.API_TOKENS && settings.API_TOKENS_FILE) throw new ConfigError('invalid configuration:\n  API_TOKENS: set API_TOKENS or API_TOKENS_FILE, not both');
+  if (settings.API_TOKENS && settings.API_TOKENS_FILE)
+    throw new ConfigError('invalid configuration:\n  API_TOKENS: set API_TOKENS or API_TOKENS_FILE, not both');
   const key = settings.API_TOKENS ? 'API_TOKENS' : 'API_TOKENS_FILE';
   let text = settings.API_TOKENS;
   if (settings.API_TOKENS_FILE) {

@@ -1,6 +1,7 @@
 import { once } from 'node:events';
 import { Server } from 'node:http';
 import v8 from 'node:v8';
+
 import { ConfigError, loadConfig } from './config';
 import { toError } from './domain/errors';
 import { createServer } from './http/server';

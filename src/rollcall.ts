@@ -1,23 +1,24 @@
-import pino, { Logger } from 'pino';
 import type { Express } from 'express';
+import pino, { Logger } from 'pino';
+
 import { Config } from './config';
+import { AckCall } from './domain/ackCall';
+import { BatchRecord } from './domain/batch';
+import { CallbackTargetPolicy } from './domain/callbackTarget';
 import { createApp } from './http/app';
+import { isLoopback } from './http/loopbackHost';
+import { Metrics } from './metrics';
 import { AckCommitter } from './service/ackCommitter';
 import { ackItems } from './service/ackItems';
-import { CallbackDispatcher } from './service/callbackDispatcher';
+import { CallbackDispatcher, DeliveryOptions } from './service/callbackDispatcher';
 import { ChildOutcomeDispatcher } from './service/childOutcomeDispatcher';
 import { CompletionWatcher } from './service/completionWatcher';
 import { ServiceDeps } from './service/deps';
 import { PeriodicTask } from './service/periodic';
+import { callbackPoster, PostCallback } from './service/postCallback';
 import { sweepOnce, SweepResult } from './service/sweep';
 import { Db, openDb, writerSlots } from './store/db';
 import { migrateLatest } from './store/migrations';
-import { AckCall } from './domain/ackCall';
-import { Metrics } from './metrics';
-import { isLoopback } from './http/loopbackHost';
-import { CallbackTargetPolicy } from './domain/callbackTarget';
-import { callbackPoster, PostCallback } from './service/postCallback';
-import { DeliveryOptions } from './service/callbackDispatcher';
 
 /** The service wired together: database, use cases, HTTP app, background loops. */
 export interface Rollcall {
@@ -51,19 +52,70 @@ export interface RollcallOptions {
 /** Opens the database, applies migrations and builds the app. Does not listen. */
 export async function createRollcall(config: Config, options: RollcallOptions = {}): Promise<Rollcall> {
   const log = options.log ?? pino({ level: config.LOG_LEVEL });
+  const db = await openMigrated(config, log);
+  const metrics = new Metrics(db);
+  const completionListeners: CompletionListener[] = [];
+  const deps = serviceDeps(config, db, log, metrics, options.now ?? Date.now, completionListeners);
+  const watcher = new CompletionWatcher(deps, config.WAIT_POLL_INTERVAL);
+  const loops = backgroundLoops(config, deps, metrics, options.postCallback);
+  completionListeners.push((batches) => watcher.notify(batches), loops.onCompleted);
+  const committer = ackCommitter(config, deps, metrics);
+  const submitAck = committer ? (call: AckCall) => committer.submit(call) : async (call: AckCall) => (await ackItems(deps, [call]))[0]!;
+  const app = createApp({
+    service: deps,
+    submitAck,
+    bodyLimit: config.BODY_LIMIT,
+    log,
+    watcher,
+    sweepNow: loops.sweep,
+    tokens: config.tokens,
+    metrics,
+    publicMetrics: config.PUBLIC_METRICS === 'on',
+    publicOpenapi: config.PUBLIC_OPENAPI === 'on',
+    loopbackHostsOnly: !config.tokens && isLoopback(config.HOST),
+  });
+  return {
+    app,
+    deps,
+    db,
+    log,
+    metrics,
+    dispatcher: loops.dispatcher,
+    childOutcomes: loops.childOutcomes,
+    watcher,
+    committer,
+    sweep: loops.sweep,
+    startBackground: () => loops.start(),
+    async close() {
+      watcher.close();
+      await loops.stop();
+      await committer?.drain();
+      await db.destroy();
+    },
+  };
+}
+
+type CompletionListener = (batches: BatchRecord[]) => void;
+
+/** Opens the database and applies pending migrations (closing it again when they fail). */
+async function openMigrated(config: Config, log: Logger): Promise<Db> {
   const db = openDb(config, log);
   try {
     const applied = await migrateLatest(db);
     if (applied.length > 0) log.info({ applied }, 'migrations applied');
+    return db;
   } catch (error) {
     await db.destroy();
     throw error;
   }
-  const metrics = new Metrics(db);
-  const deps: ServiceDeps = {
+}
+
+/** What every use case gets: the database, clock, limits, and the metrics they report to. */
+function serviceDeps(config: Config, db: Db, log: Logger, metrics: Metrics, now: () => number, listeners: CompletionListener[]): ServiceDeps {
+  return {
     db,
     log,
-    now: options.now ?? Date.now,
+    now,
     groupSize: config.GROUP_SIZE,
     callbackTargets: new CallbackTargetPolicy(config.tokens !== null, config.CALLBACK_ALLOW_HOSTS),
     failureReasonsPerBatch: config.FAILURE_REASONS_PER_BATCH,
@@ -87,22 +139,25 @@ export async function createRollcall(config: Config, options: RollcallOptions = 
       },
       delivery: (result) => metrics.callbacks.inc({ result }),
     },
+    // Listeners are registered once the parts that listen exist (the watcher, the loops).
+    onCompleted: (batches) => listeners.forEach((listen) => listen(batches)),
   };
+}
 
-  const watcher = new CompletionWatcher(deps, config.WAIT_POLL_INTERVAL);
-  const dispatcher = new CallbackDispatcher(deps, deliveryOptions(config), options.postCallback ?? callbackPoster(deps.callbackTargets));
+/** The callback, child-outcome and sweeper loops, woken early by completions. */
+function backgroundLoops(config: Config, deps: ServiceDeps, metrics: Metrics, postCallback?: PostCallback) {
+  const { log } = deps;
+  const dispatcher = new CallbackDispatcher(deps, deliveryOptions(config), postCallback ?? callbackPoster(deps.callbackTargets));
   const delivering = new PeriodicTask('callbacks', config.CALLBACK_POLL_INTERVAL, () => dispatcher.startDue(), log);
   dispatcher.onSlotFreed = () => delivering.wake();
   const childOutcomes = new ChildOutcomeDispatcher(deps);
   const ackingParents = new PeriodicTask('child outcomes', config.CALLBACK_POLL_INTERVAL, () => childOutcomes.deliverDue(), log);
-  deps.onCompleted = (batches) => {
-    watcher.notify(batches);
-    if (batches.some((b) => b.callbackUrl)) delivering.wake();
-    if (batches.some((b) => b.parentItem)) ackingParents.wake();
-  };
-
-  const sweep = async () => {
-    const removed = await sweepOnce(deps, { openBatchTtlMs: config.OPEN_BATCH_TTL, completedRetentionMs: config.COMPLETED_RETENTION, chunk: config.SWEEP_CHUNK });
+  const sweep = async (): Promise<SweepResult> => {
+    const removed = await sweepOnce(deps, {
+      openBatchTtlMs: config.OPEN_BATCH_TTL,
+      completedRetentionMs: config.COMPLETED_RETENTION,
+      chunk: config.SWEEP_CHUNK,
+    });
     metrics.sweeps.inc();
     metrics.sweptBatches.inc(removed.batchesRemoved);
     metrics.sweptGroups.inc(removed.groupsRemoved);
@@ -117,52 +172,39 @@ export async function createRollcall(config: Config, options: RollcallOptions = 
     },
     log,
   );
-
-  const committer =
-    config.ACK_GROUP_COMMIT === 'on'
-      ? new AckCommitter(
-          deps,
-          {
-            windowMs: config.ACK_GROUP_COMMIT_WINDOW_MS,
-            maxIds: config.ACK_GROUP_COMMIT_MAX_IDS,
-            concurrency: Math.min(config.ACK_GROUP_COMMIT_CONCURRENCY, writerSlots(db)),
-            maxQueuedIds: config.ACK_QUEUE_MAX_IDS,
-          },
-          (calls, ids) => {
-            metrics.groupCommitCalls.observe(calls);
-            metrics.groupCommitIds.observe(ids);
-          },
-        )
-      : null;
-  const submitAck = committer
-    ? (call: AckCall) => committer.submit(call)
-    : async (call: AckCall) => (await ackItems(deps, [call]))[0]!;
-
-  const app = createApp({ service: deps, submitAck, bodyLimit: config.BODY_LIMIT, log, watcher, sweepNow: sweep, tokens: config.tokens, metrics, publicMetrics: config.PUBLIC_METRICS === 'on', publicOpenapi: config.PUBLIC_OPENAPI === 'on', loopbackHostsOnly: !config.tokens && isLoopback(config.HOST) });
   return {
-    app,
-    deps,
-    db,
-    log,
-    metrics,
     dispatcher,
     childOutcomes,
-    watcher,
-    committer,
     sweep,
-    startBackground() {
+    onCompleted(batches: BatchRecord[]) {
+      if (batches.some((b) => b.callbackUrl)) delivering.wake();
+      if (batches.some((b) => b.parentItem)) ackingParents.wake();
+    },
+    start() {
       delivering.start();
       ackingParents.start();
       if (config.SWEEP_INTERVAL > 0) sweeping.start();
     },
-    async close() {
-      watcher.close();
+    async stop() {
       await Promise.all([delivering.stop(), ackingParents.stop(), sweeping.stop()]);
       await dispatcher.settle();
-      await committer?.drain();
-      await db.destroy();
     },
   };
+}
+
+/** The group committer for acks, or null when ACK_GROUP_COMMIT=off. */
+function ackCommitter(config: Config, deps: ServiceDeps, metrics: Metrics): AckCommitter | null {
+  if (config.ACK_GROUP_COMMIT !== 'on') return null;
+  const options = {
+    windowMs: config.ACK_GROUP_COMMIT_WINDOW_MS,
+    maxIds: config.ACK_GROUP_COMMIT_MAX_IDS,
+    concurrency: Math.min(config.ACK_GROUP_COMMIT_CONCURRENCY, writerSlots(deps.db)),
+    maxQueuedIds: config.ACK_QUEUE_MAX_IDS,
+  };
+  return new AckCommitter(deps, options, (calls, ids) => {
+    metrics.groupCommitCalls.observe(calls);
+    metrics.groupCommitIds.observe(ids);
+  });
 }
 
 /** Callback delivery settings; a tenant's own callbackSecret signs its events, else CALLBACK_SECRET. */

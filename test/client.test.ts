@@ -74,7 +74,7 @@ describe.each(backends())('the TypeScript client and the CLI against a real serv
     await expect(client.item(`${batch.id}:nope:0`)).rejects.toMatchObject({ status: 404, code: 'item_not_found' });
   });
 
-  it('when a producer nests, cancels and reads failures with the client, then the answers are the API\'s', async () => {
+  it("when a producer nests, cancels and reads failures with the client, then the answers are the API's", async () => {
     const parent = await client.open({ userKey: 'nest' });
     const [item] = (await client.addItems(parent.id, 2)).itemIds();
     const child = await client.open({ parentItem: item });
@@ -103,8 +103,11 @@ describe.each(backends())('the TypeScript client and the CLI against a real serv
   it('when the CLI is used, then it opens, adds, seals, acks from standard input and reports status as JSON', async () => {
     const run = (args: string[], input?: string) =>
       new Promise<{ code: number; stdout: string; stderr: string }>((resolve) => {
-        const child = execFile(process.execPath, ['--import', 'tsx', 'src/cli/index.ts', ...args], { cwd: path.resolve(__dirname, '..'), env: { ...process.env, ROLLCALL_URL: server.url } }, (error, stdout, stderr) =>
-          resolve({ code: error ? Number(error.code) : 0, stdout, stderr }),
+        const child = execFile(
+          process.execPath,
+          ['--import', 'tsx', 'src/cli/index.ts', ...args],
+          { cwd: path.resolve(__dirname, '..'), env: { ...process.env, ROLLCALL_URL: server.url } },
+          (error, stdout, stderr) => resolve({ code: error ? Number(error.code) : 0, stdout, stderr }),
         );
         child.stdin?.end(input ?? '');
       });
@@ -129,4 +132,3 @@ describe.each(backends())('the TypeScript client and the CLI against a real serv
     expect(usage.stderr).toMatch(/usage: rollcall/);
   });
 });
-

@@ -1,19 +1,28 @@
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+
 import { ConfigError, loadConfig } from '../src/config';
 
 describe('configuration', () => {
   it('when nothing is set, then the documented defaults apply', () => {
     const config = loadConfig({});
-    expect(config).toMatchObject({ PORT: 8080, HOST: '127.0.0.1', GROUP_SIZE: 8192, SQLITE_PATH: './data/rollcall.sqlite', OPEN_BATCH_TTL: 7 * 86_400_000, HEAP_GROWTH_PERCENT: 100, tokens: null });
+    expect(config).toMatchObject({
+      PORT: 8080,
+      HOST: '127.0.0.1',
+      GROUP_SIZE: 8192,
+      SQLITE_PATH: './data/rollcall.sqlite',
+      OPEN_BATCH_TTL: 7 * 86_400_000,
+      HEAP_GROWTH_PERCENT: 100,
+      tokens: null,
+    });
     expect(config.DATABASE_URL).toBeUndefined();
   });
 
   it.each([
     ['PORT', 'eighty'],
     ['GROUP_SIZE', '100'],
-    ['DATABASE_URL', 'postgres://x'],
+    ['DATABASE_URL', 'redis://x'],
     ['OPEN_BATCH_TTL', 'a week'],
     ['LOG_LEVEL', 'loud'],
     ['HEAP_GROWTH_PERCENT', '500'],
@@ -24,6 +33,17 @@ describe('configuration', () => {
     expect(() => loadConfig({ [key]: value })).toThrow(new RegExp(key));
   });
 
+  it.each(['mysql://u:p@db:3306/rc', 'postgres://u:p@db:5432/rc', 'postgresql://u:p@db/rc?sslmode=require'])(
+    'when DATABASE_URL is %s, then it is taken',
+    (url) => {
+      expect(loadConfig({ DATABASE_URL: url }).DATABASE_URL).toBe(url);
+    },
+  );
+
+  it('when DATABASE_URL names another database, then the message names the three accepted forms', () => {
+    expect(() => loadConfig({ DATABASE_URL: 'redis://x' })).toThrow(/mysql:\/\/, postgres:\/\/ or postgresql:\/\//);
+  });
+
   it('when tokens come from a file, then they are read from it', () => {
     const file = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'rc-')), 'tokens.json');
     fs.writeFileSync(file, JSON.stringify([{ token: 'a-long-enough-token-123', tenant: 't', scopes: ['read'] }]));
@@ -32,6 +52,10 @@ describe('configuration', () => {
   });
 
   it('when durations are written with units, then they become milliseconds', () => {
-    expect(loadConfig({ SWEEP_INTERVAL: '500ms', OPEN_BATCH_TTL: '2h', COMPLETED_RETENTION: '90' })).toMatchObject({ SWEEP_INTERVAL: 500, OPEN_BATCH_TTL: 7_200_000, COMPLETED_RETENTION: 90_000 });
+    expect(loadConfig({ SWEEP_INTERVAL: '500ms', OPEN_BATCH_TTL: '2h', COMPLETED_RETENTION: '90' })).toMatchObject({
+      SWEEP_INTERVAL: 500,
+      OPEN_BATCH_TTL: 7_200_000,
+      COMPLETED_RETENTION: 90_000,
+    });
   });
 });

@@ -1,4 +1,5 @@
 import { Processor, Queue, Worker } from 'bullmq';
+
 import { RollcallClient } from '../../src/client';
 import { rollcallProcessor } from '../../src/integrations/bullmq';
 import { openBatch } from '../../src/integrations/producer';
@@ -71,14 +72,25 @@ export async function runBullmqEndToEnd(url: string, jobs = 20_000, roundCount =
     const plain = await timeWorker(
       jobs,
       async (queue) => {
-        for (let from = 0; from < jobs; from += 1000) await addJobs(queue, Array.from({ length: Math.min(1000, jobs - from) }, (_, i) => ({ n: from + i })));
+        for (let from = 0; from < jobs; from += 1000)
+          await addJobs(
+            queue,
+            Array.from({ length: Math.min(1000, jobs - from) }, (_, i) => ({ n: from + i })),
+          );
       },
       async () => undefined,
     );
     const rollcall = await timeWorker(
       jobs,
       async (queue) => {
-        await openBatch(client, { count: jobs, enqueue: (ids) => addJobs(queue, ids.map((rollcallItemId) => ({ rollcallItemId }))) });
+        await openBatch(client, {
+          count: jobs,
+          enqueue: (ids) =>
+            addJobs(
+              queue,
+              ids.map((rollcallItemId) => ({ rollcallItemId })),
+            ),
+        });
       },
       rollcallProcessor(client, async () => undefined),
     );
@@ -89,6 +101,7 @@ export async function runBullmqEndToEnd(url: string, jobs = 20_000, roundCount =
   return {
     jobs,
     concurrency: CONCURRENCY,
+    // eslint-disable-next-line @typescript-eslint/no-require-imports -- a package's own version, read once
     bullmqVersion: (require('bullmq/package.json') as { version: string }).version,
     plainPerSecond: middle.plain,
     rollcallPerSecond: middle.rollcall,

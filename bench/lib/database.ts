@@ -1,4 +1,5 @@
 import { randomBytes } from 'node:crypto';
+
 import knex, { Knex } from 'knex';
 
 export const MYSQL_URL = process.env.BENCH_MYSQL_URL ?? 'mysql://root@127.0.0.1:3306/test';
@@ -19,4 +20,3 @@ export async function withDatabase<T>(work: (url: string, db: Knex) => Promise<T
     await admin.destroy();
   }
 }
-

@@ -1,5 +1,7 @@
-import express from 'express';
 import http from 'node:http';
+
+import express from 'express';
+
 import { createServer } from '../../src/http/server';
 
 /**

@@ -1,6 +1,7 @@
 /** Opens a batch of 1,000 items and puts one BullMQ job per item on the queue "thumbnails". */
 import { Queue } from 'bullmq';
 import { openBatch } from 'rollcall/producer';
+
 import { client } from '../shared';
 
 async function main(): Promise<void> {

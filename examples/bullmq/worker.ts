@@ -1,6 +1,7 @@
 /** Processes the "thumbnails" jobs and acks their rollcall items; prints each batch once it is complete. */
 import { Worker } from 'bullmq';
 import { rollcallProcessor } from 'rollcall/bullmq';
+
 import { client, work } from '../shared';
 
 interface Thumbnail {

@@ -1,6 +1,7 @@
 /** Opens a batch of 1,000 items and publishes one message per item to the quorum queue "thumbnails". */
 import amqp from 'amqplib';
 import { openBatch } from 'rollcall/producer';
+
 import { client } from '../shared';
 
 async function main(): Promise<void> {

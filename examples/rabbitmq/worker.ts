@@ -1,6 +1,7 @@
 /** Consumes "thumbnails" and acks each message's rollcall item, then the message; prints completed batches. */
 import amqp from 'amqplib';
 import { previousDeliveries, rollcallConsumer } from 'rollcall/amqp';
+
 import { client, work } from '../shared';
 
 async function main(): Promise<void> {
@@ -18,7 +19,9 @@ async function main(): Promise<void> {
         const batchId = String(message.properties.headers?.['x-rollcall-item-id']).split(':')[0]!;
         if (!watching.has(batchId)) {
           watching.add(batchId);
-          void client.waitForCompletion(batchId, { timeoutMs: 600_000 }).then((b) => console.log(`batch ${b.id} is ${b.state}: ${b.succeeded} succeeded, ${b.failed} failed`));
+          void client
+            .waitForCompletion(batchId, { timeoutMs: 600_000 })
+            .then((b) => console.log(`batch ${b.id} is ${b.state}: ${b.succeeded} succeeded, ${b.failed} failed`));
         }
         const { n } = JSON.parse(message.content.toString()) as { n: number };
         await work(n, previousDeliveries(message) === 0);

@@ -1,6 +1,7 @@
 #!/usr/bin/env node
-import { parseArgs } from 'node:util';
 import readline from 'node:readline';
+import { parseArgs } from 'node:util';
+
 import { RollcallApiError, RollcallClient } from '../client';
 import { toError } from '../domain/errors';
 
@@ -84,7 +85,9 @@ async function run(argv: string[]): Promise<unknown> {
         parentItem: values['parent-item'],
       });
     case 'add': {
-      const added = await client().addItems(need(args[0], 'batchId'), integer(need(args[1], 'count'), 'count') as number, { idempotencyKey: values['idempotency-key'] });
+      const added = await client().addItems(need(args[0], 'batchId'), integer(need(args[1], 'count'), 'count') as number, {
+        idempotencyKey: values['idempotency-key'],
+      });
       return { batchId: added.batchId, total: added.total, groups: added.groups };
     }
     case 'seal':
@@ -106,7 +109,12 @@ async function run(argv: string[]): Promise<unknown> {
     case 'wait':
       return client().waitForCompletion(need(args[0], 'batchId'), { timeoutMs: (Number(values.timeout ?? 60) || 0) * 1000 });
     case 'list':
-      return client().list({ state: values.state as 'open' | undefined, userKey: values['user-key'], parent: values.parent, limit: integer(values.limit, '--limit') });
+      return client().list({
+        state: values.state as 'open' | undefined,
+        userKey: values['user-key'],
+        parent: values.parent,
+        limit: integer(values.limit, '--limit'),
+      });
     default:
       throw new UsageError(`unknown command ${command}`);
   }

@@ -3,18 +3,10 @@
  * No dependencies beyond Node's fetch.
  */
 
-import type { BatchOutcome, BatchState, BatchView as Batch } from '../domain/batch';
-import type { Rejection } from '../domain/ackCall';
+import type { AckResult, BatchView as Batch, ItemStatus, Rejection } from '../contract/responses';
+import { type BatchOutcome, type BatchState, MAX_ACK_IDS } from '../contract/vocabulary';
 
-export type { Batch, BatchOutcome, BatchState };
-
-/** An item as GET /v1/items/:itemId shows it. */
-export interface ItemStatus {
-  id: string;
-  batchId: string;
-  state: 'pending' | 'succeeded' | 'failed';
-  batchState: BatchState;
-}
+export type { AckResult, Batch, BatchOutcome, BatchState, ItemStatus, Rejection };
 
 /** One kept failure reason (GET /v1/batches/:batchId/failures). */
 export interface FailureReason {
@@ -39,13 +31,6 @@ export interface AckOptions {
 export interface Group {
   id: string;
   size: number;
-}
-
-export interface AckResult {
-  acked: number;
-  duplicates: number;
-  rejected: Rejection[];
-  completed: Batch[];
 }
 
 export interface AddedItems {
@@ -79,7 +64,7 @@ export interface RollcallClientOptions {
 }
 
 /** The most item IDs the service takes in one ack call. */
-export const MAX_IDS_PER_ACK = 10_000;
+export const MAX_IDS_PER_ACK = MAX_ACK_IDS;
 
 /** Item IDs of the given groups, in order, made lazily. */
 export function* itemIdsOf(batchId: string, groups: readonly Group[]): IterableIterator<string> {
@@ -87,7 +72,11 @@ export function* itemIdsOf(batchId: string, groups: readonly Group[]): IterableI
 }
 
 function queryString(query: Record<string, string | number | undefined>): string {
-  const params = new URLSearchParams(Object.entries(query).filter(([, v]) => v !== undefined).map(([k, v]): [string, string] => [k, String(v)]));
+  const params = new URLSearchParams(
+    Object.entries(query)
+      .filter(([, v]) => v !== undefined)
+      .map(([k, v]): [string, string] => [k, String(v)]),
+  );
   return params.size ? `?${params}` : '';
 }
 
@@ -139,7 +128,9 @@ export class RollcallClient {
   }
 
   /** Batches newest first; `parent` lists the children of that batch. */
-  list(query: { state?: BatchState; userKey?: string; parent?: string; limit?: number; cursor?: string } = {}): Promise<{ batches: Batch[]; nextCursor: string | null }> {
+  list(
+    query: { state?: BatchState; userKey?: string; parent?: string; limit?: number; cursor?: string } = {},
+  ): Promise<{ batches: Batch[]; nextCursor: string | null }> {
     return this.request('GET', `/v1/batches${queryString(query)}`);
   }
 

@@ -1,12 +1,8 @@
+import type { Rejection } from '../contract/responses';
 import { Outcome } from './batch';
 import { isItemPrefix, ITEM_PREFIX_LENGTH, parseIndexAfterPrefix } from './itemId';
 
-export type RejectReason = 'malformed' | 'unknown_batch' | 'unknown_group' | 'index_out_of_range' | 'batch_cancelled';
-
-export interface Rejection {
-  id: string;
-  reason: RejectReason;
-}
+export type { Rejection };
 
 /** The items of one call that name one group: `prefix` is `<batchId>:<groupId>:` as the client sent it. */
 export interface AckTarget {

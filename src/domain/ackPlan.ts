@@ -1,7 +1,8 @@
+import type { ItemState } from '../contract/vocabulary';
+import { AckCall, Rejection } from './ackCall';
 import { BatchRecord, Outcome } from './batch';
 import { Bitfield } from './bitfield';
-import { AckCall, Rejection } from './ackCall';
-import { planFailureReasons, ReasonPlan, ReasonTouch, reasonKey } from './failureReasons';
+import { planFailureReasons, reasonKey, ReasonPlan, ReasonTouch } from './failureReasons';
 
 /** A group row as stored: bits are null while all zero. */
 export interface GroupRecord {
@@ -44,7 +45,7 @@ export interface ReasonContext {
 }
 
 /** An item's state as its group's bits say: succeeded wins over failed (a retry that won clears failed). */
-export function itemState(group: GroupRecord, index: number): 'pending' | 'succeeded' | 'failed' {
+export function itemState(group: GroupRecord, index: number): ItemState {
   if (Bitfield.from(group.succeededBits, group.size).has(index)) return 'succeeded';
   return Bitfield.from(group.failedBits, group.size).has(index) ? 'failed' : 'pending';
 }
@@ -207,4 +208,3 @@ export function planAcks(
     firstFailures,
   };
 }
-

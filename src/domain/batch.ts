@@ -1,8 +1,6 @@
-export type BatchState = 'open' | 'sealed' | 'complete' | 'cancelled';
-/** What an item (and an ack) can be: */
-export type Outcome = 'succeeded' | 'failed';
-/** What a finished batch ended as. */
-export type BatchOutcome = Outcome | 'cancelled';
+import type { BatchOutcome, BatchState } from '../contract/vocabulary';
+
+export type { BatchOutcome, BatchState, Outcome } from '../contract/vocabulary';
 
 /** Terminal states: nothing about such a batch changes any more. */
 export const isFinished = (state: BatchState): boolean => state === 'complete' || state === 'cancelled';
@@ -41,60 +39,17 @@ export interface BatchRecord {
   failuresDropped: number;
 }
 
-/** The Batch object of the HTTP contract. */
-export interface BatchView {
-  id: string;
-  state: BatchState;
-  outcome: BatchOutcome | null;
-  userKey: string | null;
-  metadata: Record<string, unknown> | null;
-  callbackUrl: string | null;
-  total: number;
-  succeeded: number;
-  failed: number;
-  pending: number;
-  createdAt: string;
-  updatedAt: string;
-  sealedAt: string | null;
-  completedAt: string | null;
-  cancelledAt: string | null;
-  parentItem: string | null;
-}
-
-const iso = (ms: number | null): string | null => (ms === null ? null : new Date(ms).toISOString());
-
 export function batchOutcome(batch: Pick<BatchRecord, 'state' | 'failed'>): BatchOutcome | null {
   if (batch.state === 'cancelled') return 'cancelled';
   if (batch.state !== 'complete') return null;
   return batch.failed === 0 ? 'succeeded' : 'failed';
 }
 
-export function toBatchView(batch: BatchRecord): BatchView {
-  return {
-    id: batch.id,
-    state: batch.state,
-    outcome: batchOutcome(batch),
-    userKey: batch.userKey,
-    metadata: batch.metadata,
-    callbackUrl: batch.callbackUrl,
-    total: batch.total,
-    succeeded: batch.succeeded,
-    failed: batch.failed,
-    pending: batch.total - batch.succeeded - batch.failed,
-    createdAt: iso(batch.createdAt) as string,
-    updatedAt: iso(batch.updatedAt) as string,
-    sealedAt: iso(batch.sealedAt),
-    completedAt: iso(batch.completedAt),
-    cancelledAt: iso(batch.cancelledAt),
-    parentItem: batch.parentItem,
-  };
-}
-
 /**
  * Seals an open batch in memory. A batch whose groups all have outcomes (or that has none) is
  * complete at once; the caller writes the result in the transaction that holds the batch row.
  */
-export function sealed(batch: BatchRecord, now: number): BatchRecord {
+export function seal(batch: BatchRecord, now: number): BatchRecord {
   const complete = batch.openGroups === 0;
   return {
     ...batch,

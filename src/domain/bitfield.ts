@@ -1,7 +1,3 @@
-/** Bits set in each byte value, so counting a 1 KiB field is 1,024 table reads. */
-const POPCOUNT = new Uint8Array(256);
-for (let i = 1; i < 256; i++) POPCOUNT[i] = (i & 1) + (POPCOUNT[i >> 1] ?? 0);
-
 /** Bytes needed to hold `size` bits. */
 export function bitfieldBytes(size: number): number {
   return (size + 7) >> 3;
@@ -53,12 +49,6 @@ export class Bitfield {
     if (!(before & mask)) return false;
     this.bytes[at] = before & ~mask;
     return true;
-  }
-
-  count(): number {
-    let total = 0;
-    for (let i = 0; i < this.bytes.length; i++) total += POPCOUNT[this.bytes[i] ?? 0] ?? 0;
-    return total;
   }
 
   isEmpty(): boolean {

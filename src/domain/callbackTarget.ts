@@ -6,12 +6,28 @@ import net from 'node:net';
  * unique-local and unspecified addresses are refused unless CALLBACK_ALLOW_HOSTS names them.
  */
 const FORBIDDEN = new net.BlockList();
-for (const [prefix, bits] of [['0.0.0.0', 8], ['10.0.0.0', 8], ['100.64.0.0', 10], ['127.0.0.0', 8], ['169.254.0.0', 16], ['172.16.0.0', 12], ['192.168.0.0', 16]] as const) {
+for (const [prefix, bits] of [
+  ['0.0.0.0', 8],
+  ['10.0.0.0', 8],
+  ['100.64.0.0', 10],
+  ['127.0.0.0', 8],
+  ['169.254.0.0', 16],
+  ['172.16.0.0', 12],
+  ['192.168.0.0', 16],
+] as const) {
   FORBIDDEN.addSubnet(prefix, bits, 'ipv4');
 }
 // NAT64 (64:ff9b::/96, 64:ff9b:1::/48) and 6to4 (2002::/16) carry an IPv4 address inside and can
 // reach private IPv4 networks through a translator: refused whole (allow-list a host to use one).
-for (const [prefix, bits] of [['::', 128], ['::1', 128], ['fc00::', 7], ['fe80::', 10], ['64:ff9b::', 96], ['64:ff9b:1::', 48], ['2002::', 16]] as const) {
+for (const [prefix, bits] of [
+  ['::', 128],
+  ['::1', 128],
+  ['fc00::', 7],
+  ['fe80::', 10],
+  ['64:ff9b::', 96],
+  ['64:ff9b:1::', 48],
+  ['2002::', 16],
+] as const) {
   FORBIDDEN.addSubnet(prefix, bits, 'ipv6');
 }
 

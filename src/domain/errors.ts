@@ -47,7 +47,9 @@ export class BatchNotOpenError extends RollcallError {
   readonly code = 'batch_not_open';
   readonly status = 409;
   constructor(batchId: string, state: string) {
-    super(`batch ${batchId} is ${state}; ${state === 'cancelled' ? 'a cancelled batch takes no more items and no seal' : 'items can only be added to an open batch'}`);
+    super(
+      `batch ${batchId} is ${state}; ${state === 'cancelled' ? 'a cancelled batch takes no more items and no seal' : 'items can only be added to an open batch'}`,
+    );
   }
 }
 

@@ -1,27 +1,34 @@
 import express, { Express } from 'express';
 import type { Logger } from 'pino';
-import { RouteNotFoundError } from '../domain/errors';
-import { ServiceDeps } from '../service/deps';
-import { errorHandler } from './errorHandler';
-import { ackHandlers, SubmitAck } from './routes/acks';
-import { batchRoutes } from './routes/batches';
-import { itemRoutes } from './routes/items';
-import { whoamiRoutes } from './routes/whoami';
-import { healthRoutes } from './routes/health';
-import { lifecycleRoutes, LifecycleDeps } from './routes/lifecycle';
-import { requestContext } from './requestContext';
-import { authenticate } from './auth';
-import type { TokenEntry } from '../config';
-import type { Metrics } from '../metrics';
-import { httpMetrics } from './httpMetrics';
-import { requireJsonBody } from './requireJson';
-import { metaRoutes } from './routes/meta';
-import { dashboardRoutes } from './routes/dashboard';
-import { requireLoopbackHost } from './loopbackHost';
-import { refuseCrossSiteWrites } from './crossSite';
 
-export interface AppDeps extends LifecycleDeps {
+import type { TokenEntry } from '../config';
+import { RouteNotFoundError } from '../domain/errors';
+import type { Metrics } from '../metrics';
+import { CompletionWatcher } from '../service/completionWatcher';
+import { ServiceDeps } from '../service/deps';
+import { SweepResult } from '../service/sweep';
+import { authenticate } from './auth';
+import { refuseCrossSiteWrites } from './crossSite';
+import { errorHandler } from './errorHandler';
+import { httpMetrics } from './httpMetrics';
+import { requireLoopbackHost } from './loopbackHost';
+import { requestContext } from './requestContext';
+import { requireJsonBody } from './requireJson';
+import { ackHandlers, SubmitAck } from './routes/acks';
+import { adminRoutes } from './routes/admin';
+import { batchRoutes } from './routes/batches';
+import { dashboardRoutes } from './routes/dashboard';
+import { eventRoutes } from './routes/events';
+import { healthRoutes } from './routes/health';
+import { itemRoutes } from './routes/items';
+import { metaRoutes } from './routes/meta';
+import { waitRoutes } from './routes/wait';
+import { whoamiRoutes } from './routes/whoami';
+
+export interface AppDeps {
   service: ServiceDeps;
+  watcher: CompletionWatcher;
+  sweepNow: () => Promise<SweepResult>;
   submitAck: SubmitAck;
   bodyLimit: string;
   log: Logger;
@@ -49,7 +56,9 @@ export function createApp(deps: AppDeps): Express {
   app.use(batchRoutes(deps.service));
   app.use(itemRoutes(deps.service));
   app.use(whoamiRoutes());
-  app.use(lifecycleRoutes(deps));
+  app.use(waitRoutes(deps.watcher));
+  app.use(eventRoutes(deps.service));
+  app.use(adminRoutes(deps.sweepNow));
   app.use(healthRoutes(deps.service.db));
   app.use(metaRoutes(deps));
   app.use(dashboardRoutes());

@@ -1,5 +1,7 @@
 import { createHash, timingSafeEqual } from 'node:crypto';
+
 import type { RequestHandler } from 'express';
+
 import type { Scope, TokenEntry } from '../config';
 import { Caller, OPEN_CALLER } from '../domain/batch';
 import { ForbiddenError, UnauthorizedError } from '../domain/errors';

@@ -1,4 +1,5 @@
 import type { RequestHandler } from 'express';
+
 import { ForbiddenError } from '../domain/errors';
 
 const SAFE_METHODS = new Set(['GET', 'HEAD', 'OPTIONS']);

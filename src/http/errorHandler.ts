@@ -1,4 +1,5 @@
 import type { ErrorRequestHandler } from 'express';
+
 import { RollcallError, toError } from '../domain/errors';
 
 interface ErrorBody {

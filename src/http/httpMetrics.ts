@@ -1,4 +1,5 @@
 import type { RequestHandler } from 'express';
+
 import type { Metrics } from '../metrics';
 
 interface RouteSeries {

@@ -1,5 +1,7 @@
 import net from 'node:net';
+
 import type { RequestHandler } from 'express';
+
 import { MisdirectedRequestError } from '../domain/errors';
 
 /** Whether an address or name is this machine's loopback: localhost, 127.0.0.0/8, ::1. */

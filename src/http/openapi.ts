@@ -1,6 +1,7 @@
 import { z } from 'zod';
+
+import * as res from '../contract/responses';
 import * as req from './schemas';
-import * as res from './responseSchemas';
 
 type JsonObject = Record<string, unknown>;
 
@@ -14,7 +15,19 @@ function componentSchemas(): Record<string, JsonObject> {
   };
   return {
     ...convert(
-      { Batch: res.batchSchema, Error: res.errorSchema, BatchPage: res.batchPageSchema, AddResult: res.addResultSchema, AckResult: res.ackResultSchema, Events: res.eventsSchema, SweepResult: res.sweepResultSchema, Status: res.statusSchema, Item: res.itemSchema, FailurePage: res.failurePageSchema, Whoami: res.whoamiSchema },
+      {
+        Batch: res.batchSchema,
+        Error: res.errorSchema,
+        BatchPage: res.batchPageSchema,
+        AddResult: res.addResultSchema,
+        AckResult: res.ackResultSchema,
+        Events: res.eventsSchema,
+        SweepResult: res.sweepResultSchema,
+        Status: res.statusSchema,
+        Item: res.itemSchema,
+        FailurePage: res.failurePageSchema,
+        Whoami: res.whoamiSchema,
+      },
       'output',
     ),
     ...convert({ CreateBatch: req.createBatchBody, AddItems: req.addItemsBody, Seal: req.sealBody, Ack: req.ackBody, CompactAck: req.compactAckBody }, 'input'),
@@ -58,19 +71,45 @@ export function openApiDocument(): JsonObject {
     security: [{ bearer: [] }, {}],
     paths: {
       '/v1/batches': {
-        post: { summary: 'Open a batch', requestBody: { required: false, ...json('CreateBatch') }, responses: { '201': answer('the new batch', 'Batch'), '404': failure('item_not_found (parentItem)'), '409': failure('item_not_pending (parentItem)'), ...common } },
-        get: { summary: 'List batches, newest first', parameters: queryParameters(req.listQuery), responses: { '200': answer('a page of batches', 'BatchPage'), ...common } },
+        post: {
+          summary: 'Open a batch',
+          requestBody: { required: false, ...json('CreateBatch') },
+          responses: {
+            '201': answer('the new batch', 'Batch'),
+            '404': failure('item_not_found (parentItem)'),
+            '409': failure('item_not_pending (parentItem)'),
+            ...common,
+          },
+        },
+        get: {
+          summary: 'List batches, newest first',
+          parameters: queryParameters(req.listQuery),
+          responses: { '200': answer('a page of batches', 'BatchPage'), ...common },
+        },
       },
       '/v1/batches/{batchId}': {
-        get: { summary: 'Read a batch', parameters: [batchId], responses: { '200': answer('the batch', 'Batch'), '404': failure('batch_not_found'), ...common } },
-        delete: { summary: 'Delete a batch with its groups and callbacks', parameters: [batchId], responses: { '204': { description: 'deleted' }, '404': failure('batch_not_found'), ...common } },
+        get: {
+          summary: 'Read a batch',
+          parameters: [batchId],
+          responses: { '200': answer('the batch', 'Batch'), '404': failure('batch_not_found'), ...common },
+        },
+        delete: {
+          summary: 'Delete a batch with its groups and callbacks',
+          parameters: [batchId],
+          responses: { '204': { description: 'deleted' }, '404': failure('batch_not_found'), ...common },
+        },
       },
       '/v1/batches/{batchId}/items': {
         post: {
           summary: 'Add items (as groups of up to GROUP_SIZE)',
           parameters: [batchId, { name: 'Idempotency-Key', in: 'header', required: false, schema: { type: 'string', maxLength: 255 } }],
           requestBody: { required: true, ...json('AddItems') },
-          responses: { '201': answer('the groups made', 'AddResult'), '404': failure('batch_not_found'), '409': failure('batch_not_open or idempotency_key_reused'), ...common },
+          responses: {
+            '201': answer('the groups made', 'AddResult'),
+            '404': failure('batch_not_found'),
+            '409': failure('batch_not_open or idempotency_key_reused'),
+            ...common,
+          },
         },
       },
       '/v1/batches/{batchId}/seal': {
@@ -78,7 +117,12 @@ export function openApiDocument(): JsonObject {
           summary: 'Seal a batch: no more items',
           parameters: [batchId],
           requestBody: { required: false, ...json('Seal') },
-          responses: { '200': answer('the batch, sealed or complete', 'Batch'), '404': failure('batch_not_found'), '409': failure('expected_items_mismatch'), ...common },
+          responses: {
+            '200': answer('the batch, sealed or complete', 'Batch'),
+            '404': failure('batch_not_found'),
+            '409': failure('expected_items_mismatch'),
+            ...common,
+          },
         },
       },
       '/v1/acks': {
@@ -99,7 +143,12 @@ export function openApiDocument(): JsonObject {
         post: {
           summary: 'Cancel a batch (terminal; acks of its items are then rejected as batch_cancelled)',
           parameters: [batchId],
-          responses: { '200': answer('the batch, cancelled (again: unchanged)', 'Batch'), '404': failure('batch_not_found'), '409': failure('batch_complete'), ...common },
+          responses: {
+            '200': answer('the batch, cancelled (again: unchanged)', 'Batch'),
+            '404': failure('batch_not_found'),
+            '409': failure('batch_complete'),
+            ...common,
+          },
         },
       },
       '/v1/batches/{batchId}/failures': {
@@ -118,13 +167,27 @@ export function openApiDocument(): JsonObject {
       },
       '/v1/whoami': { get: { summary: 'The tenant and scopes of the token in use', responses: { '200': answer('who is asking', 'Whoami'), ...common } } },
       '/v1/batches/{batchId}/events': {
-        get: { summary: 'Callback events of a batch and their delivery state', parameters: [batchId], responses: { '200': answer('events', 'Events'), '404': failure('batch_not_found'), ...common } },
+        get: {
+          summary: 'Callback events of a batch and their delivery state',
+          parameters: [batchId],
+          responses: { '200': answer('events', 'Events'), '404': failure('batch_not_found'), ...common },
+        },
       },
       '/v1/admin/sweep': { post: { summary: 'Run one sweep now', responses: { '200': answer('what was removed', 'SweepResult'), ...common } } },
       '/healthz': { get: { summary: 'Liveness', security: [], responses: { '200': answer('the process runs', 'Status') } } },
       '/readyz': { get: { summary: 'Readiness', security: [], responses: { '200': answer('ready', 'Status'), '503': failure('unavailable') } } },
-      '/metrics': { get: { summary: 'Prometheus metrics', responses: { '200': { description: 'text exposition format', content: { 'text/plain': { schema: { type: 'string' } } } } } } },
-      '/openapi.json': { get: { summary: 'This document', responses: { '200': { description: 'OpenAPI 3.1', content: { 'application/json': { schema: { type: 'object' } } } } } } },
+      '/metrics': {
+        get: {
+          summary: 'Prometheus metrics',
+          responses: { '200': { description: 'text exposition format', content: { 'text/plain': { schema: { type: 'string' } } } } },
+        },
+      },
+      '/openapi.json': {
+        get: {
+          summary: 'This document',
+          responses: { '200': { description: 'OpenAPI 3.1', content: { 'application/json': { schema: { type: 'object' } } } } },
+        },
+      },
     },
   };
 }

@@ -1,5 +1,6 @@
-import type { Express, RequestHandler } from 'express';
 import { randomUUID } from 'node:crypto';
+
+import type { Express, RequestHandler } from 'express';
 import type { Logger } from 'pino';
 
 declare module 'express-serve-static-core' {
@@ -33,7 +34,9 @@ export function requestContext(app: Express, log: Logger): RequestHandler {
     res.setHeader('x-request-id', req.requestId);
     if (logRequests) {
       const started = performance.now();
-      res.on('finish', () => req.log.debug({ method: req.method, url: req.originalUrl, status: res.statusCode, ms: +(performance.now() - started).toFixed(2) }, 'request'));
+      res.on('finish', () =>
+        req.log.debug({ method: req.method, url: req.originalUrl, status: res.statusCode, ms: +(performance.now() - started).toFixed(2) }, 'request'),
+      );
     }
     next();
   };

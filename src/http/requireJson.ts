@@ -1,4 +1,5 @@
 import type { RequestHandler } from 'express';
+
 import { InvalidRequestError, UnsupportedMediaTypeError } from '../domain/errors';
 
 /** Content types a plain HTML form can send cross-site without a CORS preflight. */

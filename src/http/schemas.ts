@@ -1,10 +1,13 @@
 import { z } from 'zod';
 
+import { BATCH_STATES, MAX_ACK_IDS, OUTCOMES } from '../contract/vocabulary';
+
+export { MAX_ACK_IDS };
+
 /** Request shapes of the HTTP contract. Each schema is also the type of what the route passes on. */
 
 export const MAX_METADATA_BYTES = 4096;
 export const MAX_ADD_COUNT = 10_000_000;
-export const MAX_ACK_IDS = 10_000;
 export const MAX_METADATA_DEPTH = 32;
 
 /**
@@ -38,7 +41,10 @@ export const createBatchBody = z.strictObject({
   /** `<batchId>:<groupId>:<index>` of another batch: the new batch is a child standing for that item. */
   parentItem: z.string().max(200).nullish(),
   metadata: metadata.nullish(),
-  callbackUrl: z.url({ protocol: /^https?$/, error: 'must be an http(s) URL' }).max(2048).nullish(),
+  callbackUrl: z
+    .url({ protocol: /^https?$/, error: 'must be an http(s) URL' })
+    .max(2048)
+    .nullish(),
 });
 
 export const addItemsBody = z.strictObject({
@@ -51,7 +57,7 @@ export const sealBody = z.strictObject({
   expectedItems: z.number().int().min(0).optional(),
 });
 
-export const outcome = z.enum(['succeeded', 'failed']);
+export const outcome = z.enum(OUTCOMES);
 
 /** Why the items of a failed ack failed; applies to every item of the call. */
 const failureError = z.string().max(MAX_ERROR_LENGTH);
@@ -69,25 +75,31 @@ export const ackBody = z
   })
   .refine(errorOnlyWhenFailed, errorRule);
 
-const index = z.number().int().min(0).max(2 ** 31);
+const index = z
+  .number()
+  .int()
+  .min(0)
+  .max(2 ** 31);
 
 /** The compact form: per group, indexes as numbers or inclusive [from, to] ranges. */
-export const compactAckBody = z.strictObject({
-  groups: z.array(
-    z.strictObject({
-      batchId: z.string().max(64),
-      groupId: z.string().max(64),
-      indexes: z
-        .array(z.union([index, z.tuple([index, index]).refine(([from, to]) => from <= to, 'a range is [from, to] with from <= to')]))
-        .min(1, 'an entry names at least one index'),
-    }),
-  ),
-  outcome: outcome.optional(),
-  error: failureError.optional(),
-}).refine(errorOnlyWhenFailed, errorRule);
+export const compactAckBody = z
+  .strictObject({
+    groups: z.array(
+      z.strictObject({
+        batchId: z.string().max(64),
+        groupId: z.string().max(64),
+        indexes: z
+          .array(z.union([index, z.tuple([index, index]).refine(([from, to]) => from <= to, 'a range is [from, to] with from <= to')]))
+          .min(1, 'an entry names at least one index'),
+      }),
+    ),
+    outcome: outcome.optional(),
+    error: failureError.optional(),
+  })
+  .refine(errorOnlyWhenFailed, errorRule);
 
 export const listQuery = z.strictObject({
-  state: z.enum(['open', 'sealed', 'complete', 'cancelled']).optional(),
+  state: z.enum(BATCH_STATES).optional(),
   userKey: z.string().min(1).max(255).optional(),
   parent: z.uuid().optional(),
   limit: z.coerce.number().int().min(1).max(500).default(50),

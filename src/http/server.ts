@@ -1,7 +1,9 @@
 import http from 'node:http';
+
 import type { Express } from 'express';
 
 // `any[]`: TypeScript lets a class extend a constructor value only when it takes `...args: any[]`.
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
 type Constructor<T> = new (...args: any[]) => T;
 
 /** A subclass of `base` whose instances also inherit everything `prototype` holds. */

@@ -1,4 +1,5 @@
 import { z } from 'zod';
+
 import { InvalidRequestError } from '../domain/errors';
 
 /** Parses input with a schema; a mismatch is a 400 whose message names the field and the rule. */

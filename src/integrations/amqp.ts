@@ -4,6 +4,7 @@
  * only uses its types: it works with the channel the application made (amqplib 0.10 or later).
  */
 import type { ConsumeMessage } from 'amqplib';
+
 import type { RollcallClient } from '../client';
 import { AckCoalescer, AckCoalescingOptions, Rejected } from './ackCoalescer';
 import { CancelCheckOptions, CancelledBatches } from './cancelledBatches';

@@ -4,6 +4,7 @@
  * bullmq is an optional peer dependency: only this entry point needs it.
  */
 import { Job, UnrecoverableError } from 'bullmq';
+
 import type { RollcallClient } from '../client';
 import { AckCoalescer, AckCoalescingOptions, Rejected } from './ackCoalescer';
 import { CancelCheckOptions, CancelledBatches } from './cancelledBatches';
@@ -86,6 +87,7 @@ function defaultItemIdOf(job: Job): string | undefined {
  * Acks of every job this processor runs in the process are merged into few calls (see AckCoalescer);
  * each job still completes only after rollcall answered for its own item.
  */
+// eslint-disable-next-line @typescript-eslint/no-explicit-any -- the same defaults as BullMQ's own Processor<DataType, ResultType>
 export function rollcallProcessor<DataType = any, ResultType = any, NameType extends string = string>(
   client: RollcallClient,
   handler: RollcallHandler<DataType, ResultType, NameType>,

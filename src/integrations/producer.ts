@@ -3,6 +3,7 @@
  * add its items, hand their IDs to the queue in chunks, seal. Needs no queue library.
  */
 import { randomUUID } from 'node:crypto';
+
 import type { Batch, RollcallClient } from '../client';
 import { RollcallIntegrationError } from './errors';
 import { withRetries } from './retry';

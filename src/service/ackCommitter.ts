@@ -1,6 +1,6 @@
 import { AckCall, callSize } from '../domain/ackCall';
 import { UnavailableError } from '../domain/errors';
-import { AckResult, ackItems } from './ackItems';
+import { ackItems, AckResult } from './ackItems';
 import { ServiceDeps } from './deps';
 
 export interface AckMergeOptions {

@@ -1,24 +1,17 @@
-import { AckCall, Rejection } from '../domain/ackCall';
-import { Knex } from 'knex';
 import { v7 as uuidv7 } from 'uuid';
+
+import { toBatchView } from '../contract/batchView';
+import { AckResult } from '../contract/responses';
+import { AckCall } from '../domain/ackCall';
 import { AckPlan, CallResult, planAcks } from '../domain/ackPlan';
-import { BatchRecord, BatchView, Outcome, toBatchView } from '../domain/batch';
+import { BatchRecord, Outcome } from '../domain/batch';
 import { batchEventBody } from '../domain/delivery';
-import { ackTargetReads, ackTargetsFrom, ackTargetWrites } from '../store/ackTargets';
-import { Queryable } from '../store/db';
-import { reasonKeysFrom, reasonKeysQuery, writeReasonsQueries } from '../store/failureReasons';
-import { insertEventQuery } from '../store/outbox';
-import { readDecideWrite } from '../store/readDecideWrite';
-import { announceCompletions, completionEvents } from './completion';
+import { runAckTransaction } from '../store/ackTransaction';
+import { NewEvent } from '../store/outbox';
+import { announceCompletions, finishRows } from './completion';
 import { ServiceDeps } from './deps';
 
-/** The Ack result of the HTTP contract. */
-export interface AckResult {
-  acked: number;
-  duplicates: number;
-  rejected: Rejection[];
-  completed: BatchView[];
-}
+export type { AckResult };
 
 /** The group ids each batch of these calls names. */
 function groupIdsByBatch(calls: AckCall[]): Map<string, Set<string>> {
@@ -40,26 +33,24 @@ function batchesWithReasons(calls: AckCall[]): string[] {
   return [...ids].sort();
 }
 
-/** The failure-reason writes, and the batch.first_failure events of batches with a callback URL. */
-function failureWrites(q: Queryable, deps: ServiceDeps, plan: AckPlan, now: number): Knex.QueryBuilder[] {
-  const writes = plan.reasonWrites.flatMap(({ batchId, plan: reasons }) => writeReasonsQueries(q, batchId, reasons, now));
+/** The batch.first_failure events of batches with a callback URL. */
+function firstFailureEvents(plan: AckPlan, now: number): NewEvent[] {
   const written = new Map(plan.batchWrites.map((b) => [b.id, b]));
+  const events: NewEvent[] = [];
   for (const first of plan.firstFailures) {
     const batch = written.get(first.batchId);
     if (!batch?.callbackUrl) continue;
-    writes.push(
-      insertEventQuery(q, {
-        id: uuidv7(),
-        batchId: batch.id,
-        tenant: batch.tenant,
-        event: 'batch.first_failure',
-        url: batch.callbackUrl,
-        payload: batchEventBody('batch.first_failure', batch.tenant, toBatchView(batch), { itemId: first.itemId, error: first.error }),
-        createdAt: now,
-      }),
-    );
+    events.push({
+      id: uuidv7(),
+      batchId: batch.id,
+      tenant: batch.tenant,
+      event: 'batch.first_failure',
+      url: batch.callbackUrl,
+      payload: batchEventBody('batch.first_failure', batch.tenant, toBatchView(batch), { itemId: first.itemId, error: first.error }),
+      createdAt: now,
+    });
   }
-  return writes;
+  return events;
 }
 
 /** Counts a transaction's acks once per outcome, not once per call: every metrics update hashes its labels. */
@@ -82,24 +73,24 @@ function observeResults(deps: ServiceDeps, calls: AckCall[], results: CallResult
  * Completion happens here, under the batch row lock, at most once per batch.
  */
 export async function ackItems(deps: ServiceDeps, calls: AckCall[]): Promise<AckResult[]> {
-  const byBatch = groupIdsByBatch(calls);
-  const reasonBatches = batchesWithReasons(calls);
-  const { results, completed } = await readDecideWrite(deps.db, deps.tx, {
-    // The stored reasons are read after the batch rows (the lock order), and only for failures with an error.
-    reads: (q) => [...ackTargetReads(q, byBatch), ...reasonBatches.map((id) => reasonKeysQuery(q, id))],
-    decide(q, rows) {
-      const targetRows = rows.slice(0, rows.length - reasonBatches.length);
-      const stored = new Map(reasonBatches.map((id, i) => [id, reasonKeysFrom(rows[targetRows.length + i])]));
-      const { batches, groups } = ackTargetsFrom(targetRows);
-      const now = deps.now();
-      const plan = planAcks(calls, batches, groups, now, { stored, cap: deps.failureReasonsPerBatch });
-      // A batch written here and complete now became complete in this transaction (complete ones are never written).
-      const newlyComplete = plan.batchWrites.filter((b) => b.state === 'complete');
-      return {
-        writes: [...ackTargetWrites(q, plan.groupWrites, plan.batchWrites), ...failureWrites(q, deps, plan, now), ...completionEvents(q, deps, newlyComplete)],
-        answer: { results: plan.results, completed: new Map<string, BatchRecord>(newlyComplete.map((b) => [b.id, b])) },
-      };
-    },
+  const reads = { groupIdsByBatch: groupIdsByBatch(calls), reasonBatches: batchesWithReasons(calls) };
+  const { results, completed } = await runAckTransaction(deps.db, deps.tx, reads, ({ batches, groups, storedReasons }) => {
+    const now = deps.now();
+    const plan = planAcks(calls, batches, groups, now, { stored: storedReasons, cap: deps.failureReasonsPerBatch });
+    // A batch written here and complete now became complete in this transaction (complete ones are never written).
+    const newlyComplete = plan.batchWrites.filter((b) => b.state === 'complete');
+    const finished = finishRows(deps, newlyComplete);
+    return {
+      writes: {
+        groups: plan.groupWrites,
+        batches: plan.batchWrites,
+        reasons: plan.reasonWrites,
+        events: [...firstFailureEvents(plan, now), ...finished.events],
+        childOutcomes: finished.childOutcomes,
+        now,
+      },
+      answer: { results: plan.results, completed: new Map<string, BatchRecord>(newlyComplete.map((b) => [b.id, b])) },
+    };
   });
   announceCompletions(deps, [...completed.values()]);
   observeResults(deps, calls, results);

@@ -1,14 +1,14 @@
 import { v7 as uuidv7 } from 'uuid';
+
 import { GroupRecord } from '../domain/ackPlan';
-import { groupSizes } from '../domain/batch';
+import { Caller, groupSizes } from '../domain/batch';
 import { BatchNotOpenError, IdempotencyConflictError } from '../domain/errors';
 import { AddAnswer, findAddRequest, insertAddRequest } from '../store/addRequests';
 import { updateBatch } from '../store/batches';
 import { insertGroups } from '../store/groups';
 import { inTransaction } from '../store/transaction';
-import { Caller } from '../domain/batch';
 import { ServiceDeps } from './deps';
-import { lockExistingBatch } from './lockedBatch';
+import { lockExistingBatch } from './existingBatch';
 
 /**
  * Adds `count` items as new groups of at most GROUP_SIZE. Locks the batch row first (refusing

@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+
 import { BackoffPolicy, retryDelay, signBody } from '../domain/delivery';
 import { loadOf, pickFairly, saturated, ShareLimits } from '../domain/fairShare';
 import { claimEvents, lockDueEvents, markDelivered, markFailed, OutboxEvent } from '../store/outbox';
@@ -52,7 +53,13 @@ export class CallbackDispatcher {
     const claimed = await inTransaction(this.deps.db, this.deps.tx, async (trx) => {
       const due = await lockDueEvents(trx, now, slots * CANDIDATES_PER_SLOT, { ...saturated(load, this.options.share), eventIds: [...this.inFlight.keys()] });
       const chosen = pickFairly(due, load, this.options.share, slots);
-      return claimEvents(trx, chosen.map((e) => e.id), this.claim, now, this.options.timeoutMs + 5_000);
+      return claimEvents(
+        trx,
+        chosen.map((e) => e.id),
+        this.claim,
+        now,
+        this.options.timeoutMs + 5_000,
+      );
     });
     for (const event of claimed) {
       const done = this.deliver(event).finally(() => {

@@ -1,10 +1,12 @@
-import { BatchView, Caller, cancelled, toBatchView } from '../domain/batch';
+import { toBatchView } from '../contract/batchView';
+import { BatchView } from '../contract/responses';
+import { Caller, cancelled } from '../domain/batch';
 import { BatchCompleteError } from '../domain/errors';
 import { updateBatch } from '../store/batches';
 import { inTransaction } from '../store/transaction';
 import { recordCompletions } from './completion';
 import { ServiceDeps } from './deps';
-import { lockExistingBatch } from './lockedBatch';
+import { lockExistingBatch } from './existingBatch';
 
 /**
  * Cancels a batch under its row lock. Acks and seals take the same lock, so exactly one of "the

@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+
 import { AckCall, callFromIds } from '../domain/ackCall';
 import { retryDelay } from '../domain/delivery';
 import { toError } from '../domain/errors';

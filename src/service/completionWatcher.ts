@@ -1,4 +1,6 @@
-import { BatchRecord, BatchView, Caller, isFinished, toBatchView } from '../domain/batch';
+import { toBatchView } from '../contract/batchView';
+import { BatchView } from '../contract/responses';
+import { BatchRecord, Caller, isFinished } from '../domain/batch';
 import { findFinishedBatches } from '../store/batches';
 import { ServiceDeps } from './deps';
 import { getBatch } from './readBatches';

@@ -1,8 +1,8 @@
+import { Caller } from '../domain/batch';
 import { deleteBatchesWithGroups } from '../store/removeBatches';
 import { inTransaction } from '../store/transaction';
-import { Caller } from '../domain/batch';
 import { ServiceDeps } from './deps';
-import { lockExistingBatch } from './lockedBatch';
+import { lockExistingBatch } from './existingBatch';
 
 /** Deletes a batch with its groups, idempotency records and callbacks, batch row locked first. */
 export async function deleteBatch(deps: ServiceDeps, caller: Caller, batchId: string): Promise<void> {

@@ -1,4 +1,5 @@
 import type { Logger } from 'pino';
+
 import type { BatchRecord } from '../domain/batch';
 import type { CallbackTargetPolicy } from '../domain/callbackTarget';
 import type { Db } from '../store/db';

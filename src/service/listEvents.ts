@@ -1,7 +1,8 @@
 import { Caller } from '../domain/batch';
 import { listEventsOfBatch, OutboxEvent } from '../store/outbox';
 import { ServiceDeps } from './deps';
-import { findExistingBatch, reading } from './readBatches';
+import { findExistingBatch } from './existingBatch';
+import { reading } from './reading';
 
 export interface EventView {
   id: string;

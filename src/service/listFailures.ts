@@ -3,7 +3,8 @@ import { InvalidRequestError } from '../domain/errors';
 import { isUuid } from '../domain/itemId';
 import { listReasons, ReasonCursor } from '../store/failureReasons';
 import { ServiceDeps } from './deps';
-import { findExistingBatch, reading } from './readBatches';
+import { findExistingBatch } from './existingBatch';
+import { reading } from './reading';
 
 export interface FailureView {
   id: string;
@@ -26,7 +27,11 @@ function encodeCursor(at: ReasonCursor): string {
 
 function decodeCursor(cursor: string): ReasonCursor {
   const [failedAt, groupId, index] = Buffer.from(cursor, 'base64url').toString().slice(CURSOR_PREFIX.length).split('.');
-  const valid = Buffer.from(cursor, 'base64url').toString().startsWith(CURSOR_PREFIX) && /^\d{1,15}$/.test(failedAt ?? '') && isUuid(groupId ?? '') && /^\d{1,10}$/.test(index ?? '');
+  const valid =
+    Buffer.from(cursor, 'base64url').toString().startsWith(CURSOR_PREFIX) &&
+    /^\d{1,15}$/.test(failedAt ?? '') &&
+    isUuid(groupId ?? '') &&
+    /^\d{1,10}$/.test(index ?? '');
   if (!valid) throw new InvalidRequestError('cursor is not one this service gave out');
   return { failedAt: Number(failedAt), groupId: groupId as string, index: Number(index) };
 }

@@ -1,6 +1,9 @@
 import { v7 as uuidv7 } from 'uuid';
+
+import { toBatchView } from '../contract/batchView';
+import { BatchView } from '../contract/responses';
 import { itemState } from '../domain/ackPlan';
-import { BatchRecord, BatchView, Caller, toBatchView } from '../domain/batch';
+import { BatchRecord, Caller } from '../domain/batch';
 import { InvalidRequestError, ItemNotFoundError, ItemNotPendingError, toError } from '../domain/errors';
 import { formatItemId, parseItemId } from '../domain/itemId';
 import { findBatch, insertBatch } from '../store/batches';
@@ -8,7 +11,7 @@ import { isDuplicateKey } from '../store/dbErrors';
 import { findGroup } from '../store/groups';
 import { asUnavailable, withRetries } from '../store/transaction';
 import { ServiceDeps } from './deps';
-import { reading } from './readBatches';
+import { reading } from './reading';
 
 export interface OpenBatchInput {
   userKey?: string;

@@ -2,6 +2,7 @@ import dns from 'node:dns';
 import http from 'node:http';
 import https from 'node:https';
 import net from 'node:net';
+
 import { CallbackTargetPolicy, hostnameOf } from '../domain/callbackTarget';
 
 /**

@@ -1,25 +1,12 @@
-import { BatchRecord, BatchState, BatchView, Caller, toBatchView } from '../domain/batch';
-import { BatchNotFoundError, InvalidRequestError, toError } from '../domain/errors';
+import { toBatchView } from '../contract/batchView';
+import { BatchView } from '../contract/responses';
+import { BatchState, Caller } from '../domain/batch';
+import { InvalidRequestError } from '../domain/errors';
 import { isUuid } from '../domain/itemId';
-import { findBatch, listBatches as listBatchRows } from '../store/batches';
-import { asUnavailable } from '../store/transaction';
+import { listBatches as listBatchRows } from '../store/batches';
 import { ServiceDeps } from './deps';
-
-/** Runs a read, turning "database not answering" into UnavailableError. */
-export async function reading<T>(read: () => Promise<T>): Promise<T> {
-  try {
-    return await read();
-  } catch (caught) {
-    throw asUnavailable(toError(caught));
-  }
-}
-
-/** The caller's batch, or batch_not_found (also for ids that are not UUIDs and other tenants' batches). */
-export async function findExistingBatch(deps: ServiceDeps, caller: Caller, batchId: string): Promise<BatchRecord> {
-  const batch = isUuid(batchId) ? await reading(() => findBatch(deps.db, batchId.toLowerCase())) : null;
-  if (!batch || batch.tenant !== caller.tenant) throw new BatchNotFoundError(batchId);
-  return batch;
-}
+import { findExistingBatch } from './existingBatch';
+import { reading } from './reading';
 
 /** One batch by id: a primary-key read, O(1) whatever the batch's size. */
 export async function getBatch(deps: ServiceDeps, caller: Caller, batchId: string): Promise<BatchView> {
@@ -55,10 +42,17 @@ function decodeCursor(cursor: string): string {
 }
 
 /** Batches newest first (id order = creation order), filtered, paged by an opaque cursor. */
-export async function listBatches(deps: ServiceDeps, caller: Caller, input: ListInput): Promise<BatchPage> {
+export async function listBatchPage(deps: ServiceDeps, caller: Caller, input: ListInput): Promise<BatchPage> {
   const beforeId = input.cursor === undefined ? undefined : decodeCursor(input.cursor);
   const found = await reading(() =>
-    listBatchRows(deps.db, { tenant: caller.tenant, state: input.state, userKey: input.userKey, parentBatchId: input.parent?.toLowerCase(), beforeId, limit: input.limit + 1 }),
+    listBatchRows(deps.db, {
+      tenant: caller.tenant,
+      state: input.state,
+      userKey: input.userKey,
+      parentBatchId: input.parent?.toLowerCase(),
+      beforeId,
+      limit: input.limit + 1,
+    }),
   );
   // The store filters by tenant and userKey exactly (binary collations); checked again here so a
   // lax collation can never show one tenant another's batches.

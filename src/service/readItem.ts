@@ -1,18 +1,14 @@
+import { ItemStatus } from '../contract/responses';
 import { itemState } from '../domain/ackPlan';
-import { BatchState, Caller } from '../domain/batch';
+import { Caller } from '../domain/batch';
 import { ItemNotFoundError } from '../domain/errors';
 import { formatItemId, parseItemId } from '../domain/itemId';
 import { findBatch } from '../store/batches';
 import { findGroup } from '../store/groups';
 import { ServiceDeps } from './deps';
-import { reading } from './readBatches';
+import { reading } from './reading';
 
-export interface ItemView {
-  id: string;
-  batchId: string;
-  state: 'pending' | 'succeeded' | 'failed';
-  batchState: BatchState;
-}
+export type ItemView = ItemStatus;
 
 /**
  * One item and its batch's state, so a worker can skip costly work for an item that is done or a

@@ -1,11 +1,12 @@
-import { BatchView, sealed, toBatchView } from '../domain/batch';
+import { toBatchView } from '../contract/batchView';
+import { BatchView } from '../contract/responses';
+import { Caller, seal } from '../domain/batch';
 import { BatchNotOpenError, ExpectedItemsMismatchError } from '../domain/errors';
 import { updateBatch } from '../store/batches';
 import { inTransaction } from '../store/transaction';
 import { announceCompletions, recordCompletions } from './completion';
-import { Caller } from '../domain/batch';
 import { ServiceDeps } from './deps';
-import { lockExistingBatch } from './lockedBatch';
+import { lockExistingBatch } from './existingBatch';
 
 export interface SealResult {
   batch: BatchView;
@@ -25,7 +26,7 @@ export async function sealBatch(deps: ServiceDeps, caller: Caller, batchId: stri
     if (batch.state === 'cancelled') throw new BatchNotOpenError(batch.id, batch.state);
     if (batch.state !== 'open') return { next: batch, sealedNow: false, completedNow: false };
     if (expectedItems !== undefined && expectedItems !== batch.total) throw new ExpectedItemsMismatchError(expectedItems, batch.total);
-    const sealedBatch = sealed(batch, deps.now());
+    const sealedBatch = seal(batch, deps.now());
     await updateBatch(trx, sealedBatch);
     const complete = sealedBatch.state === 'complete';
     if (complete) await recordCompletions(trx, deps, [sealedBatch]);

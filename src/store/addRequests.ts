@@ -18,8 +18,7 @@ export interface StoredAdd {
  */
 export async function findAddRequest(trx: Knex.Transaction, batchId: string, key: string): Promise<StoredAdd | null> {
   const row = (await trx('add_requests').where({ batch_id: batchId, idempotency_key: key }).first()) as
-    | { idempotency_key: string; count: number | string; response: string }
-    | undefined;
+    { idempotency_key: string; count: number | string; response: string } | undefined;
   if (!row || row.idempotency_key !== key) return null;
   return { count: Number(row.count), answer: JSON.parse(row.response) as AddAnswer };
 }

@@ -1,6 +1,8 @@
 import { Knex } from 'knex';
+
 import { BatchRecord, BatchState } from '../domain/batch';
-import { dialectOf, Queryable } from './db';
+import { Queryable } from './db';
+import { forUpdate } from './dialect';
 import { selectRows } from './mysqlDriver';
 
 export interface BatchRow {
@@ -75,11 +77,6 @@ function toRow(batch: BatchRecord): BatchRow {
   };
 }
 
-/** Adds FOR UPDATE where the dialect has row locks; SQLite's write transaction already excludes others. */
-export function lockRows<T extends {}>(q: Queryable, query: Knex.QueryBuilder<T>): Knex.QueryBuilder<T> {
-  return dialectOf(q) === 'mysql' ? query.forUpdate() : query;
-}
-
 /** Inserts a new batch row. Locks: the new row. */
 export async function insertBatch(q: Queryable, batch: BatchRecord): Promise<void> {
   await q('batches').insert(toRow(batch));
@@ -93,7 +90,7 @@ export async function findBatch(q: Queryable, id: string): Promise<BatchRecord |
 
 /** Reads and row-locks one batch until the transaction ends. Returns null when it does not exist. */
 export async function lockBatch(trx: Knex.Transaction, id: string): Promise<BatchRecord | null> {
-  const row = (await lockRows(trx, trx('batches').where({ id })).first()) as BatchRow | undefined;
+  const row = (await forUpdate(trx, trx('batches').where({ id })).first()) as BatchRow | undefined;
   return row ? batchFromRow(row) : null;
 }
 
@@ -102,7 +99,12 @@ export async function lockBatch(trx: Knex.Transaction, id: string): Promise<Batc
  * batch rows by id, then their group rows by id).
  */
 export function lockBatchesQuery(q: Queryable, ids: string[]): Knex.QueryBuilder {
-  return lockRows(q, q('batches').whereIn('id', [...ids].sort()).orderBy('id'));
+  return forUpdate(
+    q,
+    q('batches')
+      .whereIn('id', [...ids].sort())
+      .orderBy('id'),
+  );
 }
 
 /** Runs updateBatchQuery. */

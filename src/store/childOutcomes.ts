@@ -1,6 +1,8 @@
 import { Knex } from 'knex';
+
 import { Outcome } from '../domain/batch';
-import { Db, dialectOf, Queryable } from './db';
+import { Db, Queryable } from './db';
+import { forUpdateSkipLocked } from './dialect';
 
 /** A finished child batch's outcome, waiting to be acked into its parent item. */
 export interface ChildOutcome {
@@ -22,17 +24,20 @@ interface ChildOutcomeRow {
   attempts: number | string;
 }
 
+/** What a new outcome row needs: the child's end, and when it becomes due. */
+export type NewChildOutcome = Omit<ChildOutcome, 'attempts'> & { createdAt: number };
+
 /** Writes the outcome row; runs in the child's completing or cancelling transaction (one row per child, ever). */
-export function insertChildOutcomeQuery(q: Queryable, row: Omit<ChildOutcome, 'attempts'>, now: number): Knex.QueryBuilder {
+export function insertChildOutcomeQuery(q: Queryable, row: NewChildOutcome): Knex.QueryBuilder {
   return q('child_outcomes').insert({
     batch_id: row.batchId,
     tenant: row.tenant,
     parent_item: row.parentItem,
     outcome: row.outcome,
     error: row.error,
-    next_attempt_at: now,
+    next_attempt_at: row.createdAt,
     attempts: 0,
-    created_at: now,
+    created_at: row.createdAt,
   });
 }
 
@@ -41,11 +46,12 @@ export function insertChildOutcomeQuery(q: Queryable, row: Omit<ChildOutcome, 'a
  * them due again when the lease ends. Rows another replica is claiming right now are skipped.
  */
 export async function claimDueChildOutcomes(trx: Knex.Transaction, claim: string, now: number, leaseMs: number, limit: number): Promise<ChildOutcome[]> {
-  let query = trx('child_outcomes').select('batch_id').where('next_attempt_at', '<=', now).orderBy('next_attempt_at').limit(limit);
-  if (dialectOf(trx) === 'mysql') query = query.forUpdate().skipLocked();
+  const query = forUpdateSkipLocked(trx, trx('child_outcomes').select('batch_id').where('next_attempt_at', '<=', now).orderBy('next_attempt_at').limit(limit));
   const ids = ((await query) as Array<{ batch_id: string }>).map((r) => r.batch_id);
   if (ids.length === 0) return [];
-  await trx('child_outcomes').whereIn('batch_id', ids).update({ claim, next_attempt_at: now + leaseMs, attempts: trx.raw('attempts + 1') });
+  await trx('child_outcomes')
+    .whereIn('batch_id', ids)
+    .update({ claim, next_attempt_at: now + leaseMs, attempts: trx.raw('attempts + 1') });
   const rows = (await trx('child_outcomes').whereIn('batch_id', ids).where('claim', claim)) as ChildOutcomeRow[];
   return rows.map((row) => ({
     batchId: row.batch_id,

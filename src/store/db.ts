@@ -1,19 +1,20 @@
 import fs from 'node:fs';
 import path from 'node:path';
+
 import knex, { Knex } from 'knex';
 import type { Logger } from 'pino';
+
 import type { Config } from '../config';
+import { toError, UnavailableError } from '../domain/errors';
+import { profileOf } from './dialect';
 
 export type Db = Knex;
 /** Anything that runs a query: the pool or an open transaction. */
 export type Queryable = Knex | Knex.Transaction;
-
-export type Dialect = 'mysql' | 'sqlite';
-
-export function dialectOf(db: Queryable): Dialect {
-  const client = db.client.config.client as string;
-  return client === 'mysql2' || client === 'mysql' ? 'mysql' : 'sqlite';
-}
+/** An open transaction, as the store's functions take it (services never look inside). */
+export type Transaction = Knex.Transaction;
+/** A statement built by a store function, for a transaction to run (services never look inside). */
+export type Statement = Knex.QueryBuilder;
 
 /** knex's own messages (connection errors, warnings) go to the service log, not the console. */
 function knexLog(log?: Logger): Knex.Config['log'] {
@@ -53,7 +54,9 @@ function mysqlPool(config: DbConfig, log: Logger | undefined, multipleStatements
         // Row locks (innodb_lock_wait_timeout) and table/metadata locks (lock_wait_timeout: LOCK
         // TABLES, FLUSH TABLES WITH READ LOCK, an ALTER's end) both end at LOCK_TIMEOUT, with 1205.
         const seconds = lockWaitSeconds(config.LOCK_TIMEOUT);
-        conn.query('SET SESSION sql_mode = ?, innodb_lock_wait_timeout = ?, lock_wait_timeout = ?', [SAFE_SQL_MODE, seconds, seconds], (err) => done(err, conn));
+        conn.query('SET SESSION sql_mode = ?, innodb_lock_wait_timeout = ?, lock_wait_timeout = ?', [SAFE_SQL_MODE, seconds, seconds], (err) =>
+          done(err, conn),
+        );
       },
     },
     acquireConnectionTimeout: 5000,
@@ -65,7 +68,7 @@ function mysqlPool(config: DbConfig, log: Logger | undefined, multipleStatements
  * one). More merged ack transactions than this would only queue for a connection, and smaller.
  */
 export function writerSlots(db: Db): number {
-  return dialectOf(db) === 'sqlite' ? 1 : Number((db.client.config.pool as { max?: number } | undefined)?.max ?? 1);
+  return profileOf(db).writers === 'one-per-file' ? 1 : Number((db.client.config.pool as { max?: number } | undefined)?.max ?? 1);
 }
 
 /** The pool whose connections take several statements per query (readDecideWrite.ts); else db itself. */
@@ -94,9 +97,41 @@ function openMysql(config: DbConfig, log?: Logger): Db {
   return main;
 }
 
-/** Opens the configured database: MySQL/MariaDB when DATABASE_URL is set, else an embedded SQLite file. */
+/** The database a DATABASE_URL names, by its scheme (config.ts accepts only these). */
+export const isPostgresUrl = (url: string): boolean => /^postgres(ql)?:\/\//.test(url);
+
+interface PostgresSession {
+  query(sql: string, values: unknown[], callback: (error: Error | null) => void): void;
+}
+
+/**
+ * PostgreSQL through node-postgres. Every session reads committed data (the isolation every
+ * transaction here is written for, whatever the server's default) and waits at most LOCK_TIMEOUT for
+ * a lock (`lock_timeout`, in milliseconds; 55P03 past it). SSL options come from the URL (`sslmode`).
+ */
+function openPostgres(config: DbConfig, log?: Logger): Db {
+  return knex({
+    log: knexLog(log),
+    client: 'pg',
+    connection: { connectionString: config.DATABASE_URL as string, connectionTimeoutMillis: 5000 },
+    pool: {
+      min: 0,
+      max: config.DB_POOL_SIZE,
+      afterCreate(conn: PostgresSession, done: (err: Error | null, conn: unknown) => void) {
+        conn.query(
+          "SELECT set_config('default_transaction_isolation', 'read committed', false), set_config('lock_timeout', $1, false)",
+          [`${config.LOCK_TIMEOUT}ms`],
+          (err) => done(err, conn),
+        );
+      },
+    },
+    acquireConnectionTimeout: 5000,
+  } as Knex.Config);
+}
+
+/** Opens the configured database: MySQL/MariaDB or PostgreSQL when DATABASE_URL is set, else an embedded SQLite file. */
 export function openDb(config: DbConfig, log?: Logger): Db {
-  if (config.DATABASE_URL) return openMysql(config, log);
+  if (config.DATABASE_URL) return isPostgresUrl(config.DATABASE_URL) ? openPostgres(config, log) : openMysql(config, log);
   if (config.SQLITE_PATH !== ':memory:') fs.mkdirSync(path.dirname(path.resolve(config.SQLITE_PATH)), { recursive: true });
   return knex({
     log: knexLog(log),
@@ -120,4 +155,50 @@ export function openDb(config: DbConfig, log?: Logger): Db {
       },
     },
   });
+}
+
+/** Checks that the database answers; UnavailableError when it does not. */
+export async function ping(db: Db): Promise<void> {
+  try {
+    await db.raw('select 1');
+  } catch (caught) {
+    throw new UnavailableError('the database is not available', { cause: toError(caught) });
+  }
+}
+
+export interface PoolStats {
+  used: number;
+  free: number;
+  pendingAcquires: number;
+}
+
+/** The connection pool's state for metrics; null before knex has made its pool. */
+export function poolStats(db: Db): PoolStats | null {
+  const pool = (db.client as { pool?: { numUsed(): number; numFree(): number; numPendingAcquires(): number } }).pool;
+  return pool ? { used: pool.numUsed(), free: pool.numFree(), pendingAcquires: pool.numPendingAcquires() } : null;
+}
+
+/** The key of the session advisory lock that lets one replica at a time migrate a PostgreSQL database. */
+const MIGRATION_LOCK_KEY = 0x726f6c6c; // "roll"
+
+/**
+ * Runs `work` (the migrations) while holding the database's migration lock. On PostgreSQL that is a
+ * session advisory lock on a connection of its own, waited for without LOCK_TIMEOUT: replicas that
+ * start at once on a fresh database queue there, one applies the migrations, and the others then
+ * find nothing left to do. knex's own lock table would fail them instead ("already locked"), and two
+ * replicas creating knex's tables at once can collide. MySQL and SQLite keep knex's lock.
+ */
+export async function withMigrationLock<T>(db: Db, work: () => Promise<T>): Promise<T> {
+  if (profileOf(db).name !== 'postgres') return work();
+  const lockHolder = knex({ client: 'pg', connection: db.client.config.connection as Knex.StaticConnectionConfig, pool: { min: 1, max: 1 } });
+  try {
+    await lockHolder.raw("SELECT set_config('lock_timeout', '0', false), pg_advisory_lock(?)", [MIGRATION_LOCK_KEY]);
+    try {
+      return await work();
+    } finally {
+      await lockHolder.raw('SELECT pg_advisory_unlock(?)', [MIGRATION_LOCK_KEY]);
+    }
+  } finally {
+    await lockHolder.destroy();
+  }
 }

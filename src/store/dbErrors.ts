@@ -1,37 +1,26 @@
+import { DialectProfile, PROFILES } from './dialect';
+
 /**
- * Database errors classified by driver code, never by message text.
+ * Database errors classified by driver code, never by message text, from the codes each dialect
+ * profile declares (a code belongs to one driver, so every profile's codes are checked).
  * Retryable: the transaction was aborted by the database and can run again from the start at once.
  * Lock timeout: a lock was not granted within LOCK_TIMEOUT; running again would wait as long
  * again, so the request fails with 503 and Retry-After instead.
  * Unavailable: the database does not answer; the request fails with 503.
  */
-const RETRYABLE_CODES = new Set(['ER_LOCK_DEADLOCK']);
-/** SQLite's extended codes: SQLITE_BUSY_SNAPSHOT, SQLITE_BUSY_RECOVERY, SQLITE_LOCKED_SHAREDCACHE … */
-const RETRYABLE_PREFIXES = ['SQLITE_BUSY_', 'SQLITE_LOCKED'];
-/** Plain SQLITE_BUSY still there at LOCK_TIMEOUT (transaction.ts waits for it in slices). */
-const LOCK_TIMEOUT_CODES = new Set(['ER_LOCK_WAIT_TIMEOUT', 'SQLITE_BUSY']);
+type ErrorClass = keyof DialectProfile['errors'];
 
-const UNAVAILABLE_CODES = new Set([
-  'ECONNREFUSED',
-  'ECONNRESET',
-  'ETIMEDOUT',
-  'EPIPE',
-  'ENOTFOUND',
-  'EHOSTUNREACH',
-  'PROTOCOL_CONNECTION_LOST',
-  'PROTOCOL_SEQUENCE_TIMEOUT',
-  'ER_CON_COUNT_ERROR',
-  'ER_SERVER_SHUTDOWN',
-  'ER_ACCESS_DENIED_ERROR',
-  'ER_BAD_DB_ERROR',
-  // A Galera node that left the cluster answers 1047 (WSREP has not yet prepared node for
-  // application use); a server made read-only for a failover answers 1290. Both pass.
-  'ER_UNKNOWN_COM_ERROR',
-  'ER_OPTION_PREVENTS_STATEMENT',
-  'SQLITE_CANTOPEN',
-  'SQLITE_IOERR',
-  'SQLITE_FULL',
-]);
+const codes = (kind: ErrorClass) => new Set(Object.values(PROFILES).flatMap((p) => p.errors[kind]));
+const prefixes = (kind: ErrorClass) => Object.values(PROFILES).flatMap((p) => p.errors[kind]);
+
+const RETRYABLE = codes('retryable');
+const RETRYABLE_PREFIXES = prefixes('retryablePrefixes');
+const LOCK_TIMEOUT = codes('lockTimeout');
+const BUSY = codes('busy');
+const UNAVAILABLE = codes('unavailable');
+const UNAVAILABLE_PREFIXES = prefixes('unavailablePrefixes');
+const DUPLICATE_KEY = codes('duplicateKey');
+const DRIVER_GONE_MESSAGES = codes('unavailableDriverMessages');
 
 function codeOf(error: unknown): string | undefined {
   if (typeof error !== 'object' || error === null) return undefined;
@@ -41,31 +30,36 @@ function codeOf(error: unknown): string | undefined {
 
 export function isRetryable(error: unknown): boolean {
   const code = codeOf(error);
-  return code !== undefined && (RETRYABLE_CODES.has(code) || RETRYABLE_PREFIXES.some((p) => code.startsWith(p)));
+  return code !== undefined && (RETRYABLE.has(code) || RETRYABLE_PREFIXES.some((p) => code.startsWith(p)));
 }
 
-/** SQLite's file is held by another connection (what a busy_timeout slice ends in). */
+/** The database is held by another connection for a moment (SQLite's busy_timeout slice ended). */
 export function isBusy(error: unknown): boolean {
-  return codeOf(error) === 'SQLITE_BUSY';
+  const code = codeOf(error);
+  return code !== undefined && BUSY.has(code);
 }
 
 export function isLockTimeout(error: unknown): boolean {
   const code = codeOf(error);
-  return code !== undefined && LOCK_TIMEOUT_CODES.has(code);
+  return code !== undefined && LOCK_TIMEOUT.has(code);
 }
 
 export function isUnavailable(error: unknown): boolean {
   const code = codeOf(error);
-  if (code !== undefined && (UNAVAILABLE_CODES.has(code) || code.startsWith('SQLITE_IOERR'))) return true;
+  if (code !== undefined && (UNAVAILABLE.has(code) || UNAVAILABLE_PREFIXES.some((p) => code.startsWith(p)))) return true;
   const name = (error as { name?: unknown } | null)?.name;
   // knex raises this when no pooled connection could be had in time: the database is not answering.
   if (name === 'KnexTimeoutError') return true;
   // A fatal mysql2 error means the connection is gone.
-  return (error as { fatal?: unknown } | null)?.fatal === true;
+  if ((error as { fatal?: unknown } | null)?.fatal === true) return true;
+  // node-postgres's own connection-loss errors carry no code; knex puts the statement before the message.
+  const message = (error as { message?: unknown } | null)?.message;
+  if (code !== undefined || typeof message !== 'string') return false;
+  return [...DRIVER_GONE_MESSAGES].some((gone) => message === gone || message.endsWith(` - ${gone}`));
 }
 
-/** A unique key refused the insert (MySQL ER_DUP_ENTRY, SQLite SQLITE_CONSTRAINT_UNIQUE / _PRIMARYKEY). */
+/** A unique key refused the insert. */
 export function isDuplicateKey(error: unknown): boolean {
   const code = codeOf(error);
-  return code === 'ER_DUP_ENTRY' || code === 'SQLITE_CONSTRAINT_UNIQUE' || code === 'SQLITE_CONSTRAINT_PRIMARYKEY';
+  return code !== undefined && DUPLICATE_KEY.has(code);
 }

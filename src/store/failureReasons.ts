@@ -1,5 +1,6 @@
 import { Knex } from 'knex';
-import { ReasonPlan, reasonKey } from '../domain/failureReasons';
+
+import { reasonKey, ReasonPlan } from '../domain/failureReasons';
 import { Queryable } from './db';
 import { selectRows } from './mysqlDriver';
 
@@ -46,7 +47,12 @@ export function writeReasonsQueries(q: Queryable, batchId: string, plan: ReasonP
     return { batch_id: batchId, group_id: groupId, item_index: index, error, failed_at: now };
   });
   for (let i = 0; i < rows.length; i += CHUNK) {
-    statements.push(q('failure_reasons').insert(rows.slice(i, i + CHUNK)).onConflict(['batch_id', 'group_id', 'item_index']).merge(['error', 'failed_at']));
+    statements.push(
+      q('failure_reasons')
+        .insert(rows.slice(i, i + CHUNK))
+        .onConflict(['batch_id', 'group_id', 'item_index'])
+        .merge(['error', 'failed_at']),
+    );
   }
   const byGroup = new Map<string, number[]>();
   for (const key of plan.deletes) {
@@ -77,7 +83,10 @@ export interface ReasonCursor {
 
 /** A page of a batch's reasons, oldest first (one index range scan). No locks. */
 export async function listReasons(q: Queryable, batchId: string, after: ReasonCursor | null, limit: number): Promise<StoredReason[]> {
-  const query = q('failure_reasons').where('batch_id', batchId).orderBy([{ column: 'failed_at' }, { column: 'group_id' }, { column: 'item_index' }]).limit(limit);
+  const query = q('failure_reasons')
+    .where('batch_id', batchId)
+    .orderBy([{ column: 'failed_at' }, { column: 'group_id' }, { column: 'item_index' }])
+    .limit(limit);
   if (after) {
     query.where((w) =>
       w

@@ -1,7 +1,8 @@
 import { Knex } from 'knex';
+
 import { GroupRecord } from '../domain/ackPlan';
-import { lockRows } from './batches';
 import { Queryable } from './db';
+import { forUpdate } from './dialect';
 import { selectRows } from './mysqlDriver';
 
 export interface GroupRow {
@@ -52,7 +53,15 @@ export function lockGroupsQueries(q: Queryable, batchId: string, groupIds: Itera
   const sorted = [...groupIds].sort();
   const statements: Knex.QueryBuilder[] = [];
   for (let i = 0; i < sorted.length; i += LOCK_CHUNK) {
-    statements.push(lockRows(q, q('item_groups').where('batch_id', batchId).whereIn('id', sorted.slice(i, i + LOCK_CHUNK)).orderBy('id')));
+    statements.push(
+      forUpdate(
+        q,
+        q('item_groups')
+          .where('batch_id', batchId)
+          .whereIn('id', sorted.slice(i, i + LOCK_CHUNK))
+          .orderBy('id'),
+      ),
+    );
   }
   return statements;
 }

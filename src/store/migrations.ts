@@ -1,6 +1,7 @@
 import { Knex } from 'knex';
+
 import { Migration, migrations } from '../../migrations';
-import { Db } from './db';
+import { Db, withMigrationLock } from './db';
 
 /** Feeds knex's migrator from the imported list, so the same code runs from TypeScript and from dist/. */
 class ListMigrationSource implements Knex.MigrationSource<readonly [string, Migration]> {
@@ -19,7 +20,7 @@ const migratorConfig: Knex.MigratorConfig = { migrationSource: new ListMigration
 
 /** Applies every pending migration; returns the names applied. Safe to run from several replicas at once. */
 export async function migrateLatest(db: Db): Promise<string[]> {
-  const [, applied] = (await db.migrate.latest(migratorConfig)) as [number, string[]];
+  const [, applied] = (await withMigrationLock(db, () => db.migrate.latest(migratorConfig))) as [number, string[]];
   return applied;
 }
 

@@ -1,5 +1,7 @@
 import { Knex } from 'knex';
-import { Db, dialectOf, Queryable } from './db';
+
+import { Db, Queryable } from './db';
+import { profileOf } from './dialect';
 
 /**
  * Statements sent straight through the mysql2 driver on a connection of knex's pool, for the hot
@@ -109,7 +111,7 @@ export async function withConnection<T>(db: Db, use: (connection: MysqlConnectio
  * transaction, or on SQLite, knex runs it.
  */
 export async function selectRows<Row>(q: Queryable, query: Knex.QueryBuilder): Promise<Row[]> {
-  if (dialectOf(q) !== 'mysql' || q.isTransaction) return (await query) as Row[];
+  if (profileOf(q).hotPath !== 'mysql2-multi-statement' || q.isTransaction) return (await query) as Row[];
   const [rows] = await withConnection(q, (connection) => send(connection, [query]));
   return rows as Row[];
 }

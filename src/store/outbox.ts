@@ -1,7 +1,10 @@
 import { Knex } from 'knex';
-import { Db, dialectOf, Queryable } from './db';
 
-export type EventStatus = 'pending' | 'delivered' | 'dead';
+import type { EventStatus } from '../contract/vocabulary';
+import { Db, Queryable } from './db';
+import { forUpdateSkipLocked } from './dialect';
+
+export type { EventStatus };
 
 export interface OutboxEvent {
   id: string;
@@ -106,19 +109,28 @@ export interface Saturated {
 function inOrder(q: Queryable, query: Knex.QueryBuilder): Knex.QueryBuilder {
   return query
     .whereNot((blocked) =>
-      blocked.where('outbox.event', '<>', 'batch.first_failure').whereExists((earlier) =>
-        earlier.select(q.raw('1')).from('outbox as earlier').whereRaw('earlier.batch_id = outbox.batch_id').where('earlier.status', 'pending').where('earlier.event', 'batch.first_failure'),
-      ),
+      blocked
+        .where('outbox.event', '<>', 'batch.first_failure')
+        .whereExists((earlier) =>
+          earlier
+            .select(q.raw('1'))
+            .from('outbox as earlier')
+            .whereRaw('earlier.batch_id = outbox.batch_id')
+            .where('earlier.status', 'pending')
+            .where('earlier.event', 'batch.first_failure'),
+        ),
     )
     .whereNot((blocked) =>
-      blocked.where('outbox.event', 'batch.completed').whereExists((children) =>
-        children
-          .select(q.raw('1'))
-          .from('batches as child')
-          .join('outbox as child_event', 'child_event.batch_id', 'child.id')
-          .whereRaw('child.parent_batch_id = outbox.batch_id')
-          .where('child_event.status', 'pending'),
-      ),
+      blocked
+        .where('outbox.event', 'batch.completed')
+        .whereExists((children) =>
+          children
+            .select(q.raw('1'))
+            .from('batches as child')
+            .join('outbox as child_event', 'child_event.batch_id', 'child.id')
+            .whereRaw('child.parent_batch_id = outbox.batch_id')
+            .where('child_event.status', 'pending'),
+        ),
     );
 }
 
@@ -135,8 +147,10 @@ export async function lockDueEvents(trx: Knex.Transaction, now: number, limit: n
   if (saturated.eventIds.length > 0) ready = ready.whereNotIn('outbox.id', saturated.eventIds);
   const ids = ((await ready.orderBy('next_attempt_at').limit(limit)) as Array<{ id: string }>).map((r) => r.id);
   if (ids.length === 0) return [];
-  let query = trx('outbox').select('id', 'tenant', 'host').whereIn('id', ids).where('status', 'pending').where('next_attempt_at', '<=', now).orderBy('next_attempt_at');
-  if (dialectOf(trx) === 'mysql') query = query.forUpdate().skipLocked();
+  const query = forUpdateSkipLocked(
+    trx,
+    trx('outbox').select('id', 'tenant', 'host').whereIn('id', ids).where('status', 'pending').where('next_attempt_at', '<=', now).orderBy('next_attempt_at'),
+  );
   return (await query) as DueEvent[];
 }
 
@@ -176,4 +190,3 @@ export async function markFailed(db: Db, id: string, claim: string, error: strin
 export async function listEventsOfBatch(q: Queryable, batchId: string): Promise<OutboxEvent[]> {
   return ((await q('outbox').where('batch_id', batchId).orderBy('created_at').orderBy('id')) as OutboxRow[]).map(fromRow);
 }
-

@@ -1,6 +1,8 @@
 import { Knex } from 'knex';
+
 import { toError } from '../domain/errors';
-import { Db, dialectOf, multiStatementPool, Queryable } from './db';
+import { Db, multiStatementPool, Queryable } from './db';
+import { profileOf } from './dialect';
 import { MysqlConnection, packetBudget, send, sendWithin, withConnection } from './mysqlDriver';
 import { inTransaction, TransactionOptions, withRetries } from './transaction';
 
@@ -25,7 +27,7 @@ export interface ReadDecideWrite<T> {
  * statements one by one.
  */
 export function readDecideWrite<T>(db: Db, options: TransactionOptions, work: ReadDecideWrite<T>): Promise<T> {
-  if (dialectOf(db) !== 'mysql') {
+  if (profileOf(db).hotPath !== 'mysql2-multi-statement') {
     return inTransaction(db, options, async (trx) => {
       const { writes, answer } = work.decide(trx, await runEach(work.reads(trx)));
       await runEach(writes);

@@ -1,5 +1,6 @@
 import { Knex } from 'knex';
-import { dialectOf } from './db';
+
+import { forShare, forUpdateSkipLocked } from './dialect';
 
 export interface SweepCutoffs {
   /** Batches not complete whose last activity is older than this are removed. */
@@ -50,12 +51,12 @@ async function dueCandidates(trx: Knex.Transaction, cutoffs: SweepCutoffs, limit
 export async function lockDueBatches(trx: Knex.Transaction, cutoffs: SweepCutoffs, limit: number): Promise<string[]> {
   const candidates = await dueCandidates(trx, cutoffs, limit);
   if (candidates.length === 0) return [];
-  const mysql = dialectOf(trx) === 'mysql';
   const lockQuery = isDue(trx('batches').select('id').whereIn('id', candidates), cutoffs);
-  const locked = ((await (mysql ? lockQuery.forUpdate().skipLocked() : lockQuery)) as Array<{ id: string }>).map((r) => r.id);
+  const locked = ((await forUpdateSkipLocked(trx, lockQuery)) as Array<{ id: string }>).map((r) => r.id);
   if (locked.length === 0) return [];
-  const pendingQuery = trx('outbox').distinct('batch_id').whereIn('batch_id', locked).where('status', 'pending');
-  const pending = new Set(((await (mysql ? pendingQuery.forShare() : pendingQuery)) as Array<{ batch_id: string }>).map((r) => r.batch_id));
+  // (No DISTINCT: PostgreSQL takes no row locks on a DISTINCT result.)
+  const pendingQuery = trx('outbox').select('batch_id').whereIn('batch_id', locked).where('status', 'pending');
+  const pending = new Set(((await forShare(trx, pendingQuery)) as Array<{ batch_id: string }>).map((r) => r.batch_id));
   return locked.filter((id) => !pending.has(id));
 }
 

@@ -1,8 +1,11 @@
 import path from 'node:path';
+
 import { Knex } from 'knex';
-import { UnavailableError, toError } from '../domain/errors';
-import { Db, dialectOf } from './db';
+
+import { toError, UnavailableError } from '../domain/errors';
+import { Db } from './db';
 import { isBusy, isLockTimeout, isRetryable, isUnavailable } from './dbErrors';
+import { profileOf } from './dialect';
 
 export interface TransactionOptions {
   /** How many times a transaction aborted by a deadlock or lock timeout is run again. */
@@ -22,7 +25,7 @@ const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
  * UnavailableError.
  */
 export function inTransaction<T>(db: Db, options: TransactionOptions, work: (trx: Knex.Transaction) => Promise<T>): Promise<T> {
-  if (dialectOf(db) !== 'sqlite') return withRetries(options, () => db.transaction(work));
+  if (profileOf(db).writers === 'pool') return withRetries(options, () => db.transaction(work));
   const deadline = lockDeadline(options);
   return withRetries(
     options,
@@ -72,7 +75,7 @@ const BUSY_PAUSE_MS = 10;
  * answer, a lock not granted within LOCK_TIMEOUT, and retries used up.
  */
 export async function withRetries<T>(options: TransactionOptions, attempt: () => Promise<T>, deadline = lockDeadline(options)): Promise<T> {
-  for (let retry = 0; ; ) {
+  for (let retry = 0; ;) {
     try {
       return await attempt();
     } catch (caught) {

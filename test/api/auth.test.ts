@@ -1,6 +1,8 @@
+import { Writable } from 'node:stream';
+
 import pino from 'pino';
 import request from 'supertest';
-import { Writable } from 'node:stream';
+
 import { createServer } from '../../src/http/server';
 import { createRollcall, Rollcall } from '../../src/rollcall';
 import { backends, TestDatabase } from '../helpers/backends';
@@ -69,7 +71,7 @@ describe.each(backends())('authentication and tenants (%s)', (_name, backend) =>
     expect((await api.post('/v1/admin/sweep').set('Authorization', admin)).status).toBe(200);
   });
 
-  it("when another tenant reads, acks or deletes a batch, then it does not exist for them", async () => {
+  it('when another tenant reads, acks or deletes a batch, then it does not exist for them', async () => {
     const { id, ids } = await acmeBatch(3);
     for (const res of [
       await api.get(`/v1/batches/${id}`).set('Authorization', beta),

@@ -11,7 +11,13 @@ describe.each(backends())('completion callbacks (%s)', (_name, backend) => {
   beforeEach(async () => {
     receiver = new Receiver();
     await receiver.start();
-    svc = await startService(backend, { CALLBACK_SECRET: SECRET, CALLBACK_BACKOFF_BASE: '1s', CALLBACK_BACKOFF_CAP: '1m', CALLBACK_MAX_AGE: '1h', CALLBACK_TIMEOUT: '2s' });
+    svc = await startService(backend, {
+      CALLBACK_SECRET: SECRET,
+      CALLBACK_BACKOFF_BASE: '1s',
+      CALLBACK_BACKOFF_CAP: '1m',
+      CALLBACK_MAX_AGE: '1h',
+      CALLBACK_TIMEOUT: '2s',
+    });
   });
   afterEach(async () => {
     await svc.stop();

@@ -28,7 +28,17 @@ describe.each(backends())('cancelling a batch (%s)', (_name, backend) => {
     await svc.api.post('/v1/acks').send({ ids: [ids[1]], outcome: 'failed' });
     const res = await svc.api.post(`/v1/batches/${id}/cancel`);
     expect(res.status).toBe(200);
-    expect(res.body).toMatchObject({ id, state: 'cancelled', outcome: 'cancelled', cancelledAt: new Date(svc.clock.now).toISOString(), completedAt: null, total: 4, succeeded: 1, failed: 1, pending: 2 });
+    expect(res.body).toMatchObject({
+      id,
+      state: 'cancelled',
+      outcome: 'cancelled',
+      cancelledAt: new Date(svc.clock.now).toISOString(),
+      completedAt: null,
+      total: 4,
+      succeeded: 1,
+      failed: 1,
+      pending: 2,
+    });
     svc.clock.now += 1000;
     const again = await svc.api.post(`/v1/batches/${id}/cancel`);
     expect(again.status).toBe(200);
@@ -55,7 +65,10 @@ describe.each(backends())('cancelling a batch (%s)', (_name, backend) => {
     await svc.api.post(`/v1/batches/${open}/cancel`);
     const replay = await svc.api.post(`/v1/batches/${open}/items`).set('Idempotency-Key', 'k1').send({ count: 3 });
     expect([replay.status, replay.body]).toEqual([201, added.body]); // the first answer, nothing added
-    for (const [path, body] of [[`/v1/batches/${open}/items`, { count: 1 }], [`/v1/batches/${open}/seal`, {}]] as const) {
+    for (const [path, body] of [
+      [`/v1/batches/${open}/items`, { count: 1 }],
+      [`/v1/batches/${open}/seal`, {}],
+    ] as const) {
       const res = await svc.api.post(path).send(body);
       expect(res.status).toBe(409);
       expect(res.body.error.code).toBe('batch_not_open');
@@ -74,7 +87,14 @@ describe.each(backends())('cancelling a batch (%s)', (_name, backend) => {
     const compact = await svc.api.post('/v1/acks').send({ groups: [{ batchId: open, groupId: added.body.groups[0].id, indexes: [[0, 2]] }] });
     expect(compact.body).toMatchObject({ acked: 0, duplicates: 0, completed: [] });
     expect(compact.body.rejected.map((r: { reason: string }) => r.reason)).toEqual(['batch_cancelled', 'batch_cancelled', 'batch_cancelled']);
-    expect((await svc.api.get(`/v1/batches/${open}`)).body).toMatchObject({ state: 'cancelled', total: 3, succeeded: 0, failed: 0, pending: 3, sealedAt: null });
+    expect((await svc.api.get(`/v1/batches/${open}`)).body).toMatchObject({
+      state: 'cancelled',
+      total: 3,
+      succeeded: 0,
+      failed: 0,
+      pending: 3,
+      sealedAt: null,
+    });
     expect((await svc.api.get(`/v1/items/${ids[0]}`)).body).toMatchObject({ state: 'pending', batchState: 'cancelled' });
   });
 
@@ -106,7 +126,11 @@ describe.each(backends())('cancelling a batch (%s)', (_name, backend) => {
     const mine = receiver.deliveries.slice(before);
     expect(mine).toHaveLength(1);
     expect(mine[0]!.headers['x-rollcall-event']).toBe('batch.cancelled');
-    expect(JSON.parse(mine[0]!.body)).toEqual({ event: 'batch.cancelled', tenant: '', batch: expect.objectContaining({ id, state: 'cancelled', outcome: 'cancelled', pending: 2 }) });
+    expect(JSON.parse(mine[0]!.body)).toEqual({
+      event: 'batch.cancelled',
+      tenant: '',
+      batch: expect.objectContaining({ id, state: 'cancelled', outcome: 'cancelled', pending: 2 }),
+    });
     expect((await svc.api.get(`/v1/batches/${id}/events`)).body.events).toEqual([expect.objectContaining({ event: 'batch.cancelled', status: 'delivered' })]);
   });
 
@@ -131,7 +155,13 @@ describe.each(backends())('cancelling a batch (%s)', (_name, backend) => {
         const ids = shuffled(itemIds(id, added.body.groups), round);
         const apis = [svc.api, replica.api];
         type Sent = Promise<{ kind: string; res: import('supertest').Response }>;
-        const send = (kind: string, api: (typeof apis)[number], path: string, body?: object): (() => Sent) => () => api.post(path).send(body ?? {}).then((res) => ({ kind, res }));
+        const send =
+          (kind: string, api: (typeof apis)[number], path: string, body?: object): (() => Sent) =>
+          () =>
+            api
+              .post(path)
+              .send(body ?? {})
+              .then((res) => ({ kind, res }));
         const plan: Array<() => Sent> = [];
         for (let i = 0; i < 8; i++) plan.push(send('ack', apis[i % 2]!, '/v1/acks', { ids: ids.slice(i * 5, i * 5 + 5) }));
         plan.splice(round % 8, 0, send('seal', apis[round % 2]!, `/v1/batches/${id}/seal`));

@@ -50,7 +50,12 @@ describe.each(backends())('acking in the compact form (%s)', (_name, backend) =>
 
   it('when a compact call names more than 10,000 items, then 413 and nothing is applied', async () => {
     const { id, groups } = await sealed(20_000);
-    const res = await svc.api.post('/v1/acks').send({ groups: [{ batchId: id, groupId: groups[0]!.id, indexes: [[0, 8191]] }, { batchId: id, groupId: groups[1]!.id, indexes: [[0, 1808]] }] });
+    const res = await svc.api.post('/v1/acks').send({
+      groups: [
+        { batchId: id, groupId: groups[0]!.id, indexes: [[0, 8191]] },
+        { batchId: id, groupId: groups[1]!.id, indexes: [[0, 1808]] },
+      ],
+    });
     expect(res.status).toBe(413);
     expect(res.body.error.code).toBe('payload_too_large');
     expect((await svc.api.get(`/v1/batches/${id}`)).body.succeeded).toBe(0);

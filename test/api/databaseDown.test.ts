@@ -1,14 +1,15 @@
-import { mysqlBackend, TestDatabase } from '../helpers/backends';
-import { TcpProxy } from '../helpers/tcpProxy';
 import request from 'supertest';
+
 import { loadConfig } from '../../src/config';
 import { createServer } from '../../src/http/server';
 import { createRollcall, Rollcall } from '../../src/rollcall';
+import { serverBackends, TestDatabase } from '../helpers/backends';
+import { TcpProxy } from '../helpers/tcpProxy';
 
-const backend = mysqlBackend();
-const describeOnMysql = backend ? describe : describe.skip;
+const servers = serverBackends();
+const describeOnServers = servers.length > 0 ? describe.each(servers) : describe.skip.each([['none', null]]);
 
-describeOnMysql('when the database goes away (mysql)', () => {
+describeOnServers('when the database goes away (%s)', (_name, backend) => {
   let database: TestDatabase;
   let proxy: TcpProxy;
   let rollcall: Rollcall;
@@ -16,7 +17,7 @@ describeOnMysql('when the database goes away (mysql)', () => {
   beforeAll(async () => {
     database = await backend!.create();
     const url = new URL(database.config.DATABASE_URL!);
-    proxy = new TcpProxy(url.hostname, Number(url.port || 3306));
+    proxy = new TcpProxy(url.hostname, Number(url.port || (url.protocol === 'mysql:' ? 3306 : 5432)));
     await proxy.open();
     url.host = `127.0.0.1:${proxy.port}`;
     rollcall = await createRollcall(loadConfig({ LOG_LEVEL: 'silent', DATABASE_URL: url.toString(), TX_RETRIES: '1' }));

@@ -19,7 +19,8 @@ describe.each(backends())('failure reasons (%s)', (_name, backend) => {
     return res.body;
   };
   const failures = async (id: string, query = '') => (await svc.api.get(`/v1/batches/${id}/failures${query}`)).body;
-  const storedRows = async (id: string) => Number(((await svc.rollcall.db('failure_reasons').where('batch_id', id).count({ n: '*' })) as Array<{ n: number }>)[0]!.n);
+  const storedRows = async (id: string) =>
+    Number(((await svc.rollcall.db('failure_reasons').where('batch_id', id).count({ n: '*' })) as Array<{ n: number }>)[0]!.n);
 
   it('when items fail with an error in either body form, then the batch lists them oldest first with the reason and when', async () => {
     const { id, groups, ids } = await sealedBatch(svc.api, 6);
@@ -125,7 +126,9 @@ describe.each(backends())('failure reasons (%s)', (_name, backend) => {
     const replica = await startReplica(svc);
     try {
       const { id, ids } = await sealedBatch(svc.api, 60);
-      const calls = Array.from({ length: 30 }, (_, i) => [svc.api, replica.api][i % 2]!.post('/v1/acks').send({ ids: ids.slice(i * 2, i * 2 + 2), outcome: 'failed', error: `e${i}` }));
+      const calls = Array.from({ length: 30 }, (_, i) =>
+        [svc.api, replica.api][i % 2]!.post('/v1/acks').send({ ids: ids.slice(i * 2, i * 2 + 2), outcome: 'failed', error: `e${i}` }),
+      );
       const results = await Promise.all(calls);
       for (const res of results) {
         expect(res.status).toBe(200);

@@ -29,7 +29,13 @@ describe.each(backends())('reading one item (%s)', (_name, backend) => {
 
   it('when the ID is malformed, unknown or out of range, then 404 item_not_found', async () => {
     const { id, groups } = await sealedBatch(svc.api, 2);
-    for (const bad of ['nope', `${id}:${groups[0]!.id}:2`, `${id}:${groups[0]!.id}:x`, `0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b:${groups[0]!.id}:0`, `${id}:0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b:0`]) {
+    for (const bad of [
+      'nope',
+      `${id}:${groups[0]!.id}:2`,
+      `${id}:${groups[0]!.id}:x`,
+      `0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b:${groups[0]!.id}:0`,
+      `${id}:0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b:0`,
+    ]) {
       const res = await svc.api.get(`/v1/items/${encodeURIComponent(bad)}`);
       expect(res.status).toBe(404);
       expect(res.body.error.code).toBe('item_not_found');
@@ -39,7 +45,9 @@ describe.each(backends())('reading one item (%s)', (_name, backend) => {
   it('when a failed ack carries an error, then it is accepted in both body forms; with outcome succeeded, or too long, it is a 400 that changes nothing', async () => {
     const { id, groups, ids } = await sealedBatch(svc.api, 4);
     expect((await svc.api.post('/v1/acks').send({ ids: [ids[0]], outcome: 'failed', error: 'x'.repeat(1000) })).body.acked).toBe(1);
-    expect((await svc.api.post('/v1/acks').send({ groups: [{ batchId: id, groupId: groups[0]!.id, indexes: [1] }], outcome: 'failed', error: 'e' })).body.acked).toBe(1);
+    expect(
+      (await svc.api.post('/v1/acks').send({ groups: [{ batchId: id, groupId: groups[0]!.id, indexes: [1] }], outcome: 'failed', error: 'e' })).body.acked,
+    ).toBe(1);
     for (const body of [
       { ids: [ids[2]], error: 'no outcome means succeeded' },
       { ids: [ids[2]], outcome: 'succeeded', error: 'x' },

@@ -1,9 +1,13 @@
 import Ajv2020 from 'ajv/dist/2020';
 import addFormats from 'ajv-formats';
+
 import { backends } from '../helpers/backends';
 import { itemIds, startService, TestService } from '../helpers/service';
 
-type Doc = { paths: Record<string, Record<string, { responses: Record<string, { content?: Record<string, { schema: object }> }> }>>; components: { schemas: Record<string, object> } };
+type Doc = {
+  paths: Record<string, Record<string, { responses: Record<string, { content?: Record<string, { schema: object }> }> }>>;
+  components: { schemas: Record<string, object> };
+};
 
 /** Validates a real response body against the document's schema for that path, method and status. */
 function validator(doc: Doc) {
@@ -39,7 +43,9 @@ describe.each(backends())('observability (%s)', (_name, backend) => {
     expect(res.status).toBe(200);
     expect(res.headers['content-type']).toMatch(/text\/plain/);
     const text = res.text;
-    expect(text).toMatch(/rollcall_http_requests_total\{method="GET",route="\/v1\/batches\/:batchId",status="200"\}|rollcall_http_requests_total\{method="POST",route="\/v1\/batches\/:batchId\/seal",status="200"\} 1/);
+    expect(text).toMatch(
+      /rollcall_http_requests_total\{method="GET",route="\/v1\/batches\/:batchId",status="200"\}|rollcall_http_requests_total\{method="POST",route="\/v1\/batches\/:batchId\/seal",status="200"\} 1/,
+    );
     expect(text).toContain('rollcall_ack_items_total{outcome="succeeded",result="acked"} 3');
     expect(text).toContain('rollcall_ack_items_total{outcome="succeeded",result="duplicate"} 1');
     expect(text).toContain('rollcall_ack_items_total{outcome="succeeded",result="rejected"} 1');
@@ -62,7 +68,11 @@ describe.each(backends())('observability (%s)', (_name, backend) => {
       check(method, path, res.status, res.body);
       return res;
     };
-    const created = await seen('post', '/v1/batches', await svc.api.post('/v1/batches').send({ userKey: 'doc', metadata: { a: [1] }, callbackUrl: 'http://127.0.0.1:9/x' }));
+    const created = await seen(
+      'post',
+      '/v1/batches',
+      await svc.api.post('/v1/batches').send({ userKey: 'doc', metadata: { a: [1] }, callbackUrl: 'http://127.0.0.1:9/x' }),
+    );
     const id = (created.body as { id: string }).id;
     await seen('post', '/v1/batches', await svc.api.post('/v1/batches').send({ userKey: 5 }));
     await seen('get', '/v1/batches/{batchId}', await svc.api.get(`/v1/batches/${id}`));
@@ -97,7 +107,10 @@ describe.each(backends())('observability (%s)', (_name, backend) => {
   });
 
   it('when metrics are configured private, then they need an admin token', async () => {
-    const tokens = JSON.stringify([{ token: 'admin-token-0123456789', tenant: 'ops', scopes: ['admin'] }, { token: 'reader-token-012345678', tenant: 'ops', scopes: ['read'] }]);
+    const tokens = JSON.stringify([
+      { token: 'admin-token-0123456789', tenant: 'ops', scopes: ['admin'] },
+      { token: 'reader-token-012345678', tenant: 'ops', scopes: ['read'] },
+    ]);
     const closed = await startService(backend, { API_TOKENS: tokens, PUBLIC_METRICS: 'off' });
     try {
       expect((await closed.api.get('/metrics')).status).toBe(401);

@@ -1,5 +1,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
+
 import request from 'supertest';
+
 import { createServer } from '../../src/http/server';
 import { backends } from '../helpers/backends';
 import { sealedBatch, startService, TestService } from '../helpers/service';

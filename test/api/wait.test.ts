@@ -1,5 +1,5 @@
 import { backends } from '../helpers/backends';
-import { itemIds, startReplica, sealedBatch, startService, TestService } from '../helpers/service';
+import { sealedBatch, startReplica, startService, TestService } from '../helpers/service';
 
 describe.each(backends())('waiting for completion (%s)', (_name, backend) => {
   let svc: TestService;

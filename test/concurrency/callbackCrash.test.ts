@@ -1,4 +1,4 @@
-import { backends, processEnv, TestDatabase } from '../helpers/backends';
+import { backends, processEnv } from '../helpers/backends';
 import { call, spawnService } from '../helpers/processes';
 import { Receiver } from '../helpers/receiver';
 import { itemIds } from '../helpers/service';

@@ -6,7 +6,7 @@ type AckResult = { acked: number; duplicates: number; rejected: unknown[]; compl
 
 describe.each(backends())('several service processes on one database (%s)', (_name, backend) => {
   let database: TestDatabase;
-  let services: ServiceProcess[] = [];
+  const services: ServiceProcess[] = [];
   jest.setTimeout(300_000);
 
   beforeAll(async () => {

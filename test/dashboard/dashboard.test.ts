@@ -2,7 +2,9 @@
 // Functions passed to page.evaluate / waitForFunction run in the browser, hence the DOM types.
 import fs from 'node:fs';
 import path from 'node:path';
+
 import { Browser, chromium, Page } from 'playwright-core';
+
 import { backends } from '../helpers/backends';
 import { listen } from '../helpers/listening';
 import { itemIds, startService, TestService } from '../helpers/service';
@@ -81,7 +83,9 @@ describeWithBrowser('the dashboard in a real browser', () => {
       expect(await done()).toBe(100);
 
       await svc.api.post('/v1/acks').send({ ids: moving.ids.slice(100, 600) });
-      await page.waitForFunction((id) => document.querySelector(`tr[data-id="${id}"] [role=progressbar]`)?.getAttribute('aria-valuenow') === '600', moving.id, { timeout: 10_000 });
+      await page.waitForFunction((id) => document.querySelector(`tr[data-id="${id}"] [role=progressbar]`)?.getAttribute('aria-valuenow') === '600', moving.id, {
+        timeout: 10_000,
+      });
       const width = await row.locator('.bar .succeeded').evaluate((el) => (el as HTMLElement).style.width);
       expect(width).toBe('60%');
       fs.mkdirSync(path.resolve(__dirname, '../../docs/img'), { recursive: true });
@@ -116,7 +120,10 @@ describeWithBrowser('the dashboard in a real browser', () => {
   });
 
   it('when the service needs tokens, then the page asks for one, keeps it for the tab, and then shows the batches', async () => {
-    const tokens = JSON.stringify([{ token: 'dashboard-reader-123456', tenant: 't1', scopes: ['read'] }, { token: 'producer-token-1234567', tenant: 't1', scopes: ['produce', 'consume'] }]);
+    const tokens = JSON.stringify([
+      { token: 'dashboard-reader-123456', tenant: 't1', scopes: ['read'] },
+      { token: 'producer-token-1234567', tenant: 't1', scopes: ['produce', 'consume'] },
+    ]);
     await withService({ API_TOKENS: tokens }, async (svc, url, page) => {
       await svc.api.post('/v1/batches').set('Authorization', 'Bearer producer-token-1234567').send({ userKey: 'secured' });
       await page.goto(url);

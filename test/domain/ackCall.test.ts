@@ -1,4 +1,5 @@
 import fc from 'fast-check';
+
 import { callFromCompact, callFromIds, callSize, compactSize } from '../../src/domain/ackCall';
 import { parseItemId } from '../../src/domain/itemId';
 
@@ -20,7 +21,9 @@ describe('reading ack calls', () => {
   it('when any list of strings is read, then every string is counted once and valid ones agree with parseItemId', () => {
     const id = fc.oneof(
       fc.string({ maxLength: 90 }),
-      fc.tuple(fc.constantFrom(B, G, B.toUpperCase()), fc.constantFrom(G, H), fc.oneof(fc.nat(99999).map(String), fc.string({ maxLength: 4 }))).map(([b, g, i]) => `${b}:${g}:${i}`),
+      fc
+        .tuple(fc.constantFrom(B, G, B.toUpperCase()), fc.constantFrom(G, H), fc.oneof(fc.nat(99999).map(String), fc.string({ maxLength: 4 })))
+        .map(([b, g, i]) => `${b}:${g}:${i}`),
     );
     fc.assert(
       fc.property(fc.array(id, { maxLength: 40 }), (ids) => {
@@ -35,7 +38,10 @@ describe('reading ack calls', () => {
   });
 
   it('when the compact form has ranges, then they expand inclusively and are counted without expanding', () => {
-    const entries = [{ batchId: B, groupId: G, indexes: [5, [0, 2] as [number, number]] }, { batchId: 'nope', groupId: G, indexes: [1] }];
+    const entries = [
+      { batchId: B, groupId: G, indexes: [5, [0, 2] as [number, number]] },
+      { batchId: 'nope', groupId: G, indexes: [1] },
+    ];
     expect(compactSize(entries)).toBe(5);
     const call = callFromCompact(entries, 'succeeded');
     expect(call.targets).toEqual([{ batchId: B, groupId: G, prefix: `${B}:${G}:`, indexes: [5, 0, 1, 2] }]);

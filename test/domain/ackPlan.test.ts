@@ -1,6 +1,7 @@
 import fc from 'fast-check';
+
 import { AckCall, AckTarget } from '../../src/domain/ackCall';
-import { GroupRecord, groupKey, planAcks } from '../../src/domain/ackPlan';
+import { groupKey, GroupRecord, planAcks } from '../../src/domain/ackPlan';
 import { BatchRecord, Outcome } from '../../src/domain/batch';
 
 const BATCH = '0193a1b2-c3d4-7e5f-8a9b-000000000001';
@@ -9,12 +10,33 @@ const G2 = '0193a1b2-c3d4-7e5f-8a9b-0000000000a2';
 
 function batch(state: BatchRecord['state'], sizes: number[]): BatchRecord {
   const total = sizes.reduce((a, b) => a + b, 0);
-  return { id: BATCH, tenant: '', state, userKey: null, metadata: null, callbackUrl: null, total, succeeded: 0, failed: 0, openGroups: sizes.length, createdAt: 1, updatedAt: 1, sealedAt: null, completedAt: null, cancelledAt: null, parentItem: null, firstFailureAt: null, failuresDropped: 0 };
+  return {
+    id: BATCH,
+    tenant: '',
+    state,
+    userKey: null,
+    metadata: null,
+    callbackUrl: null,
+    total,
+    succeeded: 0,
+    failed: 0,
+    openGroups: sizes.length,
+    createdAt: 1,
+    updatedAt: 1,
+    sealedAt: null,
+    completedAt: null,
+    cancelledAt: null,
+    parentItem: null,
+    firstFailureAt: null,
+    failuresDropped: 0,
+  };
 }
 
 function groups(sizes: number[]): Map<string, GroupRecord> {
   const ids = [G1, G2];
-  return new Map(sizes.map((size, i) => [groupKey(BATCH, ids[i]!), { batchId: BATCH, id: ids[i]!, size, pending: size, succeededBits: null, failedBits: null }]));
+  return new Map(
+    sizes.map((size, i) => [groupKey(BATCH, ids[i]!), { batchId: BATCH, id: ids[i]!, size, pending: size, succeededBits: null, failedBits: null }]),
+  );
 }
 
 const target = (batchId: string, groupId: string, indexes: number[]): AckTarget => ({ batchId, groupId, prefix: `${batchId}:${groupId}:`, indexes });
@@ -29,22 +51,52 @@ const call = (outcome: Outcome, items: Array<[string, number]>): AckCall => ({
 
 describe('planAcks', () => {
   it('when the last pending item of a sealed batch is acked, then that call alone reports completion', () => {
-    const plan = planAcks([call('succeeded', [[G1, 0], [G1, 1]]), call('succeeded', [[G1, 1]])], new Map([[BATCH, batch('sealed', [2])]]), groups([2]), 5);
+    const plan = planAcks(
+      [
+        call('succeeded', [
+          [G1, 0],
+          [G1, 1],
+        ]),
+        call('succeeded', [[G1, 1]]),
+      ],
+      new Map([[BATCH, batch('sealed', [2])]]),
+      groups([2]),
+      5,
+    );
     expect(plan.results[0]).toMatchObject({ acked: 2, duplicates: 0, completedBatchIds: [BATCH] });
     expect(plan.results[1]).toMatchObject({ acked: 0, duplicates: 1, completedBatchIds: [] });
     expect(plan.batchWrites[0]).toMatchObject({ state: 'complete', succeeded: 2, openGroups: 0, completedAt: 5 });
   });
 
   it('when a failed item is acked succeeded later, then the retry wins and pending does not change', () => {
-    const plan = planAcks([call('failed', [[G1, 0]]), call('succeeded', [[G1, 0]]), call('failed', [[G1, 0]])], new Map([[BATCH, batch('open', [2])]]), groups([2]), 5);
-    expect(plan.results.map((r) => [r.acked, r.duplicates])).toEqual([[1, 0], [1, 0], [0, 1]]);
+    const plan = planAcks(
+      [call('failed', [[G1, 0]]), call('succeeded', [[G1, 0]]), call('failed', [[G1, 0]])],
+      new Map([[BATCH, batch('open', [2])]]),
+      groups([2]),
+      5,
+    );
+    expect(plan.results.map((r) => [r.acked, r.duplicates])).toEqual([
+      [1, 0],
+      [1, 0],
+      [0, 1],
+    ]);
     expect(plan.batchWrites[0]).toMatchObject({ succeeded: 1, failed: 0 });
     expect(plan.groupWrites[0]).toMatchObject({ pending: 1, failedBits: null });
   });
 
   it('when a batch is already complete, then its valid acks are duplicates and nothing is written', () => {
     const done = { ...batch('complete', [1]), succeeded: 0, failed: 1, openGroups: 0 };
-    const plan = planAcks([call('succeeded', [[G1, 0], [G1, 5]])], new Map([[BATCH, done]]), groups([1]), 5);
+    const plan = planAcks(
+      [
+        call('succeeded', [
+          [G1, 0],
+          [G1, 5],
+        ]),
+      ],
+      new Map([[BATCH, done]]),
+      groups([1]),
+      5,
+    );
     expect(plan.results[0]).toMatchObject({ acked: 0, duplicates: 1, rejected: [{ reason: 'index_out_of_range' }] });
     expect(plan.groupWrites).toEqual([]);
     expect(plan.batchWrites).toEqual([]);

@@ -1,9 +1,13 @@
 import fc from 'fast-check';
+
 import { Bitfield, bitfieldBytes } from '../../src/domain/bitfield';
 
 const sizeAndIndexes = fc
   .integer({ min: 1, max: 9000 })
   .chain((size) => fc.tuple(fc.constant(size), fc.array(fc.integer({ min: 0, max: size - 1 }), { maxLength: 300 })));
+
+/** Bits set in the stored form (the service itself never counts bits: counters live on the rows). */
+const countOf = (field: Bitfield): number => [...field.toBuffer()].reduce((n, byte) => n + byte.toString(2).replace(/0/g, '').length, 0);
 
 describe('Bitfield', () => {
   it('when a group of 8,192 items is stored, then it takes 1 KiB', () => {
@@ -18,7 +22,7 @@ describe('Bitfield', () => {
         const field = Bitfield.empty(size);
         for (const i of indexes) field.set(i);
         const distinct = new Set(indexes);
-        expect(field.count()).toBe(distinct.size);
+        expect(countOf(field)).toBe(distinct.size);
         const wrong = Array.from({ length: size }, (_, i) => i).filter((i) => field.has(i) !== distinct.has(i));
         expect(wrong).toEqual([]);
       }),
@@ -45,7 +49,7 @@ describe('Bitfield', () => {
         for (const i of indexes) field.set(i);
         const again = Bitfield.from(field.toBuffer(), size);
         expect(again.toBuffer().equals(field.toBuffer())).toBe(true);
-        expect(again.count()).toBe(field.count());
+        expect(countOf(again)).toBe(countOf(field));
       }),
     );
   });
@@ -56,10 +60,10 @@ describe('Bitfield', () => {
         const field = Bitfield.empty(size);
         for (const i of indexes) field.set(i);
         for (const i of new Set(indexes)) {
-          const before = field.count();
+          const before = countOf(field);
           expect(field.clear(i)).toBe(true);
           expect(field.has(i)).toBe(false);
-          expect(field.count()).toBe(before - 1);
+          expect(countOf(field)).toBe(before - 1);
         }
         expect(field.isEmpty()).toBe(true);
       }),
@@ -71,11 +75,11 @@ describe('Bitfield', () => {
     expect(() => field.set(10)).toThrow(RangeError);
     expect(() => field.has(-1)).toThrow(RangeError);
     expect(() => field.set(1.5)).toThrow(RangeError);
-    expect(field.count()).toBe(0);
+    expect(countOf(field)).toBe(0);
   });
 
   it('when a stored null is read, then every bit is clear, and the stored buffer is never changed', () => {
-    expect(Bitfield.from(null, 16).count()).toBe(0);
+    expect(countOf(Bitfield.from(null, 16))).toBe(0);
     const stored = Buffer.from([0b0000_0001, 0]);
     const field = Bitfield.from(stored, 16);
     field.set(9);

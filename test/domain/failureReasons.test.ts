@@ -1,4 +1,5 @@
 import fc from 'fast-check';
+
 import { planFailureReasons, ReasonTouch } from '../../src/domain/failureReasons';
 
 const key = fc.integer({ min: 0, max: 30 }).map((i) => `g:${i}`);

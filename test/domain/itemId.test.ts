@@ -1,4 +1,5 @@
 import fc from 'fast-check';
+
 import { formatItemId, isUuid, parseItemId } from '../../src/domain/itemId';
 
 const uuid = fc.uuid().map((u) => u.toLowerCase());

@@ -1,23 +1,29 @@
+import { randomBytes } from 'node:crypto';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { randomBytes } from 'node:crypto';
+
 import knex from 'knex';
+
 import { Config, loadConfig } from '../../src/config';
 
 /**
- * A database a test file owns alone: a new SQLite file, or a new MariaDB database created on the
- * server named by TEST_MYSQL_URL. `config` points the service at it.
+ * A database a test file owns alone: a new SQLite file, or a new database created on the MariaDB
+ * server named by TEST_MYSQL_URL or the PostgreSQL server named by TEST_PG_URL. `config` points the
+ * service at it.
  */
+export type BackendName = 'sqlite' | 'mysql' | 'pg';
+
 export interface TestDatabase {
-  name: 'sqlite' | 'mysql';
+  name: BackendName;
   config: Config;
   drop(): Promise<void>;
 }
 
-export type Backend = { name: 'sqlite' | 'mysql'; create(overrides?: Record<string, string>): Promise<TestDatabase> };
+export type Backend = { name: BackendName; create(overrides?: Record<string, string>): Promise<TestDatabase> };
 
 const mysqlUrl = process.env.TEST_MYSQL_URL;
+const pgUrl = process.env.TEST_PG_URL;
 
 const sqlite: Backend = {
   name: 'sqlite',
@@ -57,16 +63,65 @@ const mysql: Backend = {
   },
 };
 
+/** A one-connection admin handle on the PostgreSQL server (database `postgres` of TEST_PG_URL's server). */
+const pgAdmin = (server: string) => knex({ client: 'pg', connection: { connectionString: server }, pool: { min: 0, max: 1 } });
+
+/** Creates a database on the PostgreSQL server of `serverUrl`; returns its URL and how to drop it. */
+export async function createPgDatabase(serverUrl: string): Promise<{ url: string; drop(): Promise<void> }> {
+  const name = `rollcall_test_${randomBytes(6).toString('hex')}`;
+  const admin = pgAdmin(serverUrl);
+  try {
+    await admin.raw('CREATE DATABASE ??', [name]);
+  } finally {
+    await admin.destroy();
+  }
+  const url = new URL(serverUrl);
+  url.pathname = `/${name}`;
+  return {
+    url: url.toString(),
+    async drop() {
+      const cleanup = pgAdmin(serverUrl);
+      try {
+        // FORCE ends sessions a killed service process may have left behind.
+        await cleanup.raw('DROP DATABASE IF EXISTS ?? WITH (FORCE)', [name]);
+      } finally {
+        await cleanup.destroy();
+      }
+    },
+  };
+}
+
+const pg: Backend = {
+  name: 'pg',
+  async create(overrides = {}) {
+    const database = await createPgDatabase(pgUrl as string);
+    const config = loadConfig({ LOG_LEVEL: 'silent', DATABASE_URL: database.url, ...overrides });
+    return { name: 'pg', config, drop: () => database.drop() };
+  },
+};
+
 /** How a spawned service process finds a test's database. */
 export function processEnv(database: TestDatabase): Record<string, string> {
   return database.config.DATABASE_URL ? { DATABASE_URL: database.config.DATABASE_URL } : { SQLITE_PATH: database.config.SQLITE_PATH };
 }
 
-/** SQLite always; MariaDB too when TEST_MYSQL_URL is set (.ci/run sets it and insists it answers). */
+/**
+ * SQLite always; MariaDB when TEST_MYSQL_URL is set, PostgreSQL when TEST_PG_URL is set (.ci/run
+ * sets both and insists they answer).
+ */
 export function backends(): Array<[name: string, backend: Backend]> {
-  return (mysqlUrl ? [sqlite, mysql] : [sqlite]).map((backend) => [backend.name, backend]);
+  return [sqlite, ...(mysqlUrl ? [mysql] : []), ...(pgUrl ? [pg] : [])].map((backend) => [backend.name, backend]);
 }
 
 export function mysqlBackend(): Backend | null {
   return mysqlUrl ? mysql : null;
+}
+
+export function pgBackend(): Backend | null {
+  return pgUrl ? pg : null;
+}
+
+/** The server backends (MariaDB, PostgreSQL) that are set, for tests of what only a server does. */
+export function serverBackends(): Array<[name: string, backend: Backend]> {
+  return backends().filter(([name]) => name !== 'sqlite');
 }

@@ -44,7 +44,18 @@ export class PrivateMariadb {
     }
     this.child = spawn(
       MARIADBD,
-      ['--no-defaults', `--datadir=${this.dir}/data`, `--port=${this.port}`, '--bind-address=127.0.0.1', `--socket=${this.dir}/sock`, `--pid-file=${this.dir}/pid`, '--user=root', '--skip-grant-tables', '--innodb-buffer-pool-size=64M', `--log-error=${this.dir}/error.log`],
+      [
+        '--no-defaults',
+        `--datadir=${this.dir}/data`,
+        `--port=${this.port}`,
+        '--bind-address=127.0.0.1',
+        `--socket=${this.dir}/sock`,
+        `--pid-file=${this.dir}/pid`,
+        '--user=root',
+        '--skip-grant-tables',
+        '--innodb-buffer-pool-size=64M',
+        `--log-error=${this.dir}/error.log`,
+      ],
       { stdio: 'ignore' },
     );
     const deadline = Date.now() + 30_000;

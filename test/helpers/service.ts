@@ -1,4 +1,5 @@
 import request from 'supertest';
+
 import { createServer } from '../../src/http/server';
 import { createRollcall, Rollcall } from '../../src/rollcall';
 import { Backend, TestDatabase } from './backends';

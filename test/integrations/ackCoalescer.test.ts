@@ -51,6 +51,11 @@ describe('the ack coalescer of the queue integrations, against a real service', 
     ]);
     expect(answers).toEqual([null, null, null, 'unknown_group', null]);
     const reasons = new Map((await new RollcallClient({ baseUrl: server.url }).failures(id)).failures.map((f) => [f.id, f.error]));
-    expect(reasons).toEqual(new Map([[ids[1], 'disk full'], [ids[2], 'x'.repeat(1000)]]));
+    expect(reasons).toEqual(
+      new Map([
+        [ids[1], 'disk full'],
+        [ids[2], 'x'.repeat(1000)],
+      ]),
+    );
   });
 });

@@ -2,7 +2,9 @@ import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import path from 'node:path';
 import readline from 'node:readline';
-import amqp, { ChannelModel, ConsumeMessage } from 'amqplib';
+
+import amqp, { ChannelModel } from 'amqplib';
+
 import { Batch, RollcallClient } from '../../src/client';
 import { rollcallConsumer } from '../../src/integrations/amqp';
 import { openBatch } from '../../src/integrations/producer';
@@ -14,7 +16,6 @@ import { startService, TestService } from '../helpers/service';
 import { TcpProxy } from '../helpers/tcpProxy';
 import { kindOf } from './fixtures/jobs';
 import { handleTestMessage, numberOf } from './fixtures/messages';
-
 
 function expected(count: number): { succeeded: number; failed: number } {
   let failed = 0;

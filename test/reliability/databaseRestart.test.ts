@@ -1,26 +1,54 @@
 import knex from 'knex';
-import { mysqlBackend } from '../helpers/backends';
+
+import { createPgDatabase, mysqlBackend, pgBackend } from '../helpers/backends';
 import { PrivateMariadb, privateMariadbAvailable } from '../helpers/privateMariadb';
+import { PrivatePostgres, privatePostgresAvailable } from '../helpers/privatePostgres';
 import { call, ServiceProcess, spawnService } from '../helpers/processes';
 import { chunks, itemIds, shuffled } from '../helpers/service';
 
-// Runs with the MariaDB suite (TEST_MYSQL_URL), on a MariaDB server of its own.
-const describeOnMysql = mysqlBackend() && privateMariadbAvailable() ? describe : describe.skip;
+/** A database server of the test's own that it may stop and start, and the URL of a fresh database on it. */
+interface PrivateServer {
+  start(): Promise<void>;
+  stop(signal?: NodeJS.Signals): Promise<void>;
+  destroy(): Promise<void>;
+  createDatabase(): Promise<string>;
+}
 
-describeOnMysql('MariaDB stopped and restarted under load', () => {
-  jest.setTimeout(180_000);
+function privateMariadb(): PrivateServer {
   const mariadb = new PrivateMariadb();
+  return Object.assign(mariadb, {
+    async createDatabase() {
+      const admin = knex({ client: 'mysql2', connection: { uri: mariadb.url.replace('/rollcall', '/mysql') } as never, pool: { min: 0, max: 1 } });
+      await admin.raw('CREATE DATABASE rollcall');
+      await admin.destroy();
+      return mariadb.url;
+    },
+  });
+}
+
+function privatePostgres(): PrivateServer {
+  const postgres = new PrivatePostgres();
+  return Object.assign(postgres, { createDatabase: async () => (await createPgDatabase(postgres.url)).url });
+}
+
+// Runs with the MariaDB suite (TEST_MYSQL_URL) and the PostgreSQL suite (TEST_PG_URL), each on a server of its own.
+const servers: Array<[string, () => PrivateServer]> = [
+  ...(mysqlBackend() && privateMariadbAvailable() ? [['MariaDB', privateMariadb] as [string, () => PrivateServer]] : []),
+  ...(pgBackend() && privatePostgresAvailable() ? [['PostgreSQL', privatePostgres] as [string, () => PrivateServer]] : []),
+];
+const describeOnServers = servers.length > 0 ? describe.each(servers) : describe.skip.each([['none', privateMariadb]]);
+
+describeOnServers('%s stopped and restarted under load', (name, makeServer) => {
+  jest.setTimeout(180_000);
+  const server = makeServer();
   let service: ServiceProcess;
   beforeAll(async () => {
-    await mariadb.start();
-    const admin = knex({ client: 'mysql2', connection: { uri: mariadb.url.replace('/rollcall', '/mysql') } as never, pool: { min: 0, max: 1 } });
-    await admin.raw('CREATE DATABASE rollcall');
-    await admin.destroy();
-    service = await spawnService({ DATABASE_URL: mariadb.url, DB_POOL_SIZE: '4' });
+    await server.start();
+    service = await spawnService({ DATABASE_URL: await server.createDatabase(), DB_POOL_SIZE: '4' });
   });
   afterAll(async () => {
     await service?.stop();
-    await mariadb.destroy();
+    await server.destroy();
   });
 
   it('when the database goes down and comes back, then the service answers 503 meanwhile, never crashes, serves again within 5 s and loses no ack', async () => {
@@ -56,7 +84,7 @@ describeOnMysql('MariaDB stopped and restarted under load', () => {
     const load = Promise.all(Array.from({ length: 8 }, client));
 
     await new Promise((r) => setTimeout(r, 500));
-    await mariadb.stop('SIGTERM');
+    await server.stop('SIGTERM');
     await new Promise((r) => setTimeout(r, 2000));
     expect(service.child.exitCode).toBeNull(); // still running
     const okWhileDown = tally.ok;
@@ -66,7 +94,7 @@ describeOnMysql('MariaDB stopped and restarted under load', () => {
     const readyWhileDown = await call(`${service.url}/readyz`, 'GET');
     expect(readyWhileDown.status).toBe(503);
 
-    await mariadb.start();
+    await server.start();
     const backAt = Date.now();
     while (lastOkAt < backAt && Date.now() - backAt < 10_000) await new Promise((r) => setTimeout(r, 20));
     const recoveryMs = lastOkAt - backAt;
@@ -80,6 +108,8 @@ describeOnMysql('MariaDB stopped and restarted under load', () => {
     expect(new Set(answeredOk).size).toBe(60_000);
     expect(completions).toBe(1);
     expect(tally.other).toBe(0);
-    console.log(`database restart: ${tally.sent} ack requests, ${tally.ok} answered 200, ${tally.unavailable} answered 503 while MariaDB was down, served again ${recoveryMs} ms after it came back; lost acks: 0`);
+    console.log(
+      `database restart: ${tally.sent} ack requests, ${tally.ok} answered 200, ${tally.unavailable} answered 503 while ${name} was down, served again ${recoveryMs} ms after it came back; lost acks: 0`,
+    );
   });
 });

@@ -1,4 +1,5 @@
 import fc from 'fast-check';
+
 import { addItemsBody, createBatchBody, sealBody } from '../../src/http/schemas';
 import { backends } from '../helpers/backends';
 import { startService, TestService } from '../helpers/service';
@@ -12,7 +13,14 @@ async function snapshot(svc: TestService) {
   const events = await db('outbox').count({ n: '*' });
   const reasons = await db('failure_reasons').count({ n: '*' });
   const childOutcomes = await db('child_outcomes').count({ n: '*' });
-  return JSON.stringify({ batches, groups: groups.map((g) => ({ ...g, succeeded_bits: String(g.succeeded_bits?.toString('hex')), failed_bits: String(g.failed_bits?.toString('hex')) })), adds, events, reasons, childOutcomes });
+  return JSON.stringify({
+    batches,
+    groups: groups.map((g) => ({ ...g, succeeded_bits: String(g.succeeded_bits?.toString('hex')), failed_bits: String(g.failed_bits?.toString('hex')) })),
+    adds,
+    events,
+    reasons,
+    childOutcomes,
+  });
 }
 
 const junkJson = fc.oneof(
@@ -25,7 +33,10 @@ const junkJson = fc.oneof(
 );
 const junkText = fc.oneof(fc.string({ minLength: 1, maxLength: 200 }), fc.constant('{'), fc.constant('{"ids": [1,2'), fc.constant('null'), fc.constant('[]'));
 const pathId = fc.oneof(fc.uuid(), fc.string({ minLength: 1, maxLength: 60 }).map(encodeURIComponent), fc.constant('%00'), fc.constant('..'));
-const header = fc.oneof(fc.string({ maxLength: 300 }).filter((s) => /^[\x20-\x7e]*$/.test(s)), fc.constant('x'.repeat(300)));
+const header = fc.oneof(
+  fc.string({ maxLength: 300 }).filter((s) => /^[\x20-\x7e]*$/.test(s)),
+  fc.constant('x'.repeat(300)),
+);
 
 /** Sends any JSON value as a JSON body (supertest itself refuses bare numbers and booleans). */
 const withJson = (req: import('supertest').Test, body: unknown) => {
@@ -65,12 +76,35 @@ describe.each(backends())('fuzzing every endpoint with bad input (%s)', (name, b
       fc.record({ kind: fc.constant('items'), target: pathId, body: junkJson.filter((b) => !isValid(addItemsBody, b)), key: header }),
       fc.record({ kind: fc.constant('seal'), target: pathId, body: junkJson.filter((b) => !isValid(sealBody, b)) }),
       fc.record({ kind: fc.constant('acks'), body: junkJson }),
-      fc.record({ kind: fc.constant('raw'), path: fc.constantFrom('/v1/acks', '/v1/batches', `/v1/batches/${id}/items`, `/v1/batches/${id}/seal`), text: junkText, type: fc.constantFrom('application/json', 'text/plain', 'application/x-www-form-urlencoded', 'application/json; charset=latin1') }),
-      fc.record({ kind: fc.constant('read'), target: pathId, query: fc.dictionary(fc.constantFrom('state', 'limit', 'cursor', 'userKey', 'timeout', 'x', 'parent'), fc.string({ maxLength: 40 })) }),
+      fc.record({
+        kind: fc.constant('raw'),
+        path: fc.constantFrom('/v1/acks', '/v1/batches', `/v1/batches/${id}/items`, `/v1/batches/${id}/seal`),
+        text: junkText,
+        type: fc.constantFrom('application/json', 'text/plain', 'application/x-www-form-urlencoded', 'application/json; charset=latin1'),
+      }),
+      fc.record({
+        kind: fc.constant('read'),
+        target: pathId,
+        query: fc.dictionary(fc.constantFrom('state', 'limit', 'cursor', 'userKey', 'timeout', 'x', 'parent'), fc.string({ maxLength: 40 })),
+      }),
       fc.record({ kind: fc.constant('cancel'), target: pathId, body: fc.oneof(fc.constant(undefined), junkJson) }),
       fc.record({ kind: fc.constant('item'), target: fc.oneof(strayItem.map(encodeURIComponent), pathId) }),
-      fc.record({ kind: fc.constant('failures'), target: fc.oneof(pathId, fc.constant(id)), query: fc.dictionary(fc.constantFrom('limit', 'cursor', 'x'), fc.string({ maxLength: 40 })) }),
-      fc.record({ kind: fc.constant('child'), body: fc.record({ parentItem: fc.oneof(strayItem, fc.integer(), fc.constant(null).map(() => ({}))), userKey: fc.oneof(fc.constant(undefined), fc.string({ minLength: 1, maxLength: 10 })) }) }),
+      fc.record({
+        kind: fc.constant('failures'),
+        target: fc.oneof(pathId, fc.constant(id)),
+        query: fc.dictionary(fc.constantFrom('limit', 'cursor', 'x'), fc.string({ maxLength: 40 })),
+      }),
+      fc.record({
+        kind: fc.constant('child'),
+        body: fc.record({
+          parentItem: fc.oneof(
+            strayItem,
+            fc.integer(),
+            fc.constant(null).map(() => ({})),
+          ),
+          userKey: fc.oneof(fc.constant(undefined), fc.string({ minLength: 1, maxLength: 10 })),
+        }),
+      }),
       fc.record({
         kind: fc.constant('ackError'),
         body: fc.record({
@@ -84,7 +118,16 @@ describe.each(backends())('fuzzing every endpoint with bad input (%s)', (name, b
       fc.record({ kind: fc.constant('deep'), depth: fc.integer({ min: 33, max: 4000 }) }),
       fc.record({
         kind: fc.constant('emptyEntry'),
-        entries: fc.array(fc.record({ batchId: fc.constantFrom(id, 'x'), groupId: fc.constantFrom(added.body.groups[0].id as string, 'y'), indexes: fc.constantFrom([], [0], [[0, 3]]) }), { minLength: 1, maxLength: 20 }).filter((e) => e.some((x) => x.indexes.length === 0)),
+        entries: fc
+          .array(
+            fc.record({
+              batchId: fc.constantFrom(id, 'x'),
+              groupId: fc.constantFrom(added.body.groups[0].id as string, 'y'),
+              indexes: fc.constantFrom([], [0], [[0, 3]]),
+            }),
+            { minLength: 1, maxLength: 20 },
+          )
+          .filter((e) => e.some((x) => x.indexes.length === 0)),
       }),
       fc.record({
         kind: fc.constant('form'),
@@ -132,7 +175,10 @@ describe.each(backends())('fuzzing every endpoint with bad input (%s)', (name, b
             res = await svc.api.post(r.path).set('content-type', r.type).send(r.text);
             break;
           case 'deep':
-            res = await svc.api.post('/v1/batches').set('content-type', 'application/json').send(`{"metadata":${'{"a":'.repeat(r.depth)}1${'}'.repeat(r.depth)}}`);
+            res = await svc.api
+              .post('/v1/batches')
+              .set('content-type', 'application/json')
+              .send(`{"metadata":${'{"a":'.repeat(r.depth)}1${'}'.repeat(r.depth)}}`);
             break;
           case 'emptyEntry':
             res = await withJson(svc.api.post('/v1/acks'), { groups: r.entries });

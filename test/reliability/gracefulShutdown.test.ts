@@ -1,4 +1,4 @@
-import { backends, processEnv, TestDatabase } from '../helpers/backends';
+import { backends, processEnv } from '../helpers/backends';
 import { call, spawnService } from '../helpers/processes';
 
 describe.each(backends())('SIGTERM (%s)', (_name, backend) => {

@@ -1,16 +1,16 @@
-import { mysqlBackend, TestDatabase } from '../helpers/backends';
+import { serverBackends, TestDatabase } from '../helpers/backends';
 import { call, runClients, ServiceProcess, spawnService } from '../helpers/processes';
 import { chunks, itemIds, shuffled } from '../helpers/service';
 
-const backend = mysqlBackend();
-const describeOnMysql = backend ? describe : describe.skip;
+const servers = serverBackends();
+const describeOnServers = servers.length > 0 ? describe.each(servers) : describe.skip.each([['none', null as never]]);
 
-describeOnMysql('a service killed -9 during an ack storm (mysql)', () => {
+describeOnServers('a service killed -9 during an ack storm (%s)', (_name, backend) => {
   jest.setTimeout(180_000);
   let database: TestDatabase;
   let service: ServiceProcess;
   beforeAll(async () => {
-    database = await backend!.create();
+    database = await backend.create();
   });
   afterAll(async () => {
     await service?.stop();
@@ -66,6 +66,8 @@ describeOnMysql('a service killed -9 during an ack storm (mysql)', () => {
     const after = (await call(`${service.url}/v1/batches/${id}`, 'GET')).body;
     expect(after).toMatchObject({ state: 'complete', succeeded: 100_000, failed: 0, pending: 0 });
     expect(completions).toBe(1);
-    console.log(`kill -9 storm: ${sent} ack requests started, ${answeredOk.length} answered 200 (${confirmed.length} IDs) before the kill, ${failedRequests} cut off; lost acks: 0`);
+    console.log(
+      `kill -9 storm: ${sent} ack requests started, ${answeredOk.length} answered 200 (${confirmed.length} IDs) before the kill, ${failedRequests} cut off; lost acks: 0`,
+    );
   });
 });

@@ -35,15 +35,21 @@ describe.each(backends())('callback targets in a multi-tenant service (%s)', (_n
     await loopback.stop();
   });
 
-  it.each(['http://127.0.0.1:8080/cb', 'http://10.1.2.3/cb', 'http://169.254.169.254/latest/meta-data', 'http://[::1]:80/', 'http://[::ffff:127.0.0.1]/', 'http://0.0.0.0:80/', 'http://192.168.1.1/', 'http://[fd00::1]/'])(
-    'when a batch is created with callbackUrl %s, then 400 and nothing is created',
-    async (callbackUrl) => {
-      const res = await svc.api.post('/v1/batches').set('Authorization', tenantA).send({ callbackUrl });
-      expect(res.status).toBe(400);
-      expect(res.body.error.code).toBe('invalid_request');
-      expect((await svc.api.get('/v1/batches').set('Authorization', tenantA)).body.batches).toEqual([]);
-    },
-  );
+  it.each([
+    'http://127.0.0.1:8080/cb',
+    'http://10.1.2.3/cb',
+    'http://169.254.169.254/latest/meta-data',
+    'http://[::1]:80/',
+    'http://[::ffff:127.0.0.1]/',
+    'http://0.0.0.0:80/',
+    'http://192.168.1.1/',
+    'http://[fd00::1]/',
+  ])('when a batch is created with callbackUrl %s, then 400 and nothing is created', async (callbackUrl) => {
+    const res = await svc.api.post('/v1/batches').set('Authorization', tenantA).send({ callbackUrl });
+    expect(res.status).toBe(400);
+    expect(res.body.error.code).toBe('invalid_request');
+    expect((await svc.api.get('/v1/batches').set('Authorization', tenantA)).body.batches).toEqual([]);
+  });
 
   it('when the address is in CALLBACK_ALLOW_HOSTS (127.0.0.2), then the callback is delivered', async () => {
     const id = await completedWithCallback(svc, tenantA, allowed.url);
@@ -88,7 +94,12 @@ describe.each(backends())('fair callback delivery (%s)', (_name, backend) => {
     await blackhole.start(0, '127.0.0.2');
     const healthy = new Receiver();
     await healthy.start(0, '127.0.0.3');
-    const svc = await startService(backend, { API_TOKENS: JSON.stringify(TOKENS), CALLBACK_ALLOW_HOSTS: '127.0.0.0/8', CALLBACK_TIMEOUT: '10s', CALLBACK_POLL_INTERVAL: '100ms' });
+    const svc = await startService(backend, {
+      API_TOKENS: JSON.stringify(TOKENS),
+      CALLBACK_ALLOW_HOSTS: '127.0.0.0/8',
+      CALLBACK_TIMEOUT: '10s',
+      CALLBACK_POLL_INTERVAL: '100ms',
+    });
     try {
       for (let i = 0; i < 200; i++) await completedWithCallback(svc, tenantA, blackhole.url);
       svc.rollcall.startBackground();

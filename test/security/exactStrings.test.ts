@@ -16,7 +16,10 @@ describe.each(backends())('tenant, userKey and Idempotency-Key compare exactly (
   afterAll(() => svc.stop());
 
   it('when tenant acme has batches, then tenants Acme and "acme " list none of them and cannot read them', async () => {
-    const secret = await svc.api.post('/v1/batches').set('Authorization', lower).send({ metadata: { secret: 1 }, userKey: 'k' });
+    const secret = await svc.api
+      .post('/v1/batches')
+      .set('Authorization', lower)
+      .send({ metadata: { secret: 1 }, userKey: 'k' });
     expect(secret.status).toBe(201);
     for (const other of [upper, padded]) {
       const listed = await svc.api.get('/v1/batches').set('Authorization', other);

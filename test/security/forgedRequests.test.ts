@@ -53,7 +53,12 @@ describe.each(backends())('requests a browser page could forge (%s)', (_name, ba
   });
 
   it('when the dashboard itself writes (same origin), then it is served', async () => {
-    const res = await svc.api.post('/v1/batches').set('Sec-Fetch-Site', 'same-origin').set('Origin', 'http://127.0.0.1:8080').set('Host', '127.0.0.1:8080').send({});
+    const res = await svc.api
+      .post('/v1/batches')
+      .set('Sec-Fetch-Site', 'same-origin')
+      .set('Origin', 'http://127.0.0.1:8080')
+      .set('Host', '127.0.0.1:8080')
+      .send({});
     expect(res.status).toBe(201);
   });
 

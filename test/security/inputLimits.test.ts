@@ -14,7 +14,14 @@ describe.each(backends())('input limits that protect other callers (%s)', (_name
   const count = async () => (await svc.api.get('/v1/batches?limit=500')).body.batches.length as number;
 
   it('when metadata nests 32 levels, then it is stored; 33 or 5,000 levels are 400 and create nothing', async () => {
-    expect((await svc.api.post('/v1/batches').set('Content-Type', 'application/json').send(`{"metadata":${nested(32)}}`)).status).toBe(201);
+    expect(
+      (
+        await svc.api
+          .post('/v1/batches')
+          .set('Content-Type', 'application/json')
+          .send(`{"metadata":${nested(32)}}`)
+      ).status,
+    ).toBe(201);
     const before = await count();
     for (const depth of [33, 5000]) {
       const body = `{"metadata":${nested(depth)}}`;
@@ -28,7 +35,12 @@ describe.each(backends())('input limits that protect other callers (%s)', (_name
   it('when a compact ack entry names no index, then 400 and no item of the call is acked', async () => {
     const id = (await svc.api.post('/v1/batches').send({})).body.id as string;
     const group = (await svc.api.post(`/v1/batches/${id}/items`).send({ count: 2 })).body.groups[0].id as string;
-    const res = await svc.api.post('/v1/acks').send({ groups: [{ batchId: id, groupId: group, indexes: [0] }, { batchId: id, groupId: group, indexes: [] }] });
+    const res = await svc.api.post('/v1/acks').send({
+      groups: [
+        { batchId: id, groupId: group, indexes: [0] },
+        { batchId: id, groupId: group, indexes: [] },
+      ],
+    });
     expect(res.status).toBe(400);
     expect(res.body.error.code).toBe('invalid_request');
     expect((await svc.api.get(`/v1/batches/${id}`)).body).toMatchObject({ succeeded: 0, pending: 2 });

@@ -1,6 +1,8 @@
 import { spawn } from 'node:child_process';
+
 import knex, { Knex } from 'knex';
-import { backends, mysqlBackend } from '../helpers/backends';
+
+import { backends, serverBackends } from '../helpers/backends';
 import { sealedBatch, startService, TestService } from '../helpers/service';
 
 /** Times a promise: [its value, milliseconds taken]. */
@@ -18,15 +20,20 @@ async function until(condition: () => boolean): Promise<void> {
   }
 }
 
-const mysql = mysqlBackend();
-const describeOnMysql = mysql ? describe : describe.skip;
+const servers = serverBackends();
+const describeOnServers = servers.length > 0 ? describe.each(servers) : describe.skip.each([['none', null as never]]);
 
-describeOnMysql('a batch row held locked by another connection (mysql)', () => {
+describeOnServers('a batch row held locked by another connection (%s)', (name, backend) => {
   let svc: TestService;
   let holder: Knex;
   beforeAll(async () => {
-    svc = await startService(mysql!, { ACK_QUEUE_MAX_IDS: '10000' });
-    holder = knex({ client: 'mysql2', connection: { uri: svc.database.config.DATABASE_URL } as never, pool: { min: 0, max: 1 } });
+    svc = await startService(backend, { ACK_QUEUE_MAX_IDS: '10000' });
+    const url = svc.database.config.DATABASE_URL as string;
+    holder = knex({
+      client: name === 'pg' ? 'pg' : 'mysql2',
+      connection: (name === 'pg' ? { connectionString: url } : { uri: url }) as never,
+      pool: { min: 0, max: 1 },
+    });
   });
   afterAll(async () => {
     await holder.destroy();
@@ -70,19 +77,32 @@ describeOnMysql('a batch row held locked by another connection (mysql)', () => {
     expect((await svc.api.post('/v1/acks').send({ ids: x.ids })).body).toMatchObject({ acked: 4, completed: [expect.objectContaining({ id: x.id })] });
   }, 30_000);
 
-  it('when another connection holds LOCK TABLES on the tables an ack needs, then the ack gets 503 after LOCK_TIMEOUT', async () => {
-    const x = await sealedBatch(svc.api, 2);
+  /** Locks the tables an ack needs as a whole (LOCK TABLES on MySQL, LOCK TABLE in a transaction on PostgreSQL). */
+  async function lockTables(): Promise<() => Promise<void>> {
+    if (name === 'pg') {
+      const trx = await holder.transaction();
+      await trx.raw('LOCK TABLE item_groups, batches IN EXCLUSIVE MODE');
+      return async () => void (await trx.rollback());
+    }
     const connection = await holder.client.acquireConnection();
     const run = (sql: string) => new Promise((resolve, reject) => connection.query(sql, (err: Error | null) => (err ? reject(err) : resolve(null))));
+    await run('LOCK TABLES item_groups READ, batches READ');
+    return async () => {
+      await run('UNLOCK TABLES');
+      await holder.client.releaseConnection(connection);
+    };
+  }
+
+  it('when another connection locks the tables an ack needs, then the ack gets 503 after LOCK_TIMEOUT', async () => {
+    const x = await sealedBatch(svc.api, 2);
+    const unlock = await lockTables();
     try {
-      await run('LOCK TABLES item_groups READ, batches READ');
       const [res, ms] = await timed(svc.api.post('/v1/acks').send({ ids: [x.ids[0]] }));
       expect(res.status).toBe(503);
       expect(res.headers['retry-after']).toBe('1');
       expect(ms).toBeLessThan(5000);
     } finally {
-      await run('UNLOCK TABLES');
-      await holder.client.releaseConnection(connection);
+      await unlock();
     }
     expect((await svc.api.post('/v1/acks').send({ ids: x.ids })).body.acked).toBe(2);
   }, 30_000);

@@ -1,4 +1,5 @@
 import knex, { Knex } from 'knex';
+
 import { mysqlBackend } from '../helpers/backends';
 import { startService } from '../helpers/service';
 

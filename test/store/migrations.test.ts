@@ -1,10 +1,11 @@
-import { Db, dialectOf, openDb } from '../../src/store/db';
+import { Db, openDb } from '../../src/store/db';
+import { profileOf } from '../../src/store/dialect';
 import { migrateLatest, migrateRollbackAll, migrationsCurrent } from '../../src/store/migrations';
 import { backends } from '../helpers/backends';
 
 /** The schema as the database reports it: tables, columns with types, and indexes. */
 async function describeSchema(db: Db): Promise<unknown> {
-  if (dialectOf(db) === 'mysql') {
+  if (profileOf(db).name === 'mysql') {
     const [columns] = await db.raw(
       `SELECT table_name t, column_name c, column_type ty, is_nullable n, column_default d, collation_name co FROM information_schema.columns
        WHERE table_schema = DATABASE() ORDER BY table_name, ordinal_position`,
@@ -14,6 +15,16 @@ async function describeSchema(db: Db): Promise<unknown> {
        WHERE table_schema = DATABASE() ORDER BY table_name, index_name, seq_in_index`,
     );
     return { columns, indexes };
+  }
+  if (profileOf(db).name === 'postgres') {
+    const columns = await db.raw(
+      `SELECT table_name t, column_name c, data_type ty, character_maximum_length l, is_nullable n, column_default d FROM information_schema.columns
+       WHERE table_schema = current_schema() ORDER BY table_name, ordinal_position`,
+    );
+    const indexes = await db.raw(
+      `SELECT tablename t, indexname i, indexdef d FROM pg_indexes WHERE schemaname = current_schema() ORDER BY tablename, indexname`,
+    );
+    return { columns: columns.rows, indexes: indexes.rows };
   }
   return db.raw(`SELECT type, name, tbl_name, sql FROM sqlite_master WHERE name NOT LIKE 'sqlite_%' ORDER BY name`);
 }

@@ -1,6 +1,7 @@
 import knex from 'knex';
-import { lockRows } from '../../src/store/batches';
+
 import { Db, openDb, Queryable } from '../../src/store/db';
+import { forUpdate } from '../../src/store/dialect';
 import { migrateLatest } from '../../src/store/migrations';
 import { readDecideWrite } from '../../src/store/readDecideWrite';
 import { backends, TestDatabase } from '../helpers/backends';
@@ -35,63 +36,102 @@ describe.each(backends())('read-decide-write transactions (%s)', (name, backend)
   const committed = async () => rowsOf(await other('scratch').select('id', 'n').orderBy('id'));
 
   it('when a transaction runs, then decide sees every read in order and its writes are committed', async () => {
-    await db('scratch').insert([{ id: 'a', n: 1 }, { id: 'b', n: 2 }]);
-    const answer = await readDecideWrite(db, { retries: 0 }, {
-      reads: (q) => [scratch(q).select('id', 'n').orderBy('id'), scratch(q).select('id', 'n').where('n', '>', 1)],
-      decide: (q, results) => ({
-        writes: [scratch(q).where({ id: 'a' }).update({ n: 10 }), scratch(q).insert({ id: 'c', n: results.length })],
-        answer: results.map(rowsOf),
-      }),
-    });
-    expect(answer).toEqual([[['a', 1], ['b', 2]], [['b', 2]]]);
-    expect(await committed()).toEqual([['a', 10], ['b', 2], ['c', 2]]);
+    await db('scratch').insert([
+      { id: 'a', n: 1 },
+      { id: 'b', n: 2 },
+    ]);
+    const answer = await readDecideWrite(
+      db,
+      { retries: 0 },
+      {
+        reads: (q) => [scratch(q).select('id', 'n').orderBy('id'), scratch(q).select('id', 'n').where('n', '>', 1)],
+        decide: (q, results) => ({
+          writes: [scratch(q).where({ id: 'a' }).update({ n: 10 }), scratch(q).insert({ id: 'c', n: results.length })],
+          answer: results.map(rowsOf),
+        }),
+      },
+    );
+    expect(answer).toEqual([
+      [
+        ['a', 1],
+        ['b', 2],
+      ],
+      [['b', 2]],
+    ]);
+    expect(await committed()).toEqual([
+      ['a', 10],
+      ['b', 2],
+      ['c', 2],
+    ]);
   });
 
   it('when it has one read and no writes, then the read comes back as the only result', async () => {
     await db('scratch').insert({ id: 'a', n: 1 });
-    const answer = await readDecideWrite(db, { retries: 0 }, { reads: (q) => [scratch(q).select('id', 'n')], decide: (_q, results) => ({ writes: [], answer: results }) });
+    const answer = await readDecideWrite(
+      db,
+      { retries: 0 },
+      { reads: (q) => [scratch(q).select('id', 'n')], decide: (_q, results) => ({ writes: [], answer: results }) },
+    );
     expect(answer.map(rowsOf)).toEqual([[['a', 1]]]);
   });
 
   it('when a value holds SQL, then it is stored as a value, not run', async () => {
     const hostile = "x'; DELETE FROM scratch; --";
     await db('scratch').insert({ id: 'keep', n: 1 });
-    await readDecideWrite(db, { retries: 0 }, {
-      reads: (q) => [scratch(q).select('id').where({ id: hostile })],
-      decide: (q) => ({ writes: [scratch(q).insert({ id: hostile, n: 2 }), scratch(q).where({ id: hostile }).update({ n: 3 })], answer: null }),
-    });
-    expect(await committed()).toEqual([['keep', 1], [hostile, 3]]);
+    await readDecideWrite(
+      db,
+      { retries: 0 },
+      {
+        reads: (q) => [scratch(q).select('id').where({ id: hostile })],
+        decide: (q) => ({ writes: [scratch(q).insert({ id: hostile, n: 2 }), scratch(q).where({ id: hostile }).update({ n: 3 })], answer: null }),
+      },
+    );
+    expect(await committed()).toEqual([
+      ['keep', 1],
+      [hostile, 3],
+    ]);
   });
 
   it('when a later write fails, then the earlier ones are undone and the connection serves the next transaction', async () => {
     await db('scratch').insert({ id: 'a', n: 1 });
-    const failure = await readDecideWrite(db, { retries: 0 }, {
-      reads: (q) => [scratch(q).select('id').where({ id: 'a' })],
-      decide: (q) => ({ writes: [scratch(q).where({ id: 'a' }).update({ n: 99 }), scratch(q).insert({ id: 'a', n: 2 })], answer: null }),
-    }).then(
+    const failure = await readDecideWrite(
+      db,
+      { retries: 0 },
+      {
+        reads: (q) => [scratch(q).select('id').where({ id: 'a' })],
+        decide: (q) => ({ writes: [scratch(q).where({ id: 'a' }).update({ n: 99 }), scratch(q).insert({ id: 'a', n: 2 })], answer: null }),
+      },
+    ).then(
       () => null,
       (error: unknown) => error as Error,
     );
-    expect(failure?.message).toMatch(/UNIQUE constraint|Duplicate entry/);
+    expect(failure?.message).toMatch(/UNIQUE constraint|Duplicate entry|duplicate key value/);
     expect(await committed()).toEqual([['a', 1]]);
     // The pool's one connection must not still be inside the failed transaction: this write has to be committed for others to see.
     await db('scratch').insert({ id: 'b', n: 2 });
-    expect(await committed()).toEqual([['a', 1], ['b', 2]]);
+    expect(await committed()).toEqual([
+      ['a', 1],
+      ['b', 2],
+    ]);
   });
 
   it('when decide throws, then nothing is written and the rows it read are free again', async () => {
     await db('scratch').insert({ id: 'a', n: 1 });
-    const failure = await readDecideWrite<null>(db, { retries: 0 }, {
-      reads: (q) => [lockRows(q, scratch(q).select('id').where({ id: 'a' }))],
-      decide: () => {
-        throw new Error('decided to fail');
+    const failure = await readDecideWrite<null>(
+      db,
+      { retries: 0 },
+      {
+        reads: (q) => [forUpdate(q, scratch(q).select('id').where({ id: 'a' }))],
+        decide: () => {
+          throw new Error('decided to fail');
+        },
       },
-    }).catch((error: unknown) => error as Error);
+    ).catch((error: unknown) => error as Error);
     expect(failure?.message).toBe('decided to fail');
     // Another client takes the row lock within a second (one still held would make it time out).
     await other.transaction(async (trx) => {
       if (name === 'mysql') await trx.raw('SET SESSION innodb_lock_wait_timeout = 1');
-      await lockRows(trx, trx('scratch').where({ id: 'a' })).update({ n: 5 });
+      await forUpdate(trx, trx('scratch').where({ id: 'a' })).update({ n: 5 });
     });
     expect(await committed()).toEqual([['a', 5]]);
   });
@@ -100,14 +140,25 @@ describe.each(backends())('read-decide-write transactions (%s)', (name, backend)
     await db('scratch').insert({ id: 'a', n: 1 });
     let attempts = 0;
     const retried: number[] = [];
-    const answer = await readDecideWrite(db, { retries: 2, onRetry: (_error, attempt) => retried.push(attempt) }, {
-      reads: (q) => [lockRows(q, scratch(q).select('id', 'n').where({ id: 'a' }))],
-      decide: (q, [rows]) => {
-        attempts += 1;
-        if (attempts === 1) throw Object.assign(new Error('aborted'), { code: name === 'mysql' ? 'ER_LOCK_DEADLOCK' : 'SQLITE_BUSY_SNAPSHOT' });
-        return { writes: [scratch(q).where({ id: 'a' }).update({ n: Number((rows as Row[])[0]!.n) + 1 })], answer: attempts };
+    const answer = await readDecideWrite(
+      db,
+      { retries: 2, onRetry: (_error, attempt) => retried.push(attempt) },
+      {
+        reads: (q) => [forUpdate(q, scratch(q).select('id', 'n').where({ id: 'a' }))],
+        decide: (q, [rows]) => {
+          attempts += 1;
+          if (attempts === 1) throw Object.assign(new Error('aborted'), { code: name === 'mysql' ? 'ER_LOCK_DEADLOCK' : 'SQLITE_BUSY_SNAPSHOT' });
+          return {
+            writes: [
+              scratch(q)
+                .where({ id: 'a' })
+                .update({ n: Number((rows as Row[])[0]!.n) + 1 }),
+            ],
+            answer: attempts,
+          };
+        },
       },
-    });
+    );
     expect(retried).toEqual([1]);
     expect(answer).toBe(2);
     expect(await committed()).toEqual([['a', 2]]);

@@ -1,12 +1,13 @@
 import { Knex } from 'knex';
+
 import { Db, openDb } from '../../src/store/db';
 import { inTransaction } from '../../src/store/transaction';
-import { mysqlBackend, TestDatabase } from '../helpers/backends';
+import { serverBackends, TestDatabase } from '../helpers/backends';
 
-const backend = mysqlBackend();
-const describeOnMysql = backend ? describe : describe.skip;
+const servers = serverBackends();
+const describeOnServers = servers.length > 0 ? describe.each(servers) : describe.skip.each([['none', null as never]]);
 
-/** Two transactions that lock rows a and b in opposite orders: MariaDB aborts one as a deadlock. */
+/** Two transactions that lock rows a and b in opposite orders: the server aborts one as a deadlock. */
 function crossLock(db: Db, retries: number, retried: string[]) {
   let arrived = 0;
   let release!: () => void;
@@ -26,11 +27,14 @@ function crossLock(db: Db, retries: number, retried: string[]) {
   return [run('a', 'b'), run('b', 'a')];
 }
 
-describeOnMysql('transactions aborted by the database (mysql)', () => {
+/** The deadlock code of each server. */
+const DEADLOCK: Record<string, string> = { mysql: 'ER_LOCK_DEADLOCK', pg: '40P01', sqlite: 'none' };
+
+describeOnServers('transactions aborted by the database (%s)', (name, backend) => {
   let database: TestDatabase;
   let db: Db;
   beforeAll(async () => {
-    database = await backend!.create();
+    database = await backend.create();
     db = openDb(database.config);
     await db.schema.createTable('scratch', (t) => {
       t.string('id').primary();
@@ -39,7 +43,10 @@ describeOnMysql('transactions aborted by the database (mysql)', () => {
   });
   beforeEach(async () => {
     await db('scratch').delete();
-    await db('scratch').insert([{ id: 'a', n: 0 }, { id: 'b', n: 0 }]);
+    await db('scratch').insert([
+      { id: 'a', n: 0 },
+      { id: 'b', n: 0 },
+    ]);
   });
   afterAll(async () => {
     await db.destroy();
@@ -49,8 +56,11 @@ describeOnMysql('transactions aborted by the database (mysql)', () => {
   it('when two transactions deadlock, then the loser is retried and both commit exactly once', async () => {
     const retried: string[] = [];
     await Promise.all(crossLock(db, 3, retried));
-    expect(retried).toEqual(['ER_LOCK_DEADLOCK']);
-    expect(await db('scratch').orderBy('id')).toEqual([{ id: 'a', n: 1 }, { id: 'b', n: 1 }]);
+    expect(retried).toEqual([DEADLOCK[name]]);
+    expect(await db('scratch').orderBy('id')).toEqual([
+      { id: 'a', n: 1 },
+      { id: 'b', n: 1 },
+    ]);
   });
 
   it('when retries are used up, then the caller gets unavailable (503) caused by the deadlock, and its work is rolled back', async () => {
@@ -60,7 +70,7 @@ describeOnMysql('transactions aborted by the database (mysql)', () => {
     expect(failed).toHaveLength(1);
     const reason = (failed[0] as PromiseRejectedResult).reason;
     expect(reason).toMatchObject({ code: 'unavailable', status: 503 });
-    expect(reason.cause.code).toBe('ER_LOCK_DEADLOCK');
+    expect(reason.cause.code).toBe(DEADLOCK[name]);
     const total = (await db('scratch')).reduce((sum: number, row: { n: number }) => sum + row.n, 0);
     expect(total).toBe(1);
   });

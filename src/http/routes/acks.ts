@@ -1,4 +1,5 @@
 import type { RequestHandler } from 'express';
+
 import { AckCall, callFromCompact, callFromIds, compactSize } from '../../domain/ackCall';
 import { PayloadTooLargeError } from '../../domain/errors';
 import { AckResult } from '../../service/ackItems';

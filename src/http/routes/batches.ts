@@ -1,16 +1,17 @@
 import { Router } from 'express';
+
 import { addItems } from '../../service/addItems';
 import { cancelBatch } from '../../service/cancelBatch';
 import { deleteBatch } from '../../service/deleteBatch';
+import { ServiceDeps } from '../../service/deps';
 import { listFailures } from '../../service/listFailures';
 import { openBatch } from '../../service/openBatch';
-import { getBatch, listBatches } from '../../service/readBatches';
+import { getBatch, listBatchPage } from '../../service/readBatches';
 import { sealBatch } from '../../service/sealBatch';
-import { ServiceDeps } from '../../service/deps';
 import { requireScope } from '../auth';
+import { batchIdOf } from '../params';
 import { addItemsBody, createBatchBody, failuresQuery, idempotencyKeyHeader, listQuery, sealBody } from '../schemas';
 import { parse } from '../validate';
-import { batchIdOf } from '../params';
 
 /** Producer and reader routes of /v1/batches: parse, call one use case, shape the reply. */
 export function batchRoutes(deps: ServiceDeps): Router {
@@ -31,7 +32,7 @@ export function batchRoutes(deps: ServiceDeps): Router {
 
   router.get('/v1/batches', read, async (req, res) => {
     const query = parse(listQuery, req.query, 'query');
-    res.json(await listBatches(deps, req.caller, query));
+    res.json(await listBatchPage(deps, req.caller, query));
   });
 
   router.get('/v1/batches/:batchId', read, async (req, res) => {

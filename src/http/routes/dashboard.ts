@@ -1,5 +1,6 @@
 import fs from 'node:fs';
 import path from 'node:path';
+
 import { RequestHandler, Router } from 'express';
 
 /** The folder holding package.json (the same from src/ under tsx and from dist/src/ when built). */

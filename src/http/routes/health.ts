@@ -1,26 +1,25 @@
 import { Router } from 'express';
-import { Db } from '../../store/db';
-import { migrationsCurrent } from '../../store/migrations';
-import { toError } from '../../domain/errors';
 
-/** Liveness (the process runs) and readiness (the database answers and its schema is current). */
+import { UnavailableError } from '../../domain/errors';
+import { Db, ping } from '../../store/db';
+import { migrationsCurrent } from '../../store/migrations';
+
+/**
+ * Liveness (the process runs) and readiness (the database answers and its schema is current). A
+ * database that is not ready is an UnavailableError, answered like every other error (errorHandler.ts).
+ */
 export function healthRoutes(db: Db): Router {
   const router = Router();
   router.get('/healthz', (_req, res) => {
     res.json({ status: 'ok' });
   });
-  router.get('/readyz', async (req, res) => {
-    try {
-      await db.raw('select 1');
-      if (!(await migrationsCurrent(db))) {
-        res.status(503).json({ error: { code: 'unavailable', message: 'database migrations are not current' } });
-        return;
-      }
-      res.json({ status: 'ready' });
-    } catch (caught) {
-      req.log.warn({ err: toError(caught) }, 'readiness check failed');
-      res.status(503).json({ error: { code: 'unavailable', message: 'the database is not available' } });
-    }
+  router.get('/readyz', async (_req, res) => {
+    await ping(db);
+    const current = await migrationsCurrent(db).catch((cause: unknown) => {
+      throw new UnavailableError('the database is not available', { cause });
+    });
+    if (!current) throw new UnavailableError('database migrations are not current');
+    res.json({ status: 'ready' });
   });
   return router;
 }

@@ -1,4 +1,5 @@
 import { Router } from 'express';
+
 import { ServiceDeps } from '../../service/deps';
 import { readItem } from '../../service/readItem';
 import { requireAnyScope } from '../auth';

@@ -1,4 +1,5 @@
 import { RequestHandler, Router } from 'express';
+
 import type { TokenEntry } from '../../config';
 import type { Metrics } from '../../metrics';
 import { authenticate, requireScope } from '../auth';

@@ -1,15 +1,18 @@
 import { z } from 'zod';
 
+import { BATCH_OUTCOMES, BATCH_STATES, EVENT_STATUSES, ITEM_STATES, REJECT_REASONS } from './vocabulary';
+
 /**
- * Response shapes of the HTTP contract, for the OpenAPI document. A test checks real responses
- * against the generated document, so these cannot drift from what the service sends.
+ * Response shapes of the HTTP contract: the source of the OpenAPI document and of the types the
+ * service, the client and the dashboard use (z.infer). A test checks real responses against the
+ * generated document, so these cannot drift from what the service sends.
  */
 const time = z.iso.datetime();
 
 export const batchSchema = z.object({
   id: z.uuid(),
-  state: z.enum(['open', 'sealed', 'complete', 'cancelled']),
-  outcome: z.enum(['succeeded', 'failed', 'cancelled']).nullable(),
+  state: z.enum(BATCH_STATES),
+  outcome: z.enum(BATCH_OUTCOMES).nullable(),
   userKey: z.string().nullable(),
   metadata: z.record(z.string(), z.unknown()).nullable(),
   callbackUrl: z.string().nullable(),
@@ -38,7 +41,7 @@ export const addResultSchema = z.object({
 export const ackResultSchema = z.object({
   acked: z.number().int().min(0),
   duplicates: z.number().int().min(0),
-  rejected: z.array(z.object({ id: z.string(), reason: z.enum(['malformed', 'unknown_batch', 'unknown_group', 'index_out_of_range', 'batch_cancelled']) })),
+  rejected: z.array(z.object({ id: z.string(), reason: z.enum(REJECT_REASONS) })),
   completed: z.array(batchSchema),
 });
 
@@ -48,7 +51,7 @@ export const eventsSchema = z.object({
       id: z.uuid(),
       event: z.string(),
       url: z.string(),
-      status: z.enum(['pending', 'delivered', 'dead']),
+      status: z.enum(EVENT_STATUSES),
       attempts: z.number().int(),
       nextAttemptAt: time.nullable(),
       lastAttemptAt: time.nullable(),
@@ -66,8 +69,8 @@ export const statusSchema = z.object({ status: z.string() });
 export const itemSchema = z.object({
   id: z.string(),
   batchId: z.uuid(),
-  state: z.enum(['pending', 'succeeded', 'failed']),
-  batchState: z.enum(['open', 'sealed', 'complete', 'cancelled']),
+  state: z.enum(ITEM_STATES),
+  batchState: z.enum(BATCH_STATES),
 });
 
 export const failurePageSchema = z.object({
@@ -77,3 +80,11 @@ export const failurePageSchema = z.object({
 });
 
 export const whoamiSchema = z.object({ tenant: z.string(), scopes: z.array(z.enum(['admin', 'consume', 'produce', 'read'])) });
+
+/** The Batch object of the HTTP contract. */
+export type BatchView = z.infer<typeof batchSchema>;
+export type Rejection = z.infer<typeof ackResultSchema>['rejected'][number];
+/** The Ack result of the HTTP contract. */
+export type AckResult = z.infer<typeof ackResultSchema>;
+export type ItemStatus = z.infer<typeof itemSchema>;
+export type FailurePage = z.infer<typeof failurePageSchema>;

@@ -1,0 +1,30 @@
+/**
+ * The words of the HTTP contract (../shared/API.md), declared once as `as const` arrays: the zod
+ * schemas (responses.ts, http/schemas.ts), the domain's types, the client and the dashboard all
+ * take them from here. No imports, so the client and the browser can use it as it is.
+ */
+export const BATCH_STATES = ['open', 'sealed', 'complete', 'cancelled'] as const;
+export type BatchState = (typeof BATCH_STATES)[number];
+
+/** What an item (and an ack) can be. */
+export const OUTCOMES = ['succeeded', 'failed'] as const;
+export type Outcome = (typeof OUTCOMES)[number];
+
+/** What a finished batch ended as. */
+export const BATCH_OUTCOMES = [...OUTCOMES, 'cancelled'] as const;
+export type BatchOutcome = (typeof BATCH_OUTCOMES)[number];
+
+/** An item as GET /v1/items/:itemId shows it. */
+export const ITEM_STATES = ['pending', ...OUTCOMES] as const;
+export type ItemState = (typeof ITEM_STATES)[number];
+
+/** Why an ID of an ack call was not applied. */
+export const REJECT_REASONS = ['malformed', 'unknown_batch', 'unknown_group', 'index_out_of_range', 'batch_cancelled'] as const;
+export type RejectReason = (typeof REJECT_REASONS)[number];
+
+/** A callback event's delivery state. */
+export const EVENT_STATUSES = ['pending', 'delivered', 'dead'] as const;
+export type EventStatus = (typeof EVENT_STATUSES)[number];
+
+/** The most item IDs one ack call takes (more is 413; the client splits larger acks). */
+export const MAX_ACK_IDS = 10_000;

@@ -1,0 +1,98 @@
+import { groupKey, GroupRecord } from '../domain/ackPlan';
+import { BatchRecord } from '../domain/batch';
+import { ReasonPlan } from '../domain/failureReasons';
+import { batchFromRow, BatchRow, lockBatchesQuery, updateBatchQuery } from './batches';
+import { insertChildOutcomeQuery, NewChildOutcome } from './childOutcomes';
+import { Db, Queryable, Statement } from './db';
+import { reasonKeysFrom, reasonKeysQuery, writeReasonsQueries } from './failureReasons';
+import { groupFromRow, GroupRow, lockGroupsQueries, writeGroupsQueries } from './groups';
+import { insertEventQuery, NewEvent } from './outbox';
+import { readDecideWrite } from './readDecideWrite';
+import { TransactionOptions } from './transaction';
+
+/** What an ack transaction reads: these groups of these batches, and the stored reason keys of some batches. */
+export interface AckReads {
+  groupIdsByBatch: Map<string, Set<string>>;
+  /** Batches whose stored failure-reason keys are read (only those named by failures with an error). */
+  reasonBatches: string[];
+}
+
+/** The rows an ack transaction read, as plain records. Unknown batches and groups are simply absent. */
+export interface AckRows {
+  batches: Map<string, BatchRecord>;
+  /** By groupKey(batchId, groupId), as the ack planner looks them up. */
+  groups: Map<string, GroupRecord>;
+  /** Stored reason keys per batch of AckReads.reasonBatches. */
+  storedReasons: Map<string, Set<string>>;
+}
+
+/** What an ack transaction writes, as plain records. */
+export interface AckWrites {
+  groups: GroupRecord[];
+  batches: BatchRecord[];
+  reasons: Array<{ batchId: string; plan: ReasonPlan }>;
+  events: NewEvent[];
+  childOutcomes: NewChildOutcome[];
+  /** The time the reasons are stamped with. */
+  now: number;
+}
+
+/**
+ * The ack transaction: locking reads in the one lock order (batch rows by id, then each batch's named
+ * group rows by id, then stored reason keys), a pure decision from the rows, and its writes. Runs
+ * again from the start after a deadlock (readDecideWrite.ts), so `decide` must have no side effects.
+ */
+export function runAckTransaction<T>(
+  db: Db,
+  options: TransactionOptions,
+  reads: AckReads,
+  decide: (rows: AckRows) => { writes: AckWrites; answer: T },
+): Promise<T> {
+  return readDecideWrite(db, options, {
+    reads: (q) => [...targetReads(q, reads.groupIdsByBatch), ...reads.reasonBatches.map((id) => reasonKeysQuery(q, id))],
+    decide(q, results) {
+      const targetResults = results.slice(0, results.length - reads.reasonBatches.length);
+      const storedReasons = new Map(reads.reasonBatches.map((id, i) => [id, reasonKeysFrom(results[targetResults.length + i])]));
+      const { writes, answer } = decide({ ...targetsFrom(targetResults), storedReasons });
+      return { writes: ackWrites(q, writes), answer };
+    },
+  });
+}
+
+function targetReads(q: Queryable, groupIdsByBatch: Map<string, Set<string>>): Statement[] {
+  const batchIds = [...groupIdsByBatch.keys()].sort();
+  if (batchIds.length === 0) return [];
+  return [lockBatchesQuery(q, batchIds), ...batchIds.flatMap((id) => lockGroupsQueries(q, id, groupIdsByBatch.get(id) ?? []))];
+}
+
+function targetsFrom(results: unknown[]): Pick<AckRows, 'batches' | 'groups'> {
+  const [batchRows = [], ...groupRows] = results as [BatchRow[]?, ...GroupRow[][]];
+  return {
+    batches: new Map(batchRows.map((row) => [row.id, batchFromRow(row)])),
+    groups: new Map(groupRows.flat().map((row) => [groupKey(row.batch_id, row.id), groupFromRow(row)])),
+  };
+}
+
+function ackWrites(q: Queryable, writes: AckWrites): Statement[] {
+  return [
+    ...writeGroupsQueries(q, writes.groups),
+    ...writes.batches.map((batch) => updateBatchQuery(q, batch)),
+    ...writes.reasons.flatMap(({ batchId, plan }) => writeReasonsQueries(q, batchId, plan, writes.now)),
+    ...finishRowsQueries(q, writes),
+  ];
+}
+
+/** The rows a batch's end writes beside it: its callback events and, for a child, its parent item's outcome. */
+export interface FinishRows {
+  events: NewEvent[];
+  childOutcomes: NewChildOutcome[];
+}
+
+function finishRowsQueries(q: Queryable, rows: FinishRows): Statement[] {
+  return [...rows.events.map((event) => insertEventQuery(q, event)), ...rows.childOutcomes.map((row) => insertChildOutcomeQuery(q, row))];
+}
+
+/** Inserts the finish rows in `trx` (seal and cancel, which end a batch outside the ack transaction). */
+export async function insertFinishRows(trx: Queryable, rows: FinishRows): Promise<void> {
+  for (const insert of finishRowsQueries(trx, rows)) await insert;
+}

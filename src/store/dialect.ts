@@ -1,0 +1,165 @@
+import { Knex } from 'knex';
+
+/**
+ * Everything that differs between the SQL databases rollcall runs on, declared once (like pg-boss's
+ * BACKEND_PROFILES). Store modules read these properties instead of asking which database runs;
+ * opening the connections (db.ts) is the only other place that knows the dialects apart.
+ *
+ * What needs no entry because knex already renders each dialect's form: the upsert
+ * (`onConflict().merge()`), bound values, identifier quoting, and the blob type of `table.binary`.
+ */
+export type DialectName = 'mysql' | 'postgres' | 'sqlite';
+
+export interface DialectProfile {
+  name: DialectName;
+  /** knex client names that mean this dialect. */
+  clients: readonly string[];
+  /** `SELECT … FOR UPDATE` takes row locks. SQLite has none: its write transaction excludes every other writer. */
+  rowLocks: boolean;
+  /** `FOR UPDATE SKIP LOCKED` lets claims (outbox, sweeper, child outcomes) pass over rows another replica holds. */
+  skipLocked: boolean;
+  /**
+   * How the hot paths reach the database. `mysql2-multi-statement`: the ack transaction is two
+   * round trips on one connection (mysqlDriver.ts) and plain reads skip knex's query objects;
+   * `knex`: knex runs each statement.
+   */
+  hotPath: 'mysql2-multi-statement' | 'knex';
+  /** `pool`: as many writers as connections. `one-per-file`: this process queues its write transactions per file. */
+  writers: 'pool' | 'one-per-file';
+  /** Driver error codes (never message text): see dbErrors.ts for what each class means. */
+  errors: {
+    retryable: readonly string[];
+    retryablePrefixes: readonly string[];
+    lockTimeout: readonly string[];
+    /** Another connection holds the database for a moment: worth waiting for (asynchronously) until LOCK_TIMEOUT. */
+    busy: readonly string[];
+    unavailable: readonly string[];
+    unavailablePrefixes: readonly string[];
+    /**
+     * Errors the driver raises itself, with no code, when its connection is gone: matched by exact
+     * message (node-postgres's own, never the server's text).
+     */
+    unavailableDriverMessages: readonly string[];
+    duplicateKey: readonly string[];
+  };
+}
+
+/** Socket-level codes every network driver reports when the server is away. */
+const NETWORK_DOWN = ['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EPIPE', 'ENOTFOUND', 'EHOSTUNREACH'];
+
+export const PROFILES: Readonly<Record<DialectName, DialectProfile>> = {
+  mysql: {
+    name: 'mysql',
+    clients: ['mysql2', 'mysql'],
+    rowLocks: true,
+    skipLocked: true,
+    hotPath: 'mysql2-multi-statement',
+    writers: 'pool',
+    errors: {
+      retryable: ['ER_LOCK_DEADLOCK'],
+      retryablePrefixes: [],
+      lockTimeout: ['ER_LOCK_WAIT_TIMEOUT'],
+      busy: [],
+      unavailable: [
+        ...NETWORK_DOWN,
+        'PROTOCOL_CONNECTION_LOST',
+        'PROTOCOL_SEQUENCE_TIMEOUT',
+        'ER_CON_COUNT_ERROR',
+        'ER_SERVER_SHUTDOWN',
+        'ER_ACCESS_DENIED_ERROR',
+        'ER_BAD_DB_ERROR',
+        // A Galera node that left the cluster answers 1047 (WSREP has not yet prepared node for
+        // application use); a server made read-only for a failover answers 1290. Both pass.
+        'ER_UNKNOWN_COM_ERROR',
+        'ER_OPTION_PREVENTS_STATEMENT',
+      ],
+      unavailablePrefixes: [],
+      unavailableDriverMessages: [],
+      duplicateKey: ['ER_DUP_ENTRY'],
+    },
+  },
+  postgres: {
+    name: 'postgres',
+    clients: ['pg', 'postgres', 'postgresql'],
+    rowLocks: true,
+    skipLocked: true,
+    hotPath: 'knex',
+    writers: 'pool',
+    errors: {
+      // deadlock_detected, serialization_failure: the server aborted the transaction; run it again.
+      retryable: ['40P01', '40001'],
+      retryablePrefixes: [],
+      // lock_not_available: `lock_timeout` (= LOCK_TIMEOUT) passed.
+      lockTimeout: ['55P03'],
+      busy: [],
+      unavailable: [
+        ...NETWORK_DOWN,
+        '57P01', // admin_shutdown
+        '57P02', // crash_shutdown
+        '57P03', // cannot_connect_now (starting up, shutting down, in recovery)
+        '53300', // too_many_connections
+        '3D000', // invalid_catalog_name: the database does not exist
+        '28000', // invalid_authorization_specification
+        '28P01', // invalid_password
+      ],
+      // Class 08: connection exceptions.
+      unavailablePrefixes: ['08'],
+      unavailableDriverMessages: [
+        'Connection terminated unexpectedly',
+        'Connection terminated',
+        'Connection terminated due to connection timeout',
+        'Client has encountered a connection error and is not queryable',
+        'Client was closed and is not queryable',
+      ],
+      // unique_violation
+      duplicateKey: ['23505'],
+    },
+  },
+  sqlite: {
+    name: 'sqlite',
+    clients: ['better-sqlite3', 'sqlite3'],
+    rowLocks: false,
+    skipLocked: false,
+    hotPath: 'knex',
+    writers: 'one-per-file',
+    errors: {
+      retryable: [],
+      // Extended codes: SQLITE_BUSY_SNAPSHOT, SQLITE_BUSY_RECOVERY, SQLITE_LOCKED_SHAREDCACHE …
+      retryablePrefixes: ['SQLITE_BUSY_', 'SQLITE_LOCKED'],
+      // Plain SQLITE_BUSY ends each short busy_timeout slice; transaction.ts waits the rest of
+      // LOCK_TIMEOUT between tries (busy), and what is still busy then is a lock timeout.
+      lockTimeout: ['SQLITE_BUSY'],
+      busy: ['SQLITE_BUSY'],
+      unavailable: ['SQLITE_CANTOPEN', 'SQLITE_FULL'],
+      unavailablePrefixes: ['SQLITE_IOERR'],
+      unavailableDriverMessages: [],
+      duplicateKey: ['SQLITE_CONSTRAINT_UNIQUE', 'SQLITE_CONSTRAINT_PRIMARYKEY'],
+    },
+  },
+};
+
+/** Anything that runs a query: the pool or an open transaction. */
+type Queryable = Knex | Knex.Transaction;
+
+/** The profile of the database `db` talks to. */
+export function profileOf(db: Queryable): DialectProfile {
+  const client = db.client.config.client as string;
+  const profile = Object.values(PROFILES).find((p) => p.clients.includes(client));
+  if (!profile) throw new Error(`no dialect profile for the knex client ${client}`);
+  return profile;
+}
+
+/** Adds FOR UPDATE where the dialect has row locks. */
+export function forUpdate<T extends object>(q: Queryable, query: Knex.QueryBuilder<T>): Knex.QueryBuilder<T> {
+  return profileOf(q).rowLocks ? query.forUpdate() : query;
+}
+
+/** Adds a shared lock (FOR SHARE) where the dialect has row locks: the read sees the newest commit and keeps it. */
+export function forShare<T extends object>(q: Queryable, query: Knex.QueryBuilder<T>): Knex.QueryBuilder<T> {
+  return profileOf(q).rowLocks ? query.forShare() : query;
+}
+
+/** Adds FOR UPDATE SKIP LOCKED where the dialect has it: a claim passes over rows others hold. */
+export function forUpdateSkipLocked<T extends object>(q: Queryable, query: Knex.QueryBuilder<T>): Knex.QueryBuilder<T> {
+  return profileOf(q).skipLocked ? query.forUpdate().skipLocked() : query;
+}

@@ -1,0 +1,95 @@
+import { ChildProcess, execFileSync, spawn } from 'node:child_process';
+import fs from 'node:fs';
+import net from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+
+const BIN = '/usr/lib/postgresql/15/bin';
+
+export const privatePostgresAvailable = () => fs.existsSync(path.join(BIN, 'postgres')) && fs.existsSync(path.join(BIN, 'initdb'));
+
+/** PostgreSQL refuses to run as root: as root, its programs run as the postgres user. */
+const asPostgres = (program: string, args: string[]): [string, string[]] =>
+  process.getuid?.() === 0 ? ['runuser', ['-u', 'postgres', '--', path.join(BIN, program), ...args]] : [path.join(BIN, program), args];
+
+async function freePort(): Promise<number> {
+  const server = net.createServer();
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const port = (server.address() as net.AddressInfo).port;
+  await new Promise<void>((resolve) => server.close(() => resolve()));
+  return port;
+}
+
+async function accepting(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const socket = net.connect(port, '127.0.0.1');
+    socket.once('connect', () => (socket.destroy(), resolve(true)));
+    socket.once('error', () => resolve(false));
+  });
+}
+
+/**
+ * A PostgreSQL cluster of a test's own (own data directory and port, trust auth), so the test can
+ * stop and restart it without touching the server other tests use. Like PrivateMariadb.
+ */
+export class PrivatePostgres {
+  private child: ChildProcess | null = null;
+  readonly dir = fs.mkdtempSync(path.join(os.tmpdir(), 'rollcall-postgres-'));
+  port = 0;
+
+  get url(): string {
+    return `postgres://postgres@127.0.0.1:${this.port}/postgres`;
+  }
+
+  async start(): Promise<void> {
+    const data = path.join(this.dir, 'data');
+    if (!fs.existsSync(data)) {
+      if (process.getuid?.() === 0) execFileSync('chown', ['postgres:postgres', this.dir]);
+      const [cmd, args] = asPostgres('initdb', ['-D', data, '-U', 'postgres', '--auth=trust', '--no-sync']);
+      execFileSync(cmd, args, { stdio: 'ignore' });
+      this.port = await freePort();
+    }
+    const [cmd, args] = asPostgres('postgres', [
+      '-D',
+      data,
+      '-p',
+      String(this.port),
+      '-h',
+      '127.0.0.1',
+      '-k',
+      this.dir,
+      '-c',
+      'fsync=off',
+      '-c',
+      'shared_buffers=32MB',
+    ]);
+    this.child = spawn(cmd, args, { stdio: 'ignore' });
+    const deadline = Date.now() + 30_000;
+    while (!(await accepting(this.port))) {
+      if (Date.now() > deadline) throw new Error('private PostgreSQL did not start');
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  }
+
+  /**
+   * Stops the server and waits for it to exit. SIGTERM, through runuser, reaches the postmaster as
+   * a "smart" shutdown; a crash is SIGKILL of the whole process group.
+   */
+  async stop(signal: NodeJS.Signals = 'SIGTERM'): Promise<void> {
+    const child = this.child;
+    if (!child || child.exitCode !== null) return;
+    const exited = new Promise((resolve) => child.once('exit', resolve));
+    const pidFile = path.join(this.dir, 'data', 'postmaster.pid');
+    const postmaster = fs.existsSync(pidFile) ? Number(fs.readFileSync(pidFile, 'utf8').split('\n')[0]) : 0;
+    // SIGINT is PostgreSQL's "fast" shutdown: it ends open sessions at once, as a restart does.
+    if (postmaster > 0) process.kill(postmaster, signal === 'SIGTERM' ? 'SIGINT' : signal);
+    else child.kill(signal);
+    await exited;
+    this.child = null;
+  }
+
+  async destroy(): Promise<void> {
+    await this.stop('SIGKILL');
+    fs.rmSync(this.dir, { recursive: true, force: true });
+  }
+}
