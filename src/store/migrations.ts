@@ -1,6 +1,7 @@
 import { Knex } from 'knex';
 import { Migration, migrations } from '../../migrations';
 import { Db } from './db';
+import { withMigrationLock } from './migrationLock';
 
 /** Feeds knex's migrator from the imported list, so the same code runs from TypeScript and from dist/. */
 class ListMigrationSource implements Knex.MigrationSource<readonly [string, Migration]> {
@@ -17,10 +18,16 @@ class ListMigrationSource implements Knex.MigrationSource<readonly [string, Migr
 
 const migratorConfig: Knex.MigratorConfig = { migrationSource: new ListMigrationSource(), tableName: 'rollcall_migrations' };
 
-/** Applies every pending migration; returns the names applied. Safe to run from several replicas at once. */
+/**
+ * Applies every pending migration; returns the names applied. Safe to run from several replicas at
+ * once, on different Galera nodes too: they take turns under the cluster-wide migration lock (knex's
+ * own lock would fail the second one), and whoever comes later finds nothing left to apply.
+ */
 export async function migrateLatest(db: Db): Promise<string[]> {
-  const [, applied] = (await db.migrate.latest(migratorConfig)) as [number, string[]];
-  return applied;
+  return withMigrationLock(db, async () => {
+    const [, applied] = (await db.migrate.latest(migratorConfig)) as [number, string[]];
+    return applied;
+  });
 }
 
 /** Rolls back every migration (tests and `migrate down` only). */
