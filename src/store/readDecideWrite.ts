@@ -2,7 +2,7 @@ import { Knex } from 'knex';
 import { toError } from '../domain/errors';
 import { Db, dialectOf, multiStatementPool, onGalera, Queryable } from './db';
 import { MysqlConnection, packetBudget, send, sendWithin, withConnection } from './mysqlDriver';
-import { inTransaction, TransactionOptions, withRetries } from './transaction';
+import { asUnavailable, inTransaction, TransactionOptions, withRetries } from './transaction';
 
 /**
  * A transaction in three steps: locking reads, a decision from what they returned (no I/O), and
@@ -25,7 +25,9 @@ export interface ReadDecideWrite<T> {
  * statements one by one.
  */
 export async function readDecideWrite<T>(db: Db, options: TransactionOptions, work: ReadDecideWrite<T>): Promise<T> {
-  if (dialectOf(db) === 'mysql' && !(await onGalera(db))) return withRetries(options, () => onOneConnection(db, work));
+  // A database that does not answer the question is unavailable (503), as it would be for the transaction.
+  const galera = await onGalera(db).catch((error: unknown) => Promise.reject(asUnavailable(toError(error))));
+  if (dialectOf(db) === 'mysql' && !galera) return withRetries(options, () => onOneConnection(db, work));
   // On Galera, statements one at a time: a conflict between nodes that aborts the transaction
   // between two multi-statement queries let the next one's writes commit anyway (a lost update,
   // ~1 in 300 contended transactions in our runs; docs/scaling.md). Sent alone, the first statement
