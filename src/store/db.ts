@@ -35,13 +35,32 @@ export type DbConfig = Pick<Config, 'DATABASE_URL' | 'SQLITE_PATH' | 'DB_POOL_SI
 const SAFE_SQL_MODE = 'STRICT_TRANS_TABLES,ERROR_FOR_DIVISION_BY_ZERO,NO_ENGINE_SUBSTITUTION';
 
 interface MysqlSession {
-  query(sql: string, values: unknown[], callback: (error: Error | null) => void): void;
+  query(sql: string, values: unknown[], callback: (error: Error | null, rows?: unknown) => void): void;
 }
 
 /** Lock waits end after LOCK_TIMEOUT (InnoDB counts whole seconds, at least one). */
 const lockWaitSeconds = (lockTimeoutMs: number) => Math.max(1, Math.ceil(lockTimeoutMs / 1000));
 
-function mysqlPool(config: DbConfig, log: Logger | undefined, multipleStatements: boolean): Db {
+/**
+ * On a Galera node (wsrep_on), a session whose reads must see what other nodes committed waits for
+ * the cluster's causality before each read (wsrep_sync_wait=1: SELECT, SHOW, BEGIN): a status read
+ * or /wait on node B right after an ack answered on node A sees that ack. Elsewhere (plain MariaDB,
+ * MySQL, where the variable may not exist) nothing is set.
+ */
+function syncWaitOnGalera(conn: MysqlSession, done: (err: Error | null) => void): void {
+  conn.query("SHOW VARIABLES LIKE 'wsrep_on'", [], (err, rows) => {
+    if (err) return done(err);
+    const on = Array.isArray(rows) && rows.some((row: { Value?: unknown }) => String(row.Value).toUpperCase() === 'ON');
+    if (!on) return done(null);
+    conn.query('SET SESSION wsrep_sync_wait = 1', [], (setErr) => done(setErr));
+  });
+}
+
+/**
+ * `causalReads`: the pool's reads wait for other Galera nodes' commits (syncWaitOnGalera). Only the
+ * main pool: the multi-statement pool is not used on Galera at all (readDecideWrite.ts).
+ */
+function mysqlPool(config: DbConfig, log: Logger | undefined, multipleStatements: boolean, causalReads: boolean): Db {
   return knex({
     log: knexLog(log),
     client: 'mysql2',
@@ -54,9 +73,10 @@ function mysqlPool(config: DbConfig, log: Logger | undefined, multipleStatements
         // Row locks (innodb_lock_wait_timeout) and table/metadata locks (lock_wait_timeout: LOCK
         // TABLES, FLUSH TABLES WITH READ LOCK, an ALTER's end) both end at LOCK_TIMEOUT, with 1205.
         const seconds = lockWaitSeconds(config.LOCK_TIMEOUT);
-        conn.query('SET SESSION sql_mode = ?, innodb_lock_wait_timeout = ?, lock_wait_timeout = ?', [SAFE_SQL_MODE, seconds, seconds], (err) =>
-          done(err, conn),
-        );
+        conn.query('SET SESSION sql_mode = ?, innodb_lock_wait_timeout = ?, lock_wait_timeout = ?', [SAFE_SQL_MODE, seconds, seconds], (err) => {
+          if (err || !causalReads) return done(err, conn);
+          syncWaitOnGalera(conn, (syncErr) => done(syncErr, conn));
+        });
       },
     },
     acquireConnectionTimeout: 5000,
@@ -84,8 +104,8 @@ export function multiStatementPool(db: Db): Db {
  * statement could never ride along. Destroying the main pool destroys both.
  */
 function openMysql(config: DbConfig, log?: Logger): Db {
-  const main = mysqlPool(config, log, false);
-  const multi = mysqlPool(config, log, true);
+  const main = mysqlPool(config, log, false, true);
+  const multi = mysqlPool(config, log, true, false);
   multiStatementPools.set(main, multi);
   // knex's own destroy() is read-only; it ends in its client's destroy().
   const client = main.client as { destroy(callback?: unknown): Promise<void> };
@@ -95,6 +115,25 @@ function openMysql(config: DbConfig, log?: Logger): Db {
     await destroyMain(callback);
   };
   return main;
+}
+
+const galeraChecks = new WeakMap<Db, Promise<boolean>>();
+
+/**
+ * True when the database is a Galera cluster node (wsrep_on=ON), asked once per pool. MySQL, which
+ * has no such variable, answers with no row.
+ */
+export function onGalera(db: Db): Promise<boolean> {
+  if (profileOf(db).name !== 'mysql') return Promise.resolve(false);
+  let check = galeraChecks.get(db);
+  if (!check) {
+    check = db
+      .raw("SHOW VARIABLES LIKE 'wsrep_on'")
+      .then(([rows]: [Array<{ Value?: unknown }>]) => rows.some((row) => String(row.Value).toUpperCase() === 'ON'));
+    check.catch(() => galeraChecks.delete(db)); // not answering now: ask again next time
+    galeraChecks.set(db, check);
+  }
+  return check;
 }
 
 /** The database a DATABASE_URL names, by its scheme (config.ts accepts only these). */
@@ -186,9 +225,10 @@ const MIGRATION_LOCK_KEY = 0x726f6c6c; // "roll"
  * session advisory lock on a connection of its own, waited for without LOCK_TIMEOUT: replicas that
  * start at once on a fresh database queue there, one applies the migrations, and the others then
  * find nothing left to do. knex's own lock table would fail them instead ("already locked"), and two
- * replicas creating knex's tables at once can collide. MySQL and SQLite keep knex's lock.
+ * replicas creating knex's (or migrationLock.ts's) tables at once can collide. Elsewhere a no-op:
+ * migrationLock.ts's lock row serves MySQL, Galera and SQLite.
  */
-export async function withMigrationLock<T>(db: Db, work: () => Promise<T>): Promise<T> {
+export async function advisoryMigrationLock<T>(db: Db, work: () => Promise<T>): Promise<T> {
   if (profileOf(db).name !== 'postgres') return work();
   const lockHolder = knex({ client: 'pg', connection: db.client.config.connection as Knex.StaticConnectionConfig, pool: { min: 1, max: 1 } });
   try {

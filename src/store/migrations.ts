@@ -1,7 +1,8 @@
 import { Knex } from 'knex';
 
 import { Migration, migrations } from '../../migrations';
-import { Db, withMigrationLock } from './db';
+import { advisoryMigrationLock, Db } from './db';
+import { withMigrationLock } from './migrationLock';
 
 /** Feeds knex's migrator from the imported list, so the same code runs from TypeScript and from dist/. */
 class ListMigrationSource implements Knex.MigrationSource<readonly [string, Migration]> {
@@ -18,10 +19,20 @@ class ListMigrationSource implements Knex.MigrationSource<readonly [string, Migr
 
 const migratorConfig: Knex.MigratorConfig = { migrationSource: new ListMigrationSource(), tableName: 'rollcall_migrations' };
 
-/** Applies every pending migration; returns the names applied. Safe to run from several replicas at once. */
+/**
+ * Applies every pending migration; returns the names applied. Safe to run from several replicas at
+ * once, on different Galera nodes too: they take turns under the cluster-wide migration lock (knex's
+ * own lock would fail the second one), and whoever comes later finds nothing left to apply.
+ */
 export async function migrateLatest(db: Db): Promise<string[]> {
-  const [, applied] = (await withMigrationLock(db, () => db.migrate.latest(migratorConfig))) as [number, string[]];
-  return applied;
+  // PostgreSQL: an advisory lock first (concurrent CREATE TABLE of the lock table would collide);
+  // then, everywhere, the lock-table row that Galera certification serialises across nodes.
+  return advisoryMigrationLock(db, () =>
+    withMigrationLock(db, async () => {
+      const [, applied] = (await db.migrate.latest(migratorConfig)) as [number, string[]];
+      return applied;
+    }),
+  );
 }
 
 /** Rolls back every migration (tests and `migrate down` only). */

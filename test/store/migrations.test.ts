@@ -1,5 +1,7 @@
+import { migrations } from '../../migrations';
 import { Db, openDb } from '../../src/store/db';
 import { profileOf } from '../../src/store/dialect';
+import { withMigrationLock } from '../../src/store/migrationLock';
 import { migrateLatest, migrateRollbackAll, migrationsCurrent } from '../../src/store/migrations';
 import { backends } from '../helpers/backends';
 
@@ -43,6 +45,57 @@ describe.each(backends())('migrations (%s)', (_name, backend) => {
       await migrateLatest(db);
       expect(await describeSchema(db)).toEqual(first);
       expect(await migrateLatest(db)).toEqual([]);
+    } finally {
+      await db.destroy();
+      await database.drop();
+    }
+  });
+
+  it('when three pools migrate a fresh database at once, then all succeed and each migration is applied once', async () => {
+    const database = await backend.create();
+    const pools = [openDb(database.config), openDb(database.config), openDb(database.config)];
+    try {
+      // knex's own lock alone fails all but one of them ("Migration table is already locked").
+      const applied = await Promise.all(pools.map((db) => migrateLatest(db)));
+      expect(applied.flat().sort()).toEqual(migrations.map(([name]) => name).sort());
+      for (const db of pools) expect(await migrationsCurrent(db)).toBe(true);
+      // The lock is released: the next migrator does not wait.
+      const started = Date.now();
+      expect(await migrateLatest(pools[0] as Db)).toEqual([]);
+      expect(Date.now() - started).toBeLessThan(2000);
+    } finally {
+      for (const db of pools) await db.destroy();
+      await database.drop();
+    }
+  });
+
+  it('when a crashed migrator left the lock row behind, then the next one breaks it once it is stale and migrates', async () => {
+    const database = await backend.create();
+    const db = openDb(database.config);
+    try {
+      await withMigrationLock(db, async () => undefined); // creates the lock table
+      await db('rollcall_migration_lock').insert({ id: 1, owner: 'crashed', refreshed_at: Date.now() - 10 * 60_000 });
+      expect((await migrateLatest(db)).length).toBe(migrations.length);
+      expect(await db('rollcall_migration_lock').select()).toEqual([]);
+    } finally {
+      await db.destroy();
+      await database.drop();
+    }
+  });
+
+  it('when another holds the lock, then a migrator waits for it and gives up after its wait', async () => {
+    const database = await backend.create();
+    const db = openDb(database.config);
+    try {
+      let release = () => undefined as void;
+      const holding = withMigrationLock(db, () => new Promise<void>((resolve) => (release = resolve)));
+      await new Promise((r) => setTimeout(r, 100));
+      const options = { waitMs: 300, staleMs: 60_000, pollMs: 50 };
+      await expect(withMigrationLock(db, async () => 'ran', options)).rejects.toThrow(/held the migration lock/);
+      const waiting = withMigrationLock(db, async () => 'ran', { ...options, waitMs: 5000 });
+      release();
+      await holding;
+      expect(await waiting).toBe('ran');
     } finally {
       await db.destroy();
       await database.drop();
