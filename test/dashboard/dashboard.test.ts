@@ -66,7 +66,7 @@ describeWithBrowser.each(dashboardBackends)('the dashboard in a real browser (%s
     return { id, ids };
   }
 
-  it('when batches exist, then the page lists them with progress that moves as acks arrive, filters, pages and opens one', async () => {
+  it('when batches exist, then the page lists them with live progress, filters, pages and opens one', async () => {
     await withService({}, async (svc, url, page) => {
       await batch(svc, { userKey: 'nightly-export', metadata: { owner: 'data' } }, 5000, 5000);
       await batch(svc, { userKey: 'thumbnails' }, 1200, 700, 120);
@@ -121,7 +121,7 @@ describeWithBrowser.each(dashboardBackends)('the dashboard in a real browser (%s
     });
   });
 
-  it('when the service needs tokens, then the page asks for one, keeps it for the tab, and then shows the batches', async () => {
+  it('when the service needs tokens, then the page asks for one, keeps it for the tab, shows batches', async () => {
     const tokens = JSON.stringify([
       { token: 'dashboard-reader-123456', tenant: 't1', scopes: ['read'] },
       { token: 'producer-token-1234567', tenant: 't1', scopes: ['produce', 'consume'] },
@@ -142,7 +142,7 @@ describeWithBrowser.each(dashboardBackends)('the dashboard in a real browser (%s
     });
   });
 
-  it('when a batch has failures, a parent and children, then its page lists the reasons and links parent and children; a producer cancels it after a confirm', async () => {
+  it('when a batch has failures, a parent and children, then its page shows them; a producer cancels it', async () => {
     await withService({}, async (svc, url, page) => {
       const parent = await batch(svc, { userKey: 'family' }, 3, 0);
       const child = await batch(svc, { userKey: 'kid', parentItem: parent.ids[0] }, 4, 0);

@@ -41,7 +41,7 @@ describeOnServers('a batch row held locked by another connection (%s)', (name, b
     };
   }
 
-  it('when batch X is locked for 6 s, then acks of Y are answered at once and the ack of X gets 503 with Retry-After after LOCK_TIMEOUT', async () => {
+  it('when batch X is locked for 6 s, then acks of Y go at once and X gets 503 after LOCK_TIMEOUT', async () => {
     const x = await sealedBatch(svc.api, 4);
     const y = await sealedBatch(svc.api, 40);
     const release = await holdRow(x.id);
@@ -69,7 +69,7 @@ describeOnServers('a batch row held locked by another connection (%s)', (name, b
     expect((await svc.api.post('/v1/acks').send({ ids: x.ids })).body).toMatchObject({ acked: 4, completed: [expect.objectContaining({ id: x.id })] });
   }, 30_000);
 
-  it('when more acked IDs wait than ACK_QUEUE_MAX_IDS, then the excess is answered 503 at once and applies nothing', async () => {
+  it('when more IDs wait than ACK_QUEUE_MAX_IDS, then the excess is 503 at once and applies nothing', async () => {
     const x = await sealedBatch(svc.api, 18_000);
     const release = await holdRow(x.id);
     try {
@@ -99,7 +99,7 @@ describe.each(backends().filter(([name]) => name === 'sqlite'))('a database file
   });
   afterAll(() => svc.stop());
 
-  it('when another process holds the write lock, then an ack is answered 503 with Retry-After, not 500, and applies nothing', async () => {
+  it('when another process holds the write lock, then an ack is 503 with Retry-After and applies nothing', async () => {
     const x = await sealedBatch(svc.api, 2);
     const holder = spawn(process.execPath, [
       '-e',
