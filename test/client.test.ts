@@ -25,7 +25,7 @@ describe.each(backends())('the TypeScript client and the CLI against a real serv
     await svc.stop();
   });
 
-  it('when a producer and a consumer use the client, then items are acked in chunks and completion is seen once', async () => {
+  it('when a producer and a consumer use the client, then acks go in chunks and completion is seen once', async () => {
     const batch = await client.open({ userKey: 'client' });
     const added = await client.addItems(batch.id, 20_005, { idempotencyKey: 'once' });
     expect((await client.addItems(batch.id, 20_005, { idempotencyKey: 'once' })).groups).toEqual(added.groups);
@@ -100,7 +100,7 @@ describe.each(backends())('the TypeScript client and the CLI against a real serv
     expect((await client.waitForCompletion(batch.id, { timeoutMs: 300 })).state).toBe('sealed');
   });
 
-  it('when the CLI is used, then it opens, adds, seals, acks from standard input and reports status as JSON', async () => {
+  it('when the CLI is used, then it opens, adds, seals, acks from stdin and reports status as JSON', async () => {
     const run = (args: string[], input?: string) =>
       new Promise<{ code: number; stdout: string; stderr: string }>((resolve) => {
         const child = execFile(

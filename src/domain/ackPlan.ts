@@ -1,5 +1,5 @@
 import type { ItemState } from '../contract/vocabulary';
-import { AckCall, Rejection } from './ackCall';
+import { AckCall, AckTarget, Rejection } from './ackCall';
 import { BatchRecord, Outcome } from './batch';
 import { Bitfield } from './bitfield';
 import { planFailureReasons, reasonKey, ReasonPlan, ReasonTouch } from './failureReasons';
@@ -114,97 +114,126 @@ export function planAcks(
   now: number,
   reasons: ReasonContext = { stored: new Map(), cap: 1000 },
 ): AckPlan {
-  const batchWork = new Map<string, BatchRecord>();
-  const groupWork = new Map<string, GroupWork>();
-  const changedBatches = new Set<string>();
-  const touches = new Map<string, ReasonTouch[]>();
-  const touch = (batchId: string, t: ReasonTouch) => {
-    let list = touches.get(batchId);
-    if (!list) touches.set(batchId, (list = []));
-    list.push(t);
-  };
-  const firstFailures: FirstFailure[] = [];
+  const planner = new AckPlanner(batches, groups, now);
+  const results = calls.map((call) => planner.applyCall(call));
+  return planner.finish(results, reasons);
+}
 
-  const results = calls.map((call) => {
+/** The working copies of the rows that planAcks changes, and what it collects on the way. */
+class AckPlanner {
+  private readonly batchWork = new Map<string, BatchRecord>();
+  private readonly groupWork = new Map<string, GroupWork>();
+  private readonly changedBatches = new Set<string>();
+  private readonly touches = new Map<string, ReasonTouch[]>();
+  private readonly firstFailures: FirstFailure[] = [];
+
+  constructor(
+    private readonly batches: ReadonlyMap<string, BatchRecord>,
+    private readonly groups: ReadonlyMap<string, GroupRecord>,
+    private readonly now: number,
+  ) {}
+
+  applyCall(call: AckCall): CallResult {
     const result: CallResult = { acked: 0, duplicates: 0, rejected: [...call.malformed], completedBatchIds: [] };
-    for (const target of call.targets) {
-      const found = batches.get(target.batchId);
-      const stored = found && found.tenant === call.tenant ? found : undefined;
-      const key = groupKey(target.batchId, target.groupId);
-      const storedGroup = stored ? groups.get(key) : undefined;
-      if (!stored || !storedGroup) {
-        const reason = stored ? 'unknown_group' : 'unknown_batch';
-        for (const index of target.indexes) result.rejected.push({ id: target.prefix + index, reason });
-        continue;
-      }
-      let batch = batchWork.get(target.batchId);
-      if (!batch) batchWork.set(target.batchId, (batch = { ...stored }));
-      let group = groupWork.get(key);
-      if (!group) groupWork.set(key, (group = new GroupWork(storedGroup)));
-      for (const index of target.indexes) {
-        if (index >= storedGroup.size) {
-          result.rejected.push({ id: target.prefix + index, reason: 'index_out_of_range' });
-          continue;
-        }
-        // A cancelled batch refuses acks, so a worker can stop; they change nothing.
-        if (batch.state === 'cancelled') {
-          result.rejected.push({ id: target.prefix + index, reason: 'batch_cancelled' });
-          continue;
-        }
-        // A complete batch never changes again: every valid ack of it is a duplicate.
-        if (batch.state === 'complete') {
-          result.duplicates += 1;
-          continue;
-        }
-        const effect = group.apply(index, call.outcome);
-        if (call.error !== undefined && (effect === 'new' || effect === 'failed_again')) {
-          touch(batch.id, { kind: 'failed', key: reasonKey(target.groupId, index), error: call.error });
-        }
-        if (effect === 'duplicate' || effect === 'failed_again') {
-          result.duplicates += 1;
-          continue;
-        }
-        result.acked += 1;
-        changedBatches.add(batch.id);
-        batch.updatedAt = now;
-        if (effect === 'retry_won') {
-          batch.failed -= 1;
-          batch.succeeded += 1;
-          touch(batch.id, { kind: 'cleared', key: reasonKey(target.groupId, index) });
-          continue;
-        }
-        if (call.outcome === 'failed') {
-          batch.failed += 1;
-          if (batch.firstFailureAt === null) {
-            batch.firstFailureAt = now;
-            firstFailures.push({ batchId: batch.id, itemId: `${batch.id}:${target.groupId}:${index}`, error: call.error ?? null });
-          }
-        } else batch.succeeded += 1;
-        if (group.pending === 0) {
-          batch.openGroups -= 1;
-          if (batch.state === 'sealed' && batch.openGroups === 0) {
-            batch.state = 'complete';
-            batch.completedAt = now;
-            result.completedBatchIds.push(batch.id);
-          }
-        }
-      }
-    }
+    for (const target of call.targets) this.applyTarget(call, target, result);
     return result;
-  });
-
-  const reasonWrites = [...touches].map(([batchId, list]) => ({ batchId, plan: planFailureReasons(reasons.stored.get(batchId) ?? null, list, reasons.cap) }));
-  for (const { batchId, plan } of reasonWrites) {
-    if (plan.dropped === 0) continue;
-    (batchWork.get(batchId) as BatchRecord).failuresDropped += plan.dropped;
-    changedBatches.add(batchId);
   }
 
-  return {
-    results,
-    groupWrites: [...groupWork.values()].filter((g) => g.changed).map((g) => g.toRecord()),
-    batchWrites: [...changedBatches].map((id) => batchWork.get(id) as BatchRecord),
-    reasonWrites,
-    firstFailures,
-  };
+  /** The items of one call that name one group; unknown batches (or other tenants') and groups are rejected. */
+  private applyTarget(call: AckCall, target: AckTarget, result: CallResult): void {
+    const found = this.batches.get(target.batchId);
+    const stored = found && found.tenant === call.tenant ? found : undefined;
+    const key = groupKey(target.batchId, target.groupId);
+    const storedGroup = stored ? this.groups.get(key) : undefined;
+    if (!stored || !storedGroup) {
+      const reason = stored ? 'unknown_group' : 'unknown_batch';
+      for (const index of target.indexes) result.rejected.push({ id: target.prefix + index, reason });
+      return;
+    }
+    let batch = this.batchWork.get(target.batchId);
+    if (!batch) this.batchWork.set(target.batchId, (batch = { ...stored }));
+    let group = this.groupWork.get(key);
+    if (!group) this.groupWork.set(key, (group = new GroupWork(storedGroup)));
+    for (const index of target.indexes) this.applyItem(call, target, batch, group, index, result);
+  }
+
+  private applyItem(call: AckCall, target: AckTarget, batch: BatchRecord, group: GroupWork, index: number, result: CallResult): void {
+    if (index >= group.stored.size) {
+      result.rejected.push({ id: target.prefix + index, reason: 'index_out_of_range' });
+      return;
+    }
+    // A cancelled batch refuses acks, so a worker can stop; they change nothing.
+    if (batch.state === 'cancelled') {
+      result.rejected.push({ id: target.prefix + index, reason: 'batch_cancelled' });
+      return;
+    }
+    // A complete batch never changes again: every valid ack of it is a duplicate.
+    if (batch.state === 'complete') {
+      result.duplicates += 1;
+      return;
+    }
+    const effect = group.apply(index, call.outcome);
+    if (call.error !== undefined && (effect === 'new' || effect === 'failed_again')) {
+      this.touch(batch.id, { kind: 'failed', key: reasonKey(target.groupId, index), error: call.error });
+    }
+    if (effect === 'duplicate' || effect === 'failed_again') {
+      result.duplicates += 1;
+      return;
+    }
+    result.acked += 1;
+    this.changedBatches.add(batch.id);
+    batch.updatedAt = this.now;
+    if (effect === 'retry_won') {
+      batch.failed -= 1;
+      batch.succeeded += 1;
+      this.touch(batch.id, { kind: 'cleared', key: reasonKey(target.groupId, index) });
+      return;
+    }
+    if (call.outcome === 'failed') this.countFailure(batch, `${batch.id}:${target.groupId}:${index}`, call.error);
+    else batch.succeeded += 1;
+    if (group.pending === 0) this.closeGroup(batch, result);
+  }
+
+  /** A new failure; the batch's first one is remembered for its batch.first_failure event. */
+  private countFailure(batch: BatchRecord, itemId: string, error: string | undefined): void {
+    batch.failed += 1;
+    if (batch.firstFailureAt !== null) return;
+    batch.firstFailureAt = this.now;
+    this.firstFailures.push({ batchId: batch.id, itemId, error: error ?? null });
+  }
+
+  /** A group has no pending item left; the last open group of a sealed batch completes it, in this call. */
+  private closeGroup(batch: BatchRecord, result: CallResult): void {
+    batch.openGroups -= 1;
+    if (batch.state !== 'sealed' || batch.openGroups !== 0) return;
+    batch.state = 'complete';
+    batch.completedAt = this.now;
+    result.completedBatchIds.push(batch.id);
+  }
+
+  private touch(batchId: string, touch: ReasonTouch): void {
+    let list = this.touches.get(batchId);
+    if (!list) this.touches.set(batchId, (list = []));
+    list.push(touch);
+  }
+
+  /** The writes: changed groups and batches, and each batch's failure reasons under the cap. */
+  finish(results: CallResult[], reasons: ReasonContext): AckPlan {
+    const reasonWrites = [...this.touches].map(([batchId, list]) => ({
+      batchId,
+      plan: planFailureReasons(reasons.stored.get(batchId) ?? null, list, reasons.cap),
+    }));
+    for (const { batchId, plan } of reasonWrites) {
+      if (plan.dropped === 0) continue;
+      (this.batchWork.get(batchId) as BatchRecord).failuresDropped += plan.dropped;
+      this.changedBatches.add(batchId);
+    }
+    return {
+      results,
+      groupWrites: [...this.groupWork.values()].filter((g) => g.changed).map((g) => g.toRecord()),
+      batchWrites: [...this.changedBatches].map((id) => this.batchWork.get(id) as BatchRecord),
+      reasonWrites,
+      firstFailures: this.firstFailures,
+    };
+  }
 }

@@ -68,7 +68,7 @@ describe.each(backends())('adding items and sealing (%s)', (_name, backend) => {
     expect((await svc.api.get(`/v1/batches/${sealedId}`)).body.total).toBe(2);
   });
 
-  it('when an add is retried with the same Idempotency-Key, then the same groups come back and nothing is added', async () => {
+  it('when an add is retried with its Idempotency-Key, then the same groups come back, nothing added', async () => {
     const id = await open();
     const first = await svc.api.post(`/v1/batches/${id}/items`).set('Idempotency-Key', 'add-1').send({ count: 9000 });
     const retry = await svc.api.post(`/v1/batches/${id}/items`).set('Idempotency-Key', 'add-1').send({ count: 9000 });

@@ -33,7 +33,7 @@ describe.each(backends())('completion callbacks (%s)', (_name, backend) => {
     return id;
   }
 
-  it('when the receiver answers 500 twice then 200, then it gets three signed attempts with the same event id', async () => {
+  it('when the receiver answers 500 twice then 200, then it gets three signed attempts, one event id', async () => {
     receiver.script = [500, 500, 200];
     const id = await completeBatchWithCallback();
     const dispatcher = svc.rollcall.dispatcher;
@@ -59,7 +59,7 @@ describe.each(backends())('completion callbacks (%s)', (_name, backend) => {
     expect(events).toEqual([expect.objectContaining({ id: [...ids][0], status: 'delivered', attempts: 3, lastError: null, nextAttemptAt: null })]);
   });
 
-  it('when delivery keeps failing, then the events endpoint shows the last error, and after the max age it is given up', async () => {
+  it('when delivery keeps failing, then events show the last error, and past the max age it is dead', async () => {
     receiver.fallback = 503;
     const id = await completeBatchWithCallback();
     await svc.rollcall.dispatcher.deliverDue();
@@ -82,7 +82,7 @@ describe.each(backends())('completion callbacks (%s)', (_name, backend) => {
     expect(event.lastError).toBe('connection failed');
   });
 
-  it('when the receiver does not answer within the timeout, then the attempt fails as timed out and is retried', async () => {
+  it('when the receiver does not answer in time, then the attempt fails as timed out and is retried', async () => {
     const slow = await startService(backend, { CALLBACK_TIMEOUT: '300ms', CALLBACK_BACKOFF_BASE: '1s' });
     try {
       receiver.script = ['hang'];
@@ -101,7 +101,7 @@ describe.each(backends())('completion callbacks (%s)', (_name, backend) => {
     }
   });
 
-  it('when the seal completes a batch with a callback, then the callback is sent too; without a URL, none is', async () => {
+  it('when the seal completes a batch with a callback, then it is sent too; without a URL, none is', async () => {
     const withUrl = (await svc.api.post('/v1/batches').send({ callbackUrl: receiver.url })).body.id;
     const without = (await svc.api.post('/v1/batches').send({})).body.id;
     await svc.api.post(`/v1/batches/${withUrl}/seal`);

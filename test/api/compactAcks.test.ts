@@ -26,7 +26,7 @@ describe.each(backends())('acking in the compact form (%s)', (_name, backend) =>
     expect(rest.body.completed).toEqual([expect.objectContaining({ id, state: 'complete', succeeded: 9000, pending: 0 })]);
   });
 
-  it('when entries name unknown groups or out-of-range indexes, then each item is rejected with the ID it stands for', async () => {
+  it('when entries name unknown groups or bad indexes, then each item is rejected with its ID', async () => {
     const { id, groups } = await sealed(3);
     const g = groups[0]!.id;
     const unknown = '0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b';

@@ -22,7 +22,7 @@ describe.each(backends())('failure reasons (%s)', (_name, backend) => {
   const storedRows = async (id: string) =>
     Number(((await svc.rollcall.db('failure_reasons').where('batch_id', id).count({ n: '*' })) as Array<{ n: number }>)[0]!.n);
 
-  it('when items fail with an error in either body form, then the batch lists them oldest first with the reason and when', async () => {
+  it('when items fail with an error in either body form, then the batch lists them oldest first', async () => {
     const { id, groups, ids } = await sealedBatch(svc.api, 6);
     await ack({ ids: [ids[3], ids[1]], outcome: 'failed', error: 'timeout' }, 2);
     svc.clock.now += 1000;
@@ -42,7 +42,7 @@ describe.each(backends())('failure reasons (%s)', (_name, backend) => {
     expect((await svc.api.get(`/v1/batches/${id}`)).body.failed).toBe(4);
   });
 
-  it('when an item fails again with another reason, then the latest reason wins; when its retry succeeds, it leaves the list', async () => {
+  it('when an item fails again, then the latest reason wins; when a retry succeeds, it leaves the list', async () => {
     const { id, ids } = await sealedBatch(svc.api, 3);
     await ack({ ids: [ids[0], ids[1]], outcome: 'failed', error: 'first' }, 2);
     svc.clock.now += 1000;
@@ -58,7 +58,7 @@ describe.each(backends())('failure reasons (%s)', (_name, backend) => {
     expect(await storedRows(id)).toBe(1);
   });
 
-  it('when more items fail than the cap, then only the cap is kept, the rest counted as dropped; a retry that wins makes room again', async () => {
+  it('when more items fail than the cap, then the rest count as dropped; a retry that wins makes room', async () => {
     const { id, groups, ids } = await sealedBatch(svc.api, 20);
     const res = await ack({ ids: ids.slice(0, 12), outcome: 'failed', error: 'boom' }, 12);
     expect(res.acked).toBe(12);
@@ -113,7 +113,7 @@ describe.each(backends())('failure reasons (%s)', (_name, backend) => {
     expect((await svc.api.get('/v1/batches/0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b/failures')).status).toBe(404);
   });
 
-  it('when a complete batch gets more failed acks with an error, then they are duplicates and the list does not change', async () => {
+  it('when a complete batch gets more failed acks, then they are duplicates and the list stays', async () => {
     const { id, ids } = await sealedBatch(svc.api, 2);
     await ack({ ids, outcome: 'failed', error: 'a' }, 2);
     const before = await failures(id);
@@ -122,7 +122,7 @@ describe.each(backends())('failure reasons (%s)', (_name, backend) => {
     expect(await failures(id)).toEqual(before);
   });
 
-  it('when many clients on two replicas fail items with errors at once, then exactly the cap is kept and every other failure is counted once as dropped', async () => {
+  it('when clients on two replicas fail items at once, then exactly the cap is kept, the rest dropped', async () => {
     const replica = await startReplica(svc);
     try {
       const { id, ids } = await sealedBatch(svc.api, 60);

@@ -24,7 +24,7 @@ describe.each(backends())('the batch.first_failure event (%s)', (_name, backend)
     return { id, ids: itemIds(id, added.body.groups) };
   }
 
-  it('when items of a batch fail, then exactly one batch.first_failure is sent, naming the first failed item and its error', async () => {
+  it('when items of a batch fail, then one batch.first_failure names the first failed item and its error', async () => {
     const { id, ids } = await batchWithCallback(4);
     await svc.api.post('/v1/acks').send({ ids: [ids[2]], outcome: 'failed', error: 'out of memory' });
     await svc.api.post('/v1/acks').send({ ids: [ids[2]] }); // the retry wins: no failed item now
@@ -43,7 +43,7 @@ describe.each(backends())('the batch.first_failure event (%s)', (_name, backend)
     expect(receiver.deliveries.map(eventOf)).toEqual(['batch.first_failure', 'batch.completed']);
   });
 
-  it('when the failure has no error, or the batch no callback URL, then the event carries error null, or none is written', async () => {
+  it('when the failure has no error, or there is no callback URL, then error is null, or no event', async () => {
     const { ids } = await batchWithCallback(2);
     await svc.api.post('/v1/acks').send({ ids: [ids[0]], outcome: 'failed' });
     const silent = await batchWithCallback(2, null);
@@ -54,7 +54,7 @@ describe.each(backends())('the batch.first_failure event (%s)', (_name, backend)
     expect((await svc.rollcall.db('outbox').where('batch_id', silent.id).count({ n: '*' })).map((r) => Number(r.n))).toEqual([0]);
   });
 
-  it('when the receiver refuses the first_failure twice while the batch completes, then batch.completed waits until it is delivered', async () => {
+  it('when the first_failure is refused twice as the batch completes, then batch.completed waits for it', async () => {
     receiver.script = [500, 503];
     const { id, ids } = await batchWithCallback(3);
     await svc.api.post('/v1/acks').send({ ids: [ids[0]], outcome: 'failed', error: 'e' });
@@ -72,7 +72,7 @@ describe.each(backends())('the batch.first_failure event (%s)', (_name, backend)
     ]);
   });
 
-  it('when the first failure also completes the batch and the receiver answers slowly, then first_failure is answered before batch.completed arrives', async () => {
+  it('when the first failure completes the batch and the receiver is slow, then first_failure goes first', async () => {
     receiver.script = [{ status: 200, delayMs: 300 }];
     const { ids } = await batchWithCallback(1);
     const ack = await svc.api.post('/v1/acks').send({ ids, outcome: 'failed', error: 'only one' });
@@ -82,7 +82,7 @@ describe.each(backends())('the batch.first_failure event (%s)', (_name, backend)
     expect(receiver.deliveries[1]!.receivedAt).toBeGreaterThanOrEqual(receiver.deliveries[0]!.answered!.at);
   });
 
-  it('when a batch whose first_failure is given up completes, then batch.completed still goes (dead does not block)', async () => {
+  it('when a batch whose first_failure is dead completes, then batch.completed still goes', async () => {
     receiver.script = [500];
     const { ids } = await batchWithCallback(2);
     await svc.api.post('/v1/acks').send({ ids: [ids[0]], outcome: 'failed', error: 'e' });

@@ -11,7 +11,7 @@ describe.each(backends())('group commit of concurrent acks (%s)', (_name, backen
 
   const sealed = (count: number) => sealedBatch(svc.api, count);
 
-  it('when 300 small calls arrive together, then they share transactions and each gets its own exact result', async () => {
+  it('when 300 small calls arrive together, then they share transactions and each gets its own result', async () => {
     const { id, ids } = await sealed(250);
     // Each call: 1-2 items (some repeated across calls), and a malformed ID of its own.
     const calls = shuffled(ids, 5).map((itemId, i) => [itemId, ...(i % 5 === 0 ? [ids[(i * 7) % ids.length]!] : []), `bad-${i}`]);
@@ -37,7 +37,7 @@ describe.each(backends())('group commit of concurrent acks (%s)', (_name, backen
     expect((await svc.api.get(`/v1/batches/${id}`)).body).toMatchObject({ state: 'complete', succeeded: 250 });
   });
 
-  it('when the merged transaction fails, then every merged caller gets the error and nothing of theirs is applied', async () => {
+  it('when the merged transaction fails, then every merged caller gets the error and nothing applies', async () => {
     const { id, ids } = await sealed(40);
     const db = svc.rollcall.db;
     // A real database failure: a trigger refuses any transaction that acks more than five items.

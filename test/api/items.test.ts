@@ -15,7 +15,7 @@ describe.each(backends())('reading one item (%s)', (_name, backend) => {
   });
   afterAll(() => svc.stop());
 
-  it('when an item is pending, succeeded or failed, then GET /v1/items/:itemId says so with its batch state', async () => {
+  it('when an item is pending, succeeded or failed, then GET /v1/items/:itemId says so', async () => {
     const { id, ids } = await sealedBatch(svc.api, 3);
     await svc.api.post('/v1/acks').send({ ids: [ids[0]] });
     await svc.api.post('/v1/acks').send({ ids: [ids[1]], outcome: 'failed', error: 'boom' });
@@ -42,7 +42,7 @@ describe.each(backends())('reading one item (%s)', (_name, backend) => {
     }
   });
 
-  it('when a failed ack carries an error, then it is accepted in both body forms; with outcome succeeded, or too long, it is a 400 that changes nothing', async () => {
+  it('when a failed ack carries an error, then both forms take it; with succeeded or too long it is 400', async () => {
     const { id, groups, ids } = await sealedBatch(svc.api, 4);
     expect((await svc.api.post('/v1/acks').send({ ids: [ids[0]], outcome: 'failed', error: 'x'.repeat(1000) })).body.acked).toBe(1);
     expect(
@@ -70,7 +70,7 @@ describe.each(backends())('reading one item with tokens (%s)', (_name, backend) 
   });
   afterAll(() => svc.stop());
 
-  it('when a reader or a consumer asks, then it is answered; a producer-only token is 403 and another tenant gets 404', async () => {
+  it('when a reader or consumer asks, then it is answered; a producer-only token 403, another tenant 404', async () => {
     const auth = (token: string) => ({ authorization: `Bearer ${token}` });
     const id = (await svc.api.post('/v1/batches').set(auth('acme-producer-012345678')).send({})).body.id;
     const group = (await svc.api.post(`/v1/batches/${id}/items`).set(auth('acme-producer-012345678')).send({ count: 1 })).body.groups[0].id;

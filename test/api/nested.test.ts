@@ -22,7 +22,7 @@ describe.each(backends())('nested batches (%s)', (_name, backend) => {
   }
   const get = async (id: string) => (await svc.api.get(`/v1/batches/${id}`)).body;
 
-  it('when a child is created for a pending item, then it carries parentItem and is listed under its parent; roots have null', async () => {
+  it('when a child is made for a pending item, then it has parentItem and is listed under its parent', async () => {
     const parent = await batch(3);
     const first = await svc.api.post('/v1/batches').send({ parentItem: parent.ids[0]!.toUpperCase() });
     expect(first.status).toBe(201);
@@ -37,7 +37,7 @@ describe.each(backends())('nested batches (%s)', (_name, backend) => {
     expect((await svc.api.get('/v1/batches?parent=nope')).status).toBe(400);
   });
 
-  it('when parentItem is malformed, unknown, not pending or already stood for, then 400, 404 item_not_found or 409 item_not_pending, and no batch is made', async () => {
+  it('when parentItem is malformed, unknown, not pending or taken, then 400, 404 or 409, and no batch', async () => {
     const parent = await batch(3);
     await svc.api.post('/v1/acks').send({ ids: [parent.ids[1]] });
     await svc.api.post('/v1/batches').send({ parentItem: parent.ids[2] });
@@ -69,7 +69,7 @@ describe.each(backends())('nested batches (%s)', (_name, backend) => {
     for (const r of results.filter((x) => x.status !== 201)) expect(r.body.error.code).toBe('item_not_pending');
   });
 
-  it('when children complete, fail or are cancelled, then their parent items get succeeded, failed ("child batch failed") or failed ("child batch cancelled"), and the parent completes', async () => {
+  it('when children complete, fail or are cancelled, then their parent items get that outcome', async () => {
     const parent = await batch(3);
     const ok = await batch(2, { parentItem: parent.ids[0] });
     const bad = await batch(2, { parentItem: parent.ids[1] });
@@ -90,7 +90,7 @@ describe.each(backends())('nested batches (%s)', (_name, backend) => {
     );
   });
 
-  it('when the parent ack is repeated (a crash before the outcome row was removed), then it is a duplicate: counted once, completion once', async () => {
+  it('when the parent ack is repeated (a crash before the row went), then it is a duplicate', async () => {
     const parent = await batch(1);
     const child = await batch(1, { parentItem: parent.ids[0] });
     await svc.api.post('/v1/acks').send({ ids: child.ids });
@@ -108,7 +108,7 @@ describe.each(backends())('nested batches (%s)', (_name, backend) => {
     expect(completions).toBe(1);
   });
 
-  it('when the parent item was acked by hand meanwhile, or the parent is gone, then the child outcome changes nothing more and is cleared', async () => {
+  it('when the parent item was acked by hand, or is gone, then the child outcome is just cleared', async () => {
     const parent = await batch(2);
     const child = await batch(1, { parentItem: parent.ids[0] });
     await svc.api.post('/v1/acks').send({ ids: [parent.ids[0]] });
@@ -162,7 +162,7 @@ describe.each(backends())('nested batches across replicas and levels, with callb
     return d;
   };
 
-  it('when the children of a parent complete on different replicas, then the parent completes once, after every child callback was delivered', async () => {
+  it('when children complete on different replicas, then the parent completes once, after their callbacks', async () => {
     const replica = await startReplica(svc);
     svc.rollcall.startBackground();
     replica.rollcall.startBackground();
@@ -188,7 +188,7 @@ describe.each(backends())('nested batches across replicas and levels, with callb
     }
   });
 
-  it('when a 3-level chain finishes from the leaves, then each level completes once, and callbacks arrive leaves first, root last', async () => {
+  it('when a 3-level chain finishes from the leaves, then each level completes once, leaves first', async () => {
     svc.rollcall.startBackground();
     const root = await batch(svc.api, 2);
     const mids = [await batch(svc.api, 2, { parentItem: root.ids[0] }), await batch(svc.api, 1, { parentItem: root.ids[1] })];

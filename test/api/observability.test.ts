@@ -32,7 +32,7 @@ describe.each(backends())('observability (%s)', (_name, backend) => {
   });
   afterAll(() => svc.stop());
 
-  it('when the service has worked, then /metrics shows requests by route, acks by outcome, batch events, group commits and the pool', async () => {
+  it('when the service has worked, then /metrics shows requests, acks, batch events, merges and the pool', async () => {
     const id = (await svc.api.post('/v1/batches').send({})).body.id;
     const added = await svc.api.post(`/v1/batches/${id}/items`).send({ count: 3 });
     await svc.api.post(`/v1/batches/${id}/seal`);

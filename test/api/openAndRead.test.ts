@@ -83,7 +83,7 @@ describe.each(backends())('opening and reading batches (%s)', (_name, backend) =
     }
   });
 
-  it('when batches are created in the same millisecond, then the list is newest first, stable and total across pages', async () => {
+  it('when batches are made in one millisecond, then the list is newest first and stable across pages', async () => {
     const created: string[] = [];
     for (let i = 0; i < 23; i++) created.push((await svc.api.post('/v1/batches').send({ userKey: 'paging' })).body.id);
     const seen: string[] = [];

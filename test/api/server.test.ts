@@ -27,7 +27,7 @@ describe.each(backends())('the HTTP server (%s)', (_name, backend) => {
     return { seen, app };
   }
 
-  it('when requests arrive, then they and their responses already have the app prototypes, which express keeps', async () => {
+  it('when requests arrive, then they and their responses already have the app prototypes', async () => {
     const batch = await sealedBatch(svc.api, 3);
     const { seen, app } = await prototypesSeen(async (api) => {
       expect((await api.post('/v1/acks').send({ ids: [batch.ids[0]] })).body.acked).toBe(1);
@@ -41,7 +41,7 @@ describe.each(backends())('the HTTP server (%s)', (_name, backend) => {
     }
   });
 
-  it('when a second server serves the same app, then it answers alike and the app prototypes are not wrapped again', async () => {
+  it('when a second server serves the same app, then it answers alike, prototypes not wrapped again', async () => {
     const { app } = svc.rollcall;
     const before = [app.request, app.response];
     const res = await request(createServer(app)).get('/healthz').set('x-request-id', 'second-server');

@@ -19,7 +19,7 @@ describe.each(backends())('sweeping stale batches (%s)', (_name, backend) => {
     return res.body as { batchesRemoved: number; groupsRemoved: number };
   };
 
-  it('when open and sealed batches have had no activity for the TTL, then they are removed with their groups, in chunks', async () => {
+  it('when open and sealed batches are idle for the TTL, then they go with their groups, in chunks', async () => {
     const idle = [await open(), await open(), await open()];
     await svc.api.post(`/v1/batches/${idle[0]}/items`).send({ count: 20_000 }); // 3 groups
     await svc.api.post(`/v1/batches/${idle[1]}/items`).send({ count: 5 }); // 1 group

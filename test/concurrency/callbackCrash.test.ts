@@ -6,7 +6,7 @@ import { itemIds } from '../helpers/service';
 describe.each(backends())('a service killed between completion and delivery (%s)', (_name, backend) => {
   jest.setTimeout(90_000);
 
-  it('when the process is killed -9 mid-delivery and restarted, then the callback still arrives with the same event id', async () => {
+  it('when the process is killed -9 mid-delivery and restarted, then the callback arrives, same event id', async () => {
     const database = await backend.create();
     const receiver = new Receiver();
     await receiver.start();

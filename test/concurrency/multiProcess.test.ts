@@ -30,7 +30,7 @@ describe.each(backends())('several service processes on one database (%s)', (_na
     return { id: batch.body.id as string, ids: itemIds(batch.body.id, added.body.groups) };
   }
 
-  it('when 32 clients ack 200,000 items through 3 processes with 10% duplicates and the seal races the last acks, then counts are exact and completion is reported once', async () => {
+  it('when 32 clients ack 200,000 items via 3 processes, 10% duplicates, seal racing, then counts exact', async () => {
     const { id, ids } = await openWith(200_000);
     const sent = shuffled([...ids, ...shuffled(ids, 3).slice(0, 20_000)], 11);
     const work = chunks(sent, 500);
@@ -67,7 +67,7 @@ describe.each(backends())('several service processes on one database (%s)', (_na
     expect(final.body).toMatchObject({ state: 'complete', outcome: 'succeeded', total: 200_000, succeeded: 200_000, failed: 0, pending: 0 });
   });
 
-  it('when the seal races the final acks and their duplicates 60 times over, then every batch completes exactly once', async () => {
+  it('when the seal races the final acks and duplicates 60 times over, then each batch completes once', async () => {
     const rounds = 60;
     const tally: Array<{ seal: boolean; acks: number }> = [];
     for (let round = 0; round < rounds; round++) {

@@ -18,7 +18,7 @@ describe('reading ack calls', () => {
     expect(callSize(call)).toBe(5);
   });
 
-  it('when any list of strings is read, then every string is counted once and valid ones agree with parseItemId', () => {
+  it('when any list of strings is read, then each counts once and valid ones agree with parseItemId', () => {
     const id = fc.oneof(
       fc.string({ maxLength: 90 }),
       fc

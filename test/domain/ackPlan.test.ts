@@ -115,7 +115,7 @@ describe('planAcks', () => {
     expect(plan.results[0]!.acked).toBe(1);
   });
 
-  it('when any sequence of acks is applied to a sealed batch, then counts match a simple model and completion is reported once', () => {
+  it('when any acks are applied to a sealed batch, then counts match a model and completion is once', () => {
     const ack = fc.record({ outcome: fc.constantFrom<Outcome>('succeeded', 'failed'), group: fc.constantFrom(0, 1), index: fc.integer({ min: 0, max: 9 }) });
     fc.assert(
       fc.property(fc.array(fc.array(ack, { maxLength: 12 }), { maxLength: 30 }), (callSpecs) => {

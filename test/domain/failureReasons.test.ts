@@ -17,7 +17,7 @@ const keptAfter = (before: Set<string>, plan: ReturnType<typeof planFailureReaso
 };
 
 describe('failure reasons under the per-batch cap', () => {
-  it('when any failures and retries happen, then no more than the cap is ever kept (or what was stored, if the cap was lowered)', () => {
+  it('when any failures and retries happen, then no more than the cap (or what was stored) is kept', () => {
     fc.assert(
       fc.property(stored, fc.array(touch, { maxLength: 60 }), fc.integer({ min: 0, max: 15 }), (before, touches, cap) => {
         const kept = keptAfter(before, planFailureReasons(before, touches, cap));
@@ -27,7 +27,7 @@ describe('failure reasons under the per-batch cap', () => {
     );
   });
 
-  it('when an item fails several times, then its latest reason wins; when its last touch is a retry that won, it is gone', () => {
+  it('when an item fails several times, then its latest reason wins; a retry that won removes it', () => {
     fc.assert(
       fc.property(stored, fc.array(touch, { maxLength: 60 }), fc.integer({ min: 0, max: 15 }), (before, touches, cap) => {
         const plan = planFailureReasons(before, touches, cap);
@@ -46,7 +46,7 @@ describe('failure reasons under the per-batch cap', () => {
     );
   });
 
-  it('when failures arrive, then each is either kept or counted as dropped, and one is dropped only while the list is full', () => {
+  it('when failures arrive, then each is kept or dropped, and dropped only while the list is full', () => {
     fc.assert(
       fc.property(stored, fc.array(touch, { maxLength: 60 }), fc.integer({ min: 0, max: 15 }), (before, touches, cap) => {
         // Replaying one touch at a time: a failure is dropped exactly when the item is not kept and the list is full.
@@ -75,7 +75,7 @@ describe('failure reasons under the per-batch cap', () => {
     expect(plan.dropped).toBe(9000);
   });
 
-  it('when a failure with an error is planned without the stored keys, then it refuses (the hot path of successes may skip the read, failures may not)', () => {
+  it('when a failure with an error is planned without the stored keys, then it refuses', () => {
     expect(() => planFailureReasons(null, [{ kind: 'failed', key: 'g:1', error: 'e' }], 5)).toThrow();
     expect(planFailureReasons(null, [{ kind: 'cleared', key: 'g:1' }], 5).deletes).toEqual(new Set(['g:1']));
   });

@@ -58,7 +58,7 @@ describe.each(backends())('fuzzing every endpoint with bad input (%s)', (name, b
   });
   afterAll(() => svc.stop());
 
-  it('when thousands of malformed requests arrive, then each is answered 4xx in the error shape (never 5xx) and nothing changes', async () => {
+  it('when thousands of malformed requests arrive, then each is a 4xx error, never 5xx, changing nothing', async () => {
     const id = (await svc.api.post('/v1/batches').send({ userKey: 'fuzz' })).body.id as string;
     const added = await svc.api.post(`/v1/batches/${id}/items`).send({ count: 10 });
     expect(added.status).toBe(201);

@@ -77,7 +77,7 @@ describe.each(backends())('a service killed -9 between children completing and t
     return { answered, completeChildren, parentAcked, waiting, gap: completeChildren - parentAcked };
   }
 
-  it('when the process dies while children complete, then after a restart every parent item is acked once and the parent completes once', async () => {
+  it('when the process dies as children complete, then after a restart each parent item is acked once', async () => {
     const env = { ...processEnv(database), CALLBACK_POLL_INTERVAL: '200ms' };
     db = openDb(database.config);
     // The kill must land after some child committed its completion and before its parent item was

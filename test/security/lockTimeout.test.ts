@@ -49,7 +49,7 @@ describeOnServers('a batch row held locked by another connection (%s)', (name, b
     };
   }
 
-  it('when batch X is locked for 6 s, then acks of Y are answered at once and the ack of X gets 503 with Retry-After after LOCK_TIMEOUT', async () => {
+  it('when batch X is locked for 6 s, then acks of Y go at once and X gets 503 after LOCK_TIMEOUT', async () => {
     const x = await sealedBatch(svc.api, 4);
     const y = await sealedBatch(svc.api, 40);
     const release = await holdRow(x.id);

@@ -15,7 +15,7 @@ describeOnMysql('a server whose sql_mode has NO_BACKSLASH_ESCAPES (mysql)', () =
   });
   afterAll(() => admin.destroy());
 
-  it('when a userKey is crafted to end its string early, then it is stored as sent and no second statement runs', async () => {
+  it('when a userKey is crafted to end its string early, then it is stored as sent, no second statement', async () => {
     // Connections opened from now on start with the unsafe mode; the service must override it.
     await admin.raw("SET GLOBAL sql_mode = CONCAT(@@GLOBAL.sql_mode, ',NO_BACKSLASH_ESCAPES')");
     const svc = await startService(mysql!).finally(() => admin.raw('SET GLOBAL sql_mode = ?', [globalMode]));

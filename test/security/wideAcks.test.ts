@@ -28,7 +28,7 @@ describe.each(backends())('acks spread over thousands of groups (%s)', (_name, b
     expect((await svc.api.get(`/v1/batches/${batchId}`)).body.succeeded).toBe(10_000);
   }, 60_000);
 
-  it('when group commit merges four such calls of 2,500 groups each, then each is answered with its own count', async () => {
+  it('when four calls of 2,500 groups each are merged, then each is answered with its own count', async () => {
     const calls = [0, 1, 2, 3].map((k) => groups.slice(k * 2500, (k + 1) * 2500).map((g) => `${batchId}:${g.id}:1`));
     const results = await Promise.all(calls.map((ids) => svc.api.post('/v1/acks').send({ ids, outcome: 'failed' })));
     for (const res of results) expect(res.body).toMatchObject({ acked: 2500, duplicates: 0 });

@@ -92,7 +92,7 @@ describe.each(backends())('read-decide-write transactions (%s)', (name, backend)
     ]);
   });
 
-  it('when a later write fails, then the earlier ones are undone and the connection serves the next transaction', async () => {
+  it('when a later write fails, then earlier ones are undone and the connection serves the next one', async () => {
     await db('scratch').insert({ id: 'a', n: 1 });
     const failure = await readDecideWrite(
       db,
@@ -136,7 +136,7 @@ describe.each(backends())('read-decide-write transactions (%s)', (name, backend)
     expect(await committed()).toEqual([['a', 5]]);
   });
 
-  it('when an attempt is aborted as a deadlock aborts it, then it runs again from the start and commits once', async () => {
+  it('when an attempt is aborted as a deadlock aborts it, then it runs again and commits once', async () => {
     await db('scratch').insert({ id: 'a', n: 1 });
     let attempts = 0;
     const retried: number[] = [];

@@ -63,7 +63,7 @@ describeOnServers('transactions aborted by the database (%s)', (name, backend) =
     ]);
   });
 
-  it('when retries are used up, then the caller gets unavailable (503) caused by the deadlock, and its work is rolled back', async () => {
+  it('when retries are used up, then the caller gets 503 caused by the deadlock, its work rolled back', async () => {
     const retried: string[] = [];
     const results = await Promise.allSettled(crossLock(db, 0, retried));
     const failed = results.filter((r) => r.status === 'rejected');
