@@ -34,6 +34,8 @@ const CANDIDATES_PER_SLOT = 4;
  */
 export class CallbackDispatcher {
   private readonly claim = randomUUID();
+  /** Deliveries ended so far (deliverDue reads again when one ended during its claim). */
+  private finished = 0;
   private readonly inFlight = new Map<string, { event: OutboxEvent; done: Promise<void> }>();
   /** Called when a delivery ends and its slot is free again (the background loop claims more). */
   onSlotFreed: () => void = () => undefined;
@@ -64,6 +66,7 @@ export class CallbackDispatcher {
     for (const event of claimed) {
       const done = this.deliver(event).finally(() => {
         this.inFlight.delete(event.id);
+        this.finished += 1;
         this.onSlotFreed();
       });
       this.inFlight.set(event.id, { event, done });
@@ -75,8 +78,12 @@ export class CallbackDispatcher {
   async deliverDue(): Promise<number> {
     let attempted = 0;
     for (;;) {
+      const finishedBefore = this.finished;
       const started = await this.startDue();
       attempted += started;
+      // A delivery that ended while this claim read the outbox may have freed an event waiting
+      // for it (a first_failure before its batch.completed): read again before stopping.
+      if (this.inFlight.size === 0 && (started > 0 || this.finished !== finishedBefore)) continue;
       if (this.inFlight.size === 0) return attempted;
       if (started === 0) await Promise.race([...this.inFlight.values()].map((f) => f.done));
     }

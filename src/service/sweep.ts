@@ -18,7 +18,8 @@ export interface SweepResult {
 
 /**
  * Removes every batch due now, in chunks of `chunk` batches, each chunk its own short transaction.
- * Replicas sweeping at once skip each other's rows (SKIP LOCKED), so no work is done twice.
+ * Replicas sweeping at once skip each other's rows (SKIP LOCKED), so no work is done twice; each
+ * goes on until it finds nothing left that it can lock.
  */
 export async function sweepOnce(deps: ServiceDeps, options: SweepOptions): Promise<SweepResult> {
   const total: SweepResult = { batchesRemoved: 0, groupsRemoved: 0 };
@@ -31,6 +32,8 @@ export async function sweepOnce(deps: ServiceDeps, options: SweepOptions): Promi
     });
     total.batchesRemoved += chunk.batches;
     total.groupsRemoved += chunk.groups;
-    if (chunk.batches < options.chunk) return total;
+    // Not `< chunk`: a replica sweeping beside this one may hold some of the candidates, so a short
+    // chunk does not mean nothing is left. Each chunk removes at least one batch, so this ends.
+    if (chunk.batches === 0) return total;
   }
 }
