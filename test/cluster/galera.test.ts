@@ -112,7 +112,7 @@ maybe('rollcall on a MariaDB Galera cluster', () => {
     await cluster.stop();
   });
 
-  it('when three replicas start at once on a fresh database on three nodes, then all come up and each migration ran once', async () => {
+  it('when three replicas start at once on three nodes, then all come up and each migration ran once', async () => {
     replicas = await startReplicas(urls);
     const conn = await mysql.createConnection({ uri: urls[2] as string });
     try {
@@ -157,7 +157,7 @@ maybe('rollcall on a MariaDB Galera cluster', () => {
     }
   });
 
-  it('when 24 clients ack every item twice across the three nodes, then the counts are exact and the batch completes once', async () => {
+  it('when 24 clients ack every item twice across three nodes, then counts are exact, one completion', async () => {
     const count = 1200;
     const { id, ids } = await openBatch(replicas[0]!.api, count);
     await replicas[0]!.api.post(`/v1/batches/${id}/seal`);
@@ -199,7 +199,7 @@ maybe('rollcall on a MariaDB Galera cluster', () => {
     expect(Date.now() - started).toBeLessThan(2000);
   });
 
-  it('when retries run out under conflicts between nodes, then the answer is 503, never 500, and retried calls still count exactly', async () => {
+  it('when retries run out under conflicts between nodes, then 503, never 500, and counts stay exact', async () => {
     const strict = await startReplicas(urls, { TX_RETRIES: '0', ACK_GROUP_COMMIT: 'off' });
     try {
       const count = 300;
@@ -220,7 +220,7 @@ maybe('rollcall on a MariaDB Galera cluster', () => {
     }
   });
 
-  it('when the writer node behind HAProxy is killed mid-storm, then nothing answered is lost and the batch completes once', async () => {
+  it('when the writer behind HAProxy is killed mid-storm, then nothing answered is lost, one completion', async () => {
     const proxied = `mysql://root@127.0.0.1:${cluster.haproxyPort}/${dbName}`;
     const behind = await startReplicas([proxied, proxied]);
     try {

@@ -19,7 +19,7 @@ describe('the ack coalescer of the queue integrations, against a real service', 
     await svc.stop();
   });
 
-  it('when 25,000 items are acked at once, then they travel in calls of at most 10,000 and each answer comes after its item was committed', async () => {
+  it('when 25,000 items are acked at once, then calls carry ≤ 10,000 and each answer follows its commit', async () => {
     const { id, ids } = await sealedBatch(svc.api, 25_000);
     const tally = countingFetch();
     const client = new RollcallClient({ baseUrl: server.url, fetch: tally.fetch });
@@ -38,7 +38,7 @@ describe('the ack coalescer of the queue integrations, against a real service', 
     expect(tally.completions.get(id)).toBe(1);
   });
 
-  it('when acks of different outcomes and reasons and an unknown item arrive together, then each gets its own answer and reason', async () => {
+  it('when outcomes, reasons and an unknown item arrive together, then each gets its own answer', async () => {
     const { id, ids } = await sealedBatch(svc.api, 4);
     const acks = new AckCoalescer(new RollcallClient({ baseUrl: server.url }));
     const unknown = `${id}:01234567-89ab-7def-8123-456789abcdef:0`;

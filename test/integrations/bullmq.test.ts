@@ -80,7 +80,7 @@ describeWith(redisUrl).each(backends())('rollcall/bullmq on a real Redis and a r
     return { succeeded: count - failed, failed, failedIds: (ids) => ids };
   }
 
-  it('when 3,000 jobs with attempts: 3 fail for good or only at first, then the counts are exact, completion is reported once and acks travel in few calls', async () => {
+  it('when 3,000 jobs (attempts 3) fail for good or at first, then exact counts, one completion, few calls', async () => {
     const queue = newQueue();
     const runs = new Map<number, number>();
     const itemOf = new Map<number, string>();
@@ -144,7 +144,7 @@ describeWith(redisUrl).each(backends())('rollcall/bullmq on a real Redis and a r
     expect(await client.status(batch.id)).toMatchObject({ state: 'cancelled', succeeded: 0, failed: 0, pending: 200 });
   });
 
-  it('when a batch is cancelled mid-run, then the first rejected ack stops its remaining jobs from running (without asking rollcall before each job)', async () => {
+  it('when a batch is cancelled mid-run, then the first rejected ack stops its remaining jobs', async () => {
     const queue = newQueue();
     const batch = await produce(queue, 1000);
     let runs = 0;
@@ -170,7 +170,7 @@ describeWith(redisUrl).each(backends())('rollcall/bullmq on a real Redis and a r
     expect(await queue.getJobCounts('completed', 'failed')).toEqual({ completed: 1000, failed: 0 });
   });
 
-  it('when a worker process is killed with SIGKILL mid-run, then its stalled jobs run again elsewhere and the counts are still exact', async () => {
+  it('when a worker is killed with SIGKILL mid-run, then its stalled jobs rerun and counts stay exact', async () => {
     const queue = newQueue();
     const batch = await produce(queue, 2000);
     const child = spawn(process.execPath, ['--import', 'tsx', 'test/integrations/fixtures/bullmqWorker.ts'], {

@@ -19,7 +19,7 @@ describe.each(backends())('rollcall/producer openBatch (%s)', (_name, backend) =
     await svc.stop();
   });
 
-  it('when a batch of 2,500 is opened, then enqueue gets every item ID once in chunks of at most 1,000 and the batch is sealed', async () => {
+  it('when a batch of 2,500 is opened, then enqueue gets each ID once in chunks of ≤ 1,000, then the seal', async () => {
     const chunks: string[][] = [];
     const batch = await openBatch(client, { count: 2500, userKey: 'producer', metadata: { job: 'x' }, enqueue: async (ids) => void chunks.push(ids) });
     expect(chunks.map((c) => c.length)).toEqual([1000, 1000, 500]);

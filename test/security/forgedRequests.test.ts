@@ -43,7 +43,7 @@ describe.each(backends())('requests a browser page could forge (%s)', (_name, ba
     ['Sec-Fetch-Site', 'same-site'],
     ['Origin', 'https://evil.example'],
     ['Origin', 'null'],
-  ])('when a bodiless POST (no-cors fetch, sendBeacon) carries %s: %s, then 403 and nothing is created or swept', async (header, value) => {
+  ])('when a bodiless POST (no-cors fetch, sendBeacon) carries %s: %s, then 403 and nothing changes', async (header, value) => {
     const before = await count();
     const created = await svc.api.post('/v1/batches').set(header, value);
     expect(created.status).toBe(403);

@@ -107,7 +107,7 @@ describeOnServers('a batch row held locked by another connection (%s)', (name, b
     expect((await svc.api.post('/v1/acks').send({ ids: x.ids })).body.acked).toBe(2);
   }, 30_000);
 
-  it('when more acked IDs wait than ACK_QUEUE_MAX_IDS, then the excess is answered 503 at once and applies nothing', async () => {
+  it('when more acked IDs wait than ACK_QUEUE_MAX_IDS, then the excess is 503 at once, applying nothing', async () => {
     const x = await sealedBatch(svc.api, 18_000);
     const release = await holdRow(x.id);
     try {
@@ -152,7 +152,7 @@ describe.each(backends().filter(([name]) => name === 'sqlite'))('a database file
     return { exited };
   }
 
-  it('when three acks queue behind the locked file, then all are answered 503 within about one LOCK_TIMEOUT, not one each', async () => {
+  it('when three acks queue behind the locked file, then all are 503 within about one LOCK_TIMEOUT', async () => {
     const batches = await Promise.all([sealedBatch(svc.api, 1), sealedBatch(svc.api, 1), sealedBatch(svc.api, 1)]);
     const { exited } = await holdFile(5000);
     try {
@@ -164,7 +164,7 @@ describe.each(backends().filter(([name]) => name === 'sqlite'))('a database file
     }
   }, 20_000);
 
-  it('when another process holds the write lock, then an ack is answered 503 with Retry-After, not 500, and applies nothing', async () => {
+  it('when another process holds the write lock, then an ack is 503 with Retry-After and applies nothing', async () => {
     const x = await sealedBatch(svc.api, 2);
     const holder = spawn(process.execPath, [
       '-e',

@@ -51,7 +51,7 @@ describe.each(backends())('migrations (%s)', (_name, backend) => {
     }
   });
 
-  it('when three pools migrate a fresh database at once, then all succeed and each migration is applied once', async () => {
+  it('when three pools migrate a fresh database at once, then all succeed, each migration once', async () => {
     const database = await backend.create();
     const pools = [openDb(database.config), openDb(database.config), openDb(database.config)];
     try {
@@ -69,7 +69,7 @@ describe.each(backends())('migrations (%s)', (_name, backend) => {
     }
   });
 
-  it('when a crashed migrator left the lock row behind, then the next one breaks it once it is stale and migrates', async () => {
+  it('when a crashed migrator left its lock row, then the next breaks it once stale and migrates', async () => {
     const database = await backend.create();
     const db = openDb(database.config);
     try {
