@@ -6,42 +6,10 @@
  * sessionStorage.
  */
 
-// The dashboard is compiled on its own for the browser, so it declares the API shapes it reads
-// (the same as src/domain/batch.ts BatchView; the OpenAPI test keeps the server to them).
-interface Batch {
-  id: string;
-  state: 'open' | 'sealed' | 'complete' | 'cancelled';
-  outcome: 'succeeded' | 'failed' | 'cancelled' | null;
-  userKey: string | null;
-  metadata: Record<string, unknown> | null;
-  callbackUrl: string | null;
-  total: number;
-  succeeded: number;
-  failed: number;
-  pending: number;
-  createdAt: string;
-  updatedAt: string;
-  sealedAt: string | null;
-  completedAt: string | null;
-  cancelledAt: string | null;
-  parentItem: string | null;
-}
+// The API shapes come from the contract (type-only imports: nothing of them reaches the browser).
+import type { BatchPage, BatchView as Batch, EventsView, FailurePage } from '../src/contract/responses';
 
-interface FailurePage {
-  failures: Array<{ id: string; error: string; failedAt: string }>;
-  nextCursor: string | null;
-  dropped: number;
-}
-
-interface EventView {
-  id: string;
-  event: string;
-  status: string;
-  attempts: number;
-  nextAttemptAt: string | null;
-  lastError: string | null;
-  deliveredAt: string | null;
-}
+type EventView = EventsView['events'][number];
 
 const TOKEN_KEY = 'rollcall.token';
 const REFRESH_MS = 1000;
@@ -124,7 +92,7 @@ async function renderList(): Promise<void> {
   if (view.userKey) params.set('userKey', view.userKey);
   const cursor = view.cursors[view.cursors.length - 1];
   if (cursor) params.set('cursor', cursor);
-  const page = await api<{ batches: Batch[]; nextCursor: string | null }>(`/v1/batches?${params}`);
+  const page = await api<BatchPage>(`/v1/batches?${params}`);
   view.nextCursor = page.nextCursor;
   const body = $('batches').querySelector('tbody') as HTMLTableSectionElement;
   body.replaceChildren(

@@ -88,3 +88,5 @@ export type Rejection = z.infer<typeof ackResultSchema>['rejected'][number];
 export type AckResult = z.infer<typeof ackResultSchema>;
 export type ItemStatus = z.infer<typeof itemSchema>;
 export type FailurePage = z.infer<typeof failurePageSchema>;
+export type BatchPage = z.infer<typeof batchPageSchema>;
+export type EventsView = z.infer<typeof eventsSchema>;

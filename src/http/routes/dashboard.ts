@@ -27,6 +27,6 @@ export function dashboardRoutes(): Router {
   const router = Router();
   router.get('/', contentSecurity, (_req, res) => res.sendFile(path.join(dir, 'index.html')));
   router.get('/dashboard/style.css', contentSecurity, (_req, res) => res.sendFile(path.join(dir, 'style.css')));
-  router.get('/dashboard/app.js', contentSecurity, (_req, res) => res.type('text/javascript').sendFile(path.join(dir, 'build', 'app.js')));
+  router.get('/dashboard/app.js', contentSecurity, (_req, res) => res.type('text/javascript').sendFile(path.join(dir, 'build', 'dashboard', 'app.js')));
   return router;
 }
