@@ -12,6 +12,8 @@ import * as m0009 from './0009_add_batch_cancelled_at';
 import * as m0010 from './0010_add_batch_parent';
 import * as m0011 from './0011_create_failure_reasons';
 import * as m0012 from './0012_create_child_outcomes';
+import * as m0013 from './0013_create_child_links';
+import * as m0014 from './0014_distribute_on_citus';
 
 export interface Migration {
   up(knex: Knex): Promise<void>;
@@ -35,4 +37,6 @@ export const migrations: ReadonlyArray<readonly [name: string, migration: Migrat
   ['0010_add_batch_parent', m0010],
   ['0011_create_failure_reasons', m0011],
   ['0012_create_child_outcomes', m0012],
+  ['0013_create_child_links', m0013],
+  ['0014_distribute_on_citus', m0014],
 ];

@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 
 import { BackoffPolicy, retryDelay, signBody } from '../domain/delivery';
 import { loadOf, pickFairly, saturated, ShareLimits } from '../domain/fairShare';
-import { claimEvents, lockDueEvents, markDelivered, markFailed, OutboxEvent } from '../store/outbox';
+import { claimEvents, dueEvents, markDelivered, markFailed, OutboxEvent } from '../store/outbox';
 import { inTransaction } from '../store/transaction';
 import { ServiceDeps } from './deps';
 import { PostCallback } from './postCallback';
@@ -53,7 +53,7 @@ export class CallbackDispatcher {
     const load = loadOf([...this.inFlight.values()].map((f) => f.event));
     const now = this.deps.now();
     const claimed = await inTransaction(this.deps.db, this.deps.tx, async (trx) => {
-      const due = await lockDueEvents(trx, now, slots * CANDIDATES_PER_SLOT, { ...saturated(load, this.options.share), eventIds: [...this.inFlight.keys()] });
+      const due = await dueEvents(trx, now, slots * CANDIDATES_PER_SLOT, { ...saturated(load, this.options.share), eventIds: [...this.inFlight.keys()] });
       const chosen = pickFairly(due, load, this.options.share, slots);
       return claimEvents(
         trx,

@@ -9,7 +9,7 @@ import { formatItemId, parseItemId } from '../domain/itemId';
 import { findBatch, insertBatch } from '../store/batches';
 import { isDuplicateKey } from '../store/dbErrors';
 import { findGroup } from '../store/groups';
-import { asUnavailable, withRetries } from '../store/transaction';
+import { asUnavailable } from '../store/transaction';
 import { ServiceDeps } from './deps';
 import { reading } from './reading';
 
@@ -67,11 +67,10 @@ export async function openBatch(deps: ServiceDeps, caller: Caller, input: OpenBa
     failuresDropped: 0,
   };
   try {
-    // withRetries: on SQLite another process may hold the file for a moment.
-    await withRetries(deps.tx, () => insertBatch(deps.db, batch));
+    await insertBatch(deps.db, deps.tx, batch);
   } catch (caught) {
     const error = toError(caught);
-    // The unique parent_item: another child already stands for this item (also when two creates race).
+    // The child link's key: another child already stands for this item (also when two creates race).
     if (parentItem !== null && isDuplicateKey(error)) throw new ItemNotPendingError(`another batch already stands for item ${parentItem}`, { cause: error });
     throw asUnavailable(error);
   }

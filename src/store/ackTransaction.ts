@@ -1,7 +1,7 @@
 import { groupKey, GroupRecord } from '../domain/ackPlan';
 import { BatchRecord } from '../domain/batch';
 import { ReasonPlan } from '../domain/failureReasons';
-import { batchFromRow, BatchRow, lockBatchesQuery, updateBatchQuery } from './batches';
+import { batchFromRow, BatchRow, lockBatchQuery, updateBatchQuery } from './batches';
 import { insertChildOutcomeQuery, NewChildOutcome } from './childOutcomes';
 import { Db, Queryable, Statement } from './db';
 import { reasonKeysFrom, reasonKeysQuery, writeReasonsQueries } from './failureReasons';
@@ -53,7 +53,7 @@ export function runAckTransaction<T>(
     decide(q, results) {
       const targetResults = results.slice(0, results.length - reads.reasonBatches.length);
       const storedReasons = new Map(reads.reasonBatches.map((id, i) => [id, reasonKeysFrom(results[targetResults.length + i])]));
-      const { writes, answer } = decide({ ...targetsFrom(targetResults), storedReasons });
+      const { writes, answer } = decide({ ...targetsFrom(targetResults, reads.groupIdsByBatch.size), storedReasons });
       return { writes: ackWrites(q, writes), answer };
     },
   });
@@ -62,11 +62,12 @@ export function runAckTransaction<T>(
 function targetReads(q: Queryable, groupIdsByBatch: Map<string, Set<string>>): Statement[] {
   const batchIds = [...groupIdsByBatch.keys()].sort();
   if (batchIds.length === 0) return [];
-  return [lockBatchesQuery(q, batchIds), ...batchIds.flatMap((id) => lockGroupsQueries(q, id, groupIdsByBatch.get(id) ?? []))];
+  return [...batchIds.map((id) => lockBatchQuery(q, id)), ...batchIds.flatMap((id) => lockGroupsQueries(q, id, groupIdsByBatch.get(id) ?? []))];
 }
 
-function targetsFrom(results: unknown[]): Pick<AckRows, 'batches' | 'groups'> {
-  const [batchRows = [], ...groupRows] = results as [BatchRow[]?, ...GroupRow[][]];
+function targetsFrom(results: unknown[], batchCount: number): Pick<AckRows, 'batches' | 'groups'> {
+  const batchRows = (results.slice(0, batchCount) as BatchRow[][]).flat();
+  const groupRows = results.slice(batchCount) as GroupRow[][];
   return {
     batches: new Map(batchRows.map((row) => [row.id, batchFromRow(row)])),
     groups: new Map(groupRows.flat().map((row) => [groupKey(row.batch_id, row.id), groupFromRow(row)])),

@@ -1,9 +1,10 @@
 import { Knex } from 'knex';
 
 import { BatchRecord, BatchState } from '../domain/batch';
-import { Queryable } from './db';
+import { Db, Queryable } from './db';
 import { forUpdate } from './dialect';
 import { selectRows } from './mysqlDriver';
+import { inTransaction, TransactionOptions, withRetries } from './transaction';
 
 export interface BatchRow {
   id: string;
@@ -77,9 +78,18 @@ function toRow(batch: BatchRecord): BatchRow {
   };
 }
 
-/** Inserts a new batch row. Locks: the new row. */
-export async function insertBatch(q: Queryable, batch: BatchRecord): Promise<void> {
-  await q('batches').insert(toRow(batch));
+/**
+ * Inserts a new batch row. A child's link to its parent item goes in the same transaction: a second
+ * child for the same item fails on the link's key (a duplicate key), whichever shard the two child
+ * rows land on (migration 0013). Locks: the new rows.
+ */
+export async function insertBatch(db: Db, options: TransactionOptions, batch: BatchRecord): Promise<void> {
+  const row = toRow(batch);
+  if (row.parent_item === null) return void (await withRetries(options, () => db('batches').insert(row)));
+  await inTransaction(db, options, async (trx) => {
+    await trx('child_links').insert({ parent_batch_id: row.parent_batch_id, parent_item: row.parent_item, child_batch_id: row.id });
+    await trx('batches').insert(row);
+  });
 }
 
 /** Reads one batch without locking. Returns null when it does not exist. */
@@ -90,21 +100,17 @@ export async function findBatch(q: Queryable, id: string): Promise<BatchRecord |
 
 /** Reads and row-locks one batch until the transaction ends. Returns null when it does not exist. */
 export async function lockBatch(trx: Knex.Transaction, id: string): Promise<BatchRecord | null> {
-  const row = (await forUpdate(trx, trx('batches').where({ id })).first()) as BatchRow | undefined;
+  const [row] = (await lockBatchQuery(trx, id)) as BatchRow[];
   return row ? batchFromRow(row) : null;
 }
 
 /**
- * Reads and row-locks several batches in id order (the one lock order every transaction keeps:
- * batch rows by id, then their group rows by id).
+ * Reads and row-locks one batch (in the ack transaction, batches go in id order: the one lock order
+ * every transaction keeps is batch rows by id, then their group rows by id). One statement per batch,
+ * never `id IN (…)`: on Citus a locking read must stay on one shard.
  */
-export function lockBatchesQuery(q: Queryable, ids: string[]): Knex.QueryBuilder {
-  return forUpdate(
-    q,
-    q('batches')
-      .whereIn('id', [...ids].sort())
-      .orderBy('id'),
-  );
+export function lockBatchQuery(q: Queryable, id: string): Knex.QueryBuilder {
+  return forUpdate(q, q('batches').where('id', id));
 }
 
 /** Runs updateBatchQuery. */

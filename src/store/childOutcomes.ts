@@ -2,7 +2,6 @@ import { Knex } from 'knex';
 
 import { Outcome } from '../domain/batch';
 import { Db, Queryable } from './db';
-import { forUpdateSkipLocked } from './dialect';
 
 /** A finished child batch's outcome, waiting to be acked into its parent item. */
 export interface ChildOutcome {
@@ -43,16 +42,24 @@ export function insertChildOutcomeQuery(q: Queryable, row: NewChildOutcome): Kne
 
 /**
  * Claims up to `limit` due rows for `leaseMs` (like the outbox): a replica that dies mid-work leaves
- * them due again when the lease ends. Rows another replica is claiming right now are skipped.
+ * them due again when the lease ends. The due rows are read plainly, then taken by one conditional
+ * UPDATE (still due, so a row another replica took first is left alone), with no locking read that
+ * spans batches (Citus refuses one; outbox.ts claimEvents).
  */
-export async function claimDueChildOutcomes(trx: Knex.Transaction, claim: string, now: number, leaseMs: number, limit: number): Promise<ChildOutcome[]> {
-  const query = forUpdateSkipLocked(trx, trx('child_outcomes').select('batch_id').where('next_attempt_at', '<=', now).orderBy('next_attempt_at').limit(limit));
-  const ids = ((await query) as Array<{ batch_id: string }>).map((r) => r.batch_id);
+export async function claimDueChildOutcomes(q: Queryable, claim: string, now: number, leaseMs: number, limit: number): Promise<ChildOutcome[]> {
+  const due = (await q('child_outcomes').select('batch_id').where('next_attempt_at', '<=', now).orderBy('next_attempt_at').limit(limit)) as Array<{
+    batch_id: string;
+  }>;
+  const ids = due.map((r) => r.batch_id);
   if (ids.length === 0) return [];
-  await trx('child_outcomes')
+  await q('child_outcomes')
     .whereIn('batch_id', ids)
-    .update({ claim, next_attempt_at: now + leaseMs, attempts: trx.raw('attempts + 1') });
-  const rows = (await trx('child_outcomes').whereIn('batch_id', ids).where('claim', claim)) as ChildOutcomeRow[];
+    .where('next_attempt_at', '<=', now)
+    .update({ claim, next_attempt_at: now + leaseMs, attempts: q.raw('attempts + 1') });
+  const rows = (await q('child_outcomes')
+    .whereIn('batch_id', ids)
+    .where('claim', claim)
+    .where('next_attempt_at', now + leaseMs)) as ChildOutcomeRow[];
   return rows.map((row) => ({
     batchId: row.batch_id,
     tenant: row.tenant,

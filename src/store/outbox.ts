@@ -2,7 +2,6 @@ import { Knex } from 'knex';
 
 import type { EventStatus } from '../contract/vocabulary';
 import { Db, Queryable } from './db';
-import { forUpdateSkipLocked } from './dialect';
 
 export type { EventStatus };
 
@@ -104,7 +103,11 @@ export interface Saturated {
  * (batch.completed / batch.cancelled), and a parent's batch.completed only after every event of its
  * children was delivered or given up. Neither blocker can appear after the event it blocks (both are
  * written earlier, or in the same transaction), so this plain, unlocked read can only be too careful
- * for a moment, never wrong; the locking claim then takes the ids it kept.
+ * for a moment, never wrong.
+ *
+ * The children's check is an uncorrelated `IN (…)`: on Citus a subquery correlated on a column that
+ * is not the distribution column (child.parent_batch_id) is refused, an uncorrelated one is run
+ * first and its result used (docs/scaling.md). The first check correlates on batch_id, which is.
  */
 function inOrder(q: Queryable, query: Knex.QueryBuilder): Knex.QueryBuilder {
   return query
@@ -123,49 +126,50 @@ function inOrder(q: Queryable, query: Knex.QueryBuilder): Knex.QueryBuilder {
     .whereNot((blocked) =>
       blocked
         .where('outbox.event', 'batch.completed')
-        .whereExists((children) =>
-          children
-            .select(q.raw('1'))
+        .whereIn('outbox.batch_id', (parents) =>
+          parents
+            .select('child.parent_batch_id')
             .from('batches as child')
             .join('outbox as child_event', 'child_event.batch_id', 'child.id')
-            .whereRaw('child.parent_batch_id = outbox.batch_id')
+            .whereNotNull('child.parent_batch_id')
             .where('child_event.status', 'pending'),
         ),
     );
 }
 
 /**
- * Locks up to `limit` due pending events that may be sent now (inOrder), oldest due first, leaving
- * out saturated tenants and hosts (so hundreds of events waiting on one receiver never hide
- * another's). The choice is a plain read; the locking read then takes the rows it chose. On MySQL
- * rows that another replica is claiming right now are skipped (SKIP LOCKED); SQLite has one writer.
+ * Up to `limit` due pending events that may be sent now (inOrder), oldest due first, leaving out
+ * saturated tenants and hosts (so hundreds of events waiting on one receiver never hide another's).
+ * A plain read that locks nothing: claimEvents then takes the ones chosen, if still due.
  */
-export async function lockDueEvents(trx: Knex.Transaction, now: number, limit: number, saturated: Saturated): Promise<DueEvent[]> {
-  let ready = inOrder(trx, trx('outbox').select('id').where('status', 'pending').where('next_attempt_at', '<=', now));
+export async function dueEvents(q: Queryable, now: number, limit: number, saturated: Saturated): Promise<DueEvent[]> {
+  let ready = inOrder(q, q('outbox').select('id', 'tenant', 'host').where('status', 'pending').where('next_attempt_at', '<=', now));
   if (saturated.tenants.length > 0) ready = ready.whereNotIn('outbox.tenant', saturated.tenants);
   if (saturated.hosts.length > 0) ready = ready.whereNotIn('outbox.host', saturated.hosts);
   if (saturated.eventIds.length > 0) ready = ready.whereNotIn('outbox.id', saturated.eventIds);
-  const ids = ((await ready.orderBy('next_attempt_at').limit(limit)) as Array<{ id: string }>).map((r) => r.id);
-  if (ids.length === 0) return [];
-  const query = forUpdateSkipLocked(
-    trx,
-    trx('outbox').select('id', 'tenant', 'host').whereIn('id', ids).where('status', 'pending').where('next_attempt_at', '<=', now).orderBy('next_attempt_at'),
-  );
-  return (await query) as DueEvent[];
+  return (await ready.orderBy('next_attempt_at').limit(limit)) as DueEvent[];
 }
 
 /**
- * Claims the chosen events (rows this transaction holds) for `leaseMs`: marks them with `claim` and
- * pushes their next attempt past the lease, so no other replica picks them while this one
- * delivers. A replica that dies mid-delivery leaves the event due again when the lease ends.
+ * Claims the chosen events for `leaseMs` with one conditional UPDATE: only rows still pending and
+ * due are taken, so of two replicas that chose the same event the second finds it no longer due
+ * (its UPDATE waits for the first's row lock, then reads the committed row again) and skips it.
+ * Claimed rows carry `claim`, and their next attempt is pushed past the lease, so no other replica
+ * picks them while this one delivers; a replica that dies mid-delivery leaves the event due again
+ * when the lease ends. No `SELECT … FOR UPDATE SKIP LOCKED` across batches: Citus refuses a locking
+ * read that spans shards, and this shape is the same on every database.
  */
-export async function claimEvents(trx: Knex.Transaction, ids: string[], claim: string, now: number, leaseMs: number): Promise<OutboxEvent[]> {
+export async function claimEvents(q: Queryable, ids: string[], claim: string, now: number, leaseMs: number): Promise<OutboxEvent[]> {
   if (ids.length === 0) return [];
-  await trx('outbox')
+  await q('outbox')
     .whereIn('id', ids)
     .where('status', 'pending')
-    .update({ claim, next_attempt_at: now + leaseMs, attempts: trx.raw('attempts + 1'), last_attempt_at: now });
-  const rows = (await trx('outbox').whereIn('id', ids).where('claim', claim)) as OutboxRow[];
+    .where('next_attempt_at', '<=', now)
+    .update({ claim, next_attempt_at: now + leaseMs, attempts: q.raw('attempts + 1'), last_attempt_at: now });
+  const rows = (await q('outbox')
+    .whereIn('id', ids)
+    .where('claim', claim)
+    .where('next_attempt_at', now + leaseMs)) as OutboxRow[];
   return rows.map(fromRow);
 }
 

@@ -41,23 +41,24 @@ async function dueCandidates(trx: Knex.Transaction, cutoffs: SweepCutoffs, limit
 
 /**
  * Locks up to `limit` batches that are due for removal. The candidates are found by plain reads,
- * then locked by primary key, skipping rows another transaction holds (an ack in flight, another
- * replica's sweep), and checked again: a locking read sees the newest committed row, so a batch an
- * ack has just touched is no longer due. Locking by key, not by scanning the state indexes, takes no
- * range locks that would make acks of batches that are not due wait. Last, a batch with a callback
- * event still pending is left out (a locking read: events are written under the batch row lock,
- * which this transaction now holds).
+ * then each is locked by primary key, skipping a row another transaction holds (an ack in flight,
+ * another replica's sweep), and checked again: a locking read sees the newest committed row, so a
+ * batch an ack has just touched is no longer due. Locking by key, not by scanning the state indexes,
+ * takes no range locks that would make acks of batches that are not due wait; one statement per
+ * batch, because on Citus a locking read must stay on one shard. Last, a batch with a callback event
+ * still pending is left out (a locking read: events are written under the batch row lock, which
+ * this transaction now holds).
  */
 export async function lockDueBatches(trx: Knex.Transaction, cutoffs: SweepCutoffs, limit: number): Promise<string[]> {
-  const candidates = await dueCandidates(trx, cutoffs, limit);
-  if (candidates.length === 0) return [];
-  const lockQuery = isDue(trx('batches').select('id').whereIn('id', candidates), cutoffs);
-  const locked = ((await forUpdateSkipLocked(trx, lockQuery)) as Array<{ id: string }>).map((r) => r.id);
-  if (locked.length === 0) return [];
-  // (No DISTINCT: PostgreSQL takes no row locks on a DISTINCT result.)
-  const pendingQuery = trx('outbox').select('batch_id').whereIn('batch_id', locked).where('status', 'pending');
-  const pending = new Set(((await forShare(trx, pendingQuery)) as Array<{ batch_id: string }>).map((r) => r.batch_id));
-  return locked.filter((id) => !pending.has(id));
+  const locked: string[] = [];
+  for (const id of await dueCandidates(trx, cutoffs, limit)) {
+    const row = (await forUpdateSkipLocked(trx, isDue(trx('batches').select('id').where('id', id), cutoffs))) as unknown[];
+    if (row.length === 0) continue;
+    // (No DISTINCT or LIMIT: PostgreSQL takes no row locks on a DISTINCT result.)
+    const pending = (await forShare(trx, trx('outbox').select('id').where('batch_id', id).where('status', 'pending'))) as unknown[];
+    if (pending.length === 0) locked.push(id);
+  }
+  return locked;
 }
 
 /** Deletes the batches (rows this transaction holds) with their groups; returns the group count. */
@@ -67,6 +68,9 @@ export async function deleteBatchesWithGroups(trx: Knex.Transaction, batchIds: s
   await trx('add_requests').whereIn('batch_id', batchIds).delete();
   await trx('failure_reasons').whereIn('batch_id', batchIds).delete();
   await trx('outbox').whereIn('batch_id', batchIds).delete();
+  // Their children's links (the items are gone) and their own links (their parent items are free again).
+  await trx('child_links').whereIn('parent_batch_id', batchIds).delete();
+  await trx('child_links').whereIn('child_batch_id', batchIds).delete();
   await trx('batches').whereIn('id', batchIds).delete();
   return groups;
 }

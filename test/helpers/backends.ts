@@ -6,13 +6,14 @@ import path from 'node:path';
 import knex from 'knex';
 
 import { Config, loadConfig } from '../../src/config';
+import { createCitusDatabase } from './citusCluster';
 
 /**
  * A database a test file owns alone: a new SQLite file, or a new database created on the MariaDB
  * server named by TEST_MYSQL_URL or the PostgreSQL server named by TEST_PG_URL. `config` points the
  * service at it.
  */
-export type BackendName = 'sqlite' | 'mysql' | 'pg';
+export type BackendName = 'sqlite' | 'mysql' | 'pg' | 'citus';
 
 export interface TestDatabase {
   name: BackendName;
@@ -24,6 +25,7 @@ export type Backend = { name: BackendName; create(overrides?: Record<string, str
 
 const mysqlUrl = process.env.TEST_MYSQL_URL;
 const pgUrl = process.env.TEST_PG_URL;
+const citusUrl = process.env.TEST_CITUS_URL;
 
 const sqlite: Backend = {
   name: 'sqlite',
@@ -100,6 +102,15 @@ const pg: Backend = {
   },
 };
 
+const citus: Backend = {
+  name: 'citus',
+  async create(overrides = {}) {
+    const database = await createCitusDatabase(citusUrl as string);
+    const config = loadConfig({ LOG_LEVEL: 'silent', DATABASE_URL: database.url, ...overrides });
+    return { name: 'citus', config, drop: () => database.drop() };
+  },
+};
+
 /** How a spawned service process finds a test's database. */
 export function processEnv(database: TestDatabase): Record<string, string> {
   return database.config.DATABASE_URL ? { DATABASE_URL: database.config.DATABASE_URL } : { SQLITE_PATH: database.config.SQLITE_PATH };
@@ -107,10 +118,11 @@ export function processEnv(database: TestDatabase): Record<string, string> {
 
 /**
  * SQLite always; MariaDB when TEST_MYSQL_URL is set, PostgreSQL when TEST_PG_URL is set (.ci/run
- * sets both and insists they answer).
+ * sets both and insists they answer); a Citus cluster's coordinator when TEST_CITUS_URL is set
+ * (test/helpers/citusCluster.ts; not in CI, Citus is not in Debian's packages).
  */
 export function backends(): Array<[name: string, backend: Backend]> {
-  return [sqlite, ...(mysqlUrl ? [mysql] : []), ...(pgUrl ? [pg] : [])].map((backend) => [backend.name, backend]);
+  return [sqlite, ...(mysqlUrl ? [mysql] : []), ...(pgUrl ? [pg] : []), ...(citusUrl ? [citus] : [])].map((backend) => [backend.name, backend]);
 }
 
 export function mysqlBackend(): Backend | null {
