@@ -6,6 +6,7 @@ module.exports = {
   transform: { '^.+\\.ts$': ['ts-jest', {}] },
   testTimeout: 60000,
   globalSetup: '<rootDir>/test/globalSetup.js',
+  globalTeardown: '<rootDir>/test/globalTeardown.js',
   // Each API test file gets its own database; files run in parallel on two cores.
   maxWorkers: 2,
 };

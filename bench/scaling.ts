@@ -5,6 +5,8 @@
  *
  *   npx tsx bench/scaling.ts replicas   # needs TEST_MYSQL_URL (a server it may create databases on)
  *   npx tsx bench/scaling.ts galera     # starts its own cluster (galera-4, haproxy, rsync)
+ *   npx tsx bench/scaling.ts citus      # plain PostgreSQL (TEST_PG_URL) beside a Citus cluster of its
+ *                                       # own (coordinator + 2 workers; Citus built locally)
  *
  * Load: 24 clients, calls of 10 IDs, spread over the replicas round-robin; "hot" acks one batch of
  * 12,000 items, "spread" 24 batches of 500 (one per client). Retries on 503 as a client would.
@@ -13,8 +15,17 @@ import { randomBytes } from 'node:crypto';
 
 import mysql from 'mysql2/promise';
 
+import { createPgDatabase } from '../test/helpers/backends';
+import { createCitusDatabase } from '../test/helpers/citusCluster';
 import { GaleraCluster } from '../test/helpers/galeraCluster';
 import { call, ServiceProcess, spawnService } from '../test/helpers/processes';
+
+// The private Citus cluster of the tests' TEST_CITUS=1 (a plain JS module, shared with jest's globalSetup).
+// eslint-disable-next-line @typescript-eslint/no-require-imports
+const { startCitusCluster, stopCitusCluster } = require('../test/citusCluster') as {
+  startCitusCluster(): Promise<{ url: string }>;
+  stopCitusCluster(cluster: { url: string }): void;
+};
 
 const CLIENTS = 24;
 const PER_CALL = 10;
@@ -130,7 +141,28 @@ async function galera(): Promise<void> {
   }
 }
 
-(process.argv[2] === 'galera' ? galera() : replicas()).catch((error) => {
+/** 3 replicas on plain PostgreSQL, then on a Citus coordinator with 2 workers (batches sharded by id). */
+async function citus(): Promise<void> {
+  const server = process.env.TEST_PG_URL;
+  if (!server) throw new Error('TEST_PG_URL is not set');
+  const plain = await createPgDatabase(server);
+  try {
+    await measure('3 replicas, one PostgreSQL 15', [plain.url, plain.url, plain.url]);
+  } finally {
+    await plain.drop();
+  }
+  const cluster = await startCitusCluster();
+  try {
+    const sharded = await createCitusDatabase(cluster.url);
+    await measure('3 replicas, Citus 13 (coordinator + 2 workers)', [sharded.url, sharded.url, sharded.url]);
+    await sharded.drop();
+  } finally {
+    stopCitusCluster(cluster);
+  }
+}
+
+const modes: Record<string, () => Promise<void>> = { galera, citus, replicas };
+(modes[process.argv[2] ?? 'replicas'] ?? replicas)().catch((error) => {
   console.error(error);
   process.exit(1);
 });

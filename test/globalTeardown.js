@@ -1,0 +1,12 @@
+// Stops the private Citus cluster of TEST_CITUS=1 (globalSetup.js).
+const fs = require('node:fs');
+
+const { stopCitusCluster } = require('./citusCluster');
+
+module.exports = async () => {
+  const cluster = globalThis.citusCluster;
+  if (!cluster) return;
+  stopCitusCluster(cluster);
+  await new Promise((r) => setTimeout(r, 1000));
+  fs.rmSync(cluster.dir, { recursive: true, force: true });
+};
