@@ -43,6 +43,9 @@ export async function createCitusDatabase(coordinatorUrl: string): Promise<{ url
   });
   for (const worker of workerUrls) {
     await withAdmin(worker, (db) => db.raw('CREATE DATABASE ??', [name]));
+    // As docs/scaling.md tells operators: the coordinator's per-session lock_timeout (LOCK_TIMEOUT,
+    // 2 s by default) does not reach the workers, where the row locks are waited for.
+    await withAdmin(worker, (db) => db.raw("ALTER DATABASE ?? SET lock_timeout = '2s'", [name]));
     await withAdmin(withDatabase(worker, name), (db) => db.raw('CREATE EXTENSION citus'));
   }
   const url = withDatabase(coordinatorUrl, name);

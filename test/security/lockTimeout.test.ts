@@ -24,14 +24,15 @@ const servers = serverBackends();
 const describeOnServers = servers.length > 0 ? describe.each(servers) : describe.skip.each([['none', null as never]]);
 
 describeOnServers('a batch row held locked by another connection (%s)', (name, backend) => {
+  const postgres = name === 'pg' || name === 'citus';
   let svc: TestService;
   let holder: Knex;
   beforeAll(async () => {
     svc = await startService(backend, { ACK_QUEUE_MAX_IDS: '10000' });
     const url = svc.database.config.DATABASE_URL as string;
     holder = knex({
-      client: name === 'pg' ? 'pg' : 'mysql2',
-      connection: (name === 'pg' ? { connectionString: url } : { uri: url }) as never,
+      client: postgres ? 'pg' : 'mysql2',
+      connection: (postgres ? { connectionString: url } : { uri: url }) as never,
       pool: { min: 0, max: 1 },
     });
   });
@@ -79,7 +80,7 @@ describeOnServers('a batch row held locked by another connection (%s)', (name, b
 
   /** Locks the tables an ack needs as a whole (LOCK TABLES on MySQL, LOCK TABLE in a transaction on PostgreSQL). */
   async function lockTables(): Promise<() => Promise<void>> {
-    if (name === 'pg') {
+    if (postgres) {
       const trx = await holder.transaction();
       await trx.raw('LOCK TABLE item_groups, batches IN EXCLUSIVE MODE');
       return async () => void (await trx.rollback());

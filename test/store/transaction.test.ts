@@ -28,7 +28,7 @@ function crossLock(db: Db, retries: number, retried: string[]) {
 }
 
 /** The deadlock code of each server. */
-const DEADLOCK: Record<string, string> = { mysql: 'ER_LOCK_DEADLOCK', pg: '40P01', sqlite: 'none' };
+const DEADLOCK: Record<string, string> = { mysql: 'ER_LOCK_DEADLOCK', pg: '40P01', citus: '40P01', sqlite: 'none' };
 
 describeOnServers('transactions aborted by the database (%s)', (name, backend) => {
   let database: TestDatabase;
