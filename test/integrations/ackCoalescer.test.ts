@@ -1,9 +1,10 @@
 import { RollcallClient } from '../../src/client';
 import { AckCoalescer } from '../../src/integrations/ackCoalescer';
 import { backends } from '../helpers/backends';
+import { batchWith } from '../helpers/batches';
 import { countingFetch } from '../helpers/countingFetch';
 import { listen } from '../helpers/listening';
-import { sealedBatch, startService, TestService } from '../helpers/service';
+import { startService, TestService } from '../helpers/service';
 
 const [, sqlite] = backends()[0]!;
 
@@ -20,7 +21,7 @@ describe('the ack coalescer of the queue integrations, against a real service', 
   });
 
   it('when 25,000 items are acked at once, then calls carry ≤ 10,000 and each answer follows its commit', async () => {
-    const { id, ids } = await sealedBatch(svc.api, 25_000);
+    const { id, ids } = await batchWith(svc.client, 25_000);
     const tally = countingFetch();
     const client = new RollcallClient({ baseUrl: server.url, fetch: tally.fetch });
     const acks = new AckCoalescer(client);
@@ -39,7 +40,7 @@ describe('the ack coalescer of the queue integrations, against a real service', 
   });
 
   it('when outcomes, reasons and an unknown item arrive together, then each gets its own answer', async () => {
-    const { id, ids } = await sealedBatch(svc.api, 4);
+    const { id, ids } = await batchWith(svc.client, 4);
     const acks = new AckCoalescer(new RollcallClient({ baseUrl: server.url }));
     const unknown = `${id}:01234567-89ab-7def-8123-456789abcdef:0`;
     const answers = await Promise.all([
