@@ -85,7 +85,7 @@ describe.each(backends())('the ack committer on a fake clock (%s)', (_name, back
     const { committer, rounds } = committerOn(svc, {}, { ...svc.rollcall.deps, db: gone });
     const answers = [...batches.map((b) => track(committer.submit(ack(b.ids)))), track(committer.submit(ack([batches[0]!.ids[0]!])))];
     await jest.advanceTimersByTimeAsync(50);
-    await until(() => answers.every((a) => a.settled), 2000);
+    await until(() => answers.every((a) => a.settled));
     expect(rounds).toEqual([3]);
     const [error] = answers.map((a) => a.error);
     expect(error).toBeInstanceOf(Error);

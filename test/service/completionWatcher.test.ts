@@ -39,7 +39,7 @@ describe.each(backends())('the completion watcher on a fake clock (%s)', (_name,
     useFakeTimers();
     const answer = await waitFor(30_000, 60_000);
     await completeBatch({ ...svc.rollcall.deps, onCompleted: (batches) => watcher.notify(batches) });
-    await until(() => answer.settled, 2000);
+    await until(() => answer.settled);
     expect(answer.value).toMatchObject({ id: batch.id, state: 'complete', succeeded: 2, pending: 0 });
     expect(watcher.waiting).toBe(0);
   });
@@ -51,7 +51,7 @@ describe.each(backends())('the completion watcher on a fake clock (%s)', (_name,
     await realSleep(100);
     expect(answer.settled).toBe(false); // no poll yet
     await jest.advanceTimersByTimeAsync(1000);
-    await until(() => answer.settled, 2000);
+    await until(() => answer.settled);
     expect(answer.value).toMatchObject({ id: batch.id, state: 'complete', succeeded: 2 });
   });
 
@@ -62,7 +62,7 @@ describe.each(backends())('the completion watcher on a fake clock (%s)', (_name,
     await realSleep(100);
     expect(answer.settled).toBe(false);
     await jest.advanceTimersByTimeAsync(1);
-    await until(() => answer.settled, 2000);
+    await until(() => answer.settled);
     expect(answer.value).toMatchObject({ id: batch.id, state: 'sealed', succeeded: 0, pending: 2 });
     expect(watcher.waiting).toBe(0);
   });
