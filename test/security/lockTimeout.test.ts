@@ -1,9 +1,10 @@
 import { spawn } from 'node:child_process';
 
-import knex, { Knex } from 'knex';
+import { Knex } from 'knex';
 
 import { backends, serverBackends } from '../helpers/backends';
 import { batchWith } from '../helpers/batches';
+import { holdBatchRow, otherConnections } from '../helpers/rowLocks';
 import { startService, TestService } from '../helpers/service';
 
 /** Times a promise: [its value, milliseconds taken]. */
@@ -29,26 +30,14 @@ describeOnServers('a batch row held locked by another connection (%s)', (name, b
   let holder: Knex;
   beforeAll(async () => {
     svc = await startService(backend, { ACK_QUEUE_MAX_IDS: '10000' });
-    const url = svc.database.config.DATABASE_URL as string;
-    holder = knex({
-      client: name === 'pg' ? 'pg' : 'mysql2',
-      connection: (name === 'pg' ? { connectionString: url } : { uri: url }) as never,
-      pool: { min: 0, max: 1 },
-    });
+    holder = otherConnections(svc.database);
   });
   afterAll(async () => {
     await holder.destroy();
     await svc.stop();
   });
 
-  /** Holds batch `id`'s row lock (as a stuck replica would) until the returned function is called. */
-  async function holdRow(id: string): Promise<() => Promise<void>> {
-    const trx = await holder.transaction();
-    await trx('batches').where({ id }).forUpdate();
-    return async () => {
-      if (!trx.isCompleted()) await trx.rollback();
-    };
-  }
+  const holdRow = (id: string) => holdBatchRow(holder, id);
 
   it('when batch X is locked for 6 s, then acks of Y go at once and X gets 503 after LOCK_TIMEOUT', async () => {
     const x = await batchWith(svc.client, 4);

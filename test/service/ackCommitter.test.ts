@@ -1,4 +1,4 @@
-import knex, { Knex } from 'knex';
+import { Knex } from 'knex';
 
 import { callFromIds } from '../../src/domain/ackCall';
 import { OPEN_CALLER, Outcome } from '../../src/domain/batch';
@@ -8,6 +8,7 @@ import { openDb } from '../../src/store/db';
 import { backends, serverBackends } from '../helpers/backends';
 import { batchWith } from '../helpers/batches';
 import { realSleep, track, until, useFakeTimers } from '../helpers/realTime';
+import { holdBatchRow, otherConnections } from '../helpers/rowLocks';
 import { startService, TestService } from '../helpers/service';
 
 const MERGING: AckMergeOptions = { windowMs: 50, maxIds: 10_000, concurrency: 1, maxQueuedIds: 100_000 };
@@ -97,14 +98,12 @@ describe.each(backends())('the ack committer on a fake clock (%s)', (_name, back
 const servers = serverBackends();
 const describeOnServers = servers.length > 0 ? describe.each(servers) : describe.skip.each([['none', null as never]]);
 
-describeOnServers('the ack committer with a batch row held by another connection (%s)', (name, backend) => {
+describeOnServers('the ack committer with a batch row held by another connection (%s)', (_name, backend) => {
   let svc: TestService;
   let holder: Knex;
   beforeAll(async () => {
     svc = await startService(backend, { LOCK_TIMEOUT: '20s' });
-    const url = svc.database.config.DATABASE_URL as string;
-    const connection = name === 'pg' ? { connectionString: url } : { uri: url };
-    holder = knex({ client: name === 'pg' ? 'pg' : 'mysql2', connection: connection as never, pool: { min: 0, max: 3 } });
+    holder = otherConnections(svc.database, 2);
   });
   afterAll(async () => {
     await holder.destroy();
@@ -112,14 +111,7 @@ describeOnServers('the ack committer with a batch row held by another connection
   });
   afterEach(() => jest.useRealTimers());
 
-  /** Holds batch `id`'s row lock from another connection (a stuck replica) until the returned function is called. */
-  async function holdRow(id: string): Promise<() => Promise<void>> {
-    const trx = await holder.transaction();
-    await trx('batches').where({ id }).forUpdate();
-    return async () => {
-      if (!trx.isCompleted()) await trx.rollback();
-    };
-  }
+  const holdRow = (id: string) => holdBatchRow(holder, id);
 
   it('when every slot waits on a held batch, then an ack of a free batch waits for a slot, not a new one', async () => {
     const [a, b, c] = [await batchWith(svc.client, 1), await batchWith(svc.client, 1), await batchWith(svc.client, 1)];
