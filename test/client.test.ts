@@ -3,25 +3,21 @@ import path from 'node:path';
 
 import { RollcallApiError, RollcallClient } from '../src/client';
 import { backends } from './helpers/backends';
-import { listen } from './helpers/listening';
 import { startService, TestService } from './helpers/service';
 
 describe.each(backends())('the TypeScript client and the CLI against a real server (%s)', (_name, backend) => {
   let svc: TestService;
-  let server: { url: string; close(): Promise<void> };
   let ackCalls = 0;
   let client: RollcallClient;
   beforeAll(async () => {
     svc = await startService(backend);
-    server = await listen(svc.rollcall.app);
     const counting: typeof fetch = (input, init) => {
       if (String(input).endsWith('/v1/acks')) ackCalls += 1;
       return fetch(input, init);
     };
-    client = new RollcallClient({ baseUrl: server.url, fetch: counting });
+    client = new RollcallClient({ baseUrl: svc.url, fetch: counting });
   });
   afterAll(async () => {
-    await server.close();
     await svc.stop();
   });
 
@@ -60,7 +56,7 @@ describe.each(backends())('the TypeScript client and the CLI against a real serv
     expect(await client.item(first!)).toEqual({ id: first, batchId: batch.id, state: 'pending', batchState: 'sealed' });
     const bodies: unknown[] = [];
     const spying = new RollcallClient({
-      baseUrl: server.url,
+      baseUrl: svc.url,
       fetch: (input, init) => {
         if (String(input).endsWith('/v1/acks')) bodies.push(JSON.parse(String(init?.body)));
         return fetch(input, init);
@@ -106,7 +102,7 @@ describe.each(backends())('the TypeScript client and the CLI against a real serv
         const child = execFile(
           process.execPath,
           ['--import', 'tsx', 'src/cli/index.ts', ...args],
-          { cwd: path.resolve(__dirname, '..'), env: { ...process.env, ROLLCALL_URL: server.url } },
+          { cwd: path.resolve(__dirname, '..'), env: { ...process.env, ROLLCALL_URL: svc.url } },
           (error, stdout, stderr) => resolve({ code: error ? Number(error.code) : 0, stdout, stderr }),
         );
         child.stdin?.end(input ?? '');

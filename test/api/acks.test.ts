@@ -1,5 +1,6 @@
 import { backends } from '../helpers/backends';
-import { chunks, itemIds, shuffled, startService, TestService } from '../helpers/service';
+import { batchWith } from '../helpers/batches';
+import { chunks, shuffled, startService, TestService } from '../helpers/service';
 
 type Group = { id: string; size: number };
 
@@ -10,18 +11,14 @@ describe.each(backends())('acking items (%s)', (_name, backend) => {
   });
   afterAll(() => svc.stop());
 
-  async function batchWith(count: number): Promise<{ id: string; groups: Group[] }> {
-    const id = (await svc.api.post('/v1/batches').send({})).body.id as string;
-    const added = await svc.api.post(`/v1/batches/${id}/items`).send({ count });
-    return { id, groups: added.body.groups };
-  }
+  /** An open batch: these tests seal it themselves, some while acks are under way. */
+  const openWith = (count: number) => batchWith(svc.client, count, { sealed: false });
 
   const ack = (ids: string[], outcome?: string) => svc.api.post('/v1/acks').send(outcome ? { ids, outcome } : { ids });
 
   it('when 25,000 items are acked in random order with duplicates, then completion is reported once', async () => {
-    const { id, groups } = await batchWith(25_000);
+    const { id, ids } = await openWith(25_000);
     expect((await svc.api.post(`/v1/batches/${id}/seal`).send({ expectedItems: 25_000 })).body.state).toBe('sealed');
-    const ids = itemIds(id, groups);
     const withDuplicates = shuffled([...ids, ...ids.filter((_, i) => i % 10 === 0)], 7);
     let acked = 0;
     let duplicates = 0;
@@ -44,8 +41,8 @@ describe.each(backends())('acking items (%s)', (_name, backend) => {
   });
 
   it('when IDs are malformed, unknown, foreign or out of range, then each is rejected with its reason', async () => {
-    const a = await batchWith(10);
-    const b = await batchWith(10);
+    const a = await openWith(10);
+    const b = await openWith(10);
     const [ga] = a.groups as [Group];
     const [gb] = b.groups as [Group];
     const unknownBatch = '0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b';
@@ -77,16 +74,14 @@ describe.each(backends())('acking items (%s)', (_name, backend) => {
   });
 
   it('when an ID repeats within one call, then it counts once as acked and its repeats as duplicates', async () => {
-    const { id, groups } = await batchWith(3);
+    const { id, groups } = await openWith(3);
     const one = `${id}:${groups[0]!.id}:1`;
     const res = await ack([one, one, one]);
     expect(res.body).toMatchObject({ acked: 1, duplicates: 2, rejected: [] });
   });
 
   it('when items fail and a retry succeeds, then the retry wins and the outcome follows the counts', async () => {
-    const { id, groups } = await batchWith(4);
-    const ids = itemIds(id, groups);
-    await svc.api.post(`/v1/batches/${id}/seal`);
+    const { id, ids } = await batchWith(svc.client, 4);
     expect((await ack(ids.slice(0, 2), 'failed')).body).toMatchObject({ acked: 2, duplicates: 0 });
     expect((await ack(ids.slice(0, 1), 'failed')).body).toMatchObject({ acked: 0, duplicates: 1 });
     expect((await ack(ids.slice(0, 1))).body).toMatchObject({ acked: 1, duplicates: 0 });
@@ -98,17 +93,15 @@ describe.each(backends())('acking items (%s)', (_name, backend) => {
   });
 
   it('when every item has an outcome before the seal, then the seal reports the completion, no ack', async () => {
-    const { id, groups } = await batchWith(5);
-    const res = await ack(itemIds(id, groups));
+    const { id, ids } = await openWith(5);
+    const res = await ack(ids);
     expect(res.body).toMatchObject({ acked: 5, completed: [] });
     const seal = await svc.api.post(`/v1/batches/${id}/seal`);
     expect(seal.body).toMatchObject({ state: 'complete', outcome: 'succeeded', pending: 0 });
   });
 
   it('when a complete batch is acked again, then every ack is a duplicate, also a retry of a failed item', async () => {
-    const { id, groups } = await batchWith(2);
-    const ids = itemIds(id, groups);
-    await svc.api.post(`/v1/batches/${id}/seal`);
+    const { id, ids } = await batchWith(svc.client, 2);
     await ack(ids, 'failed');
     const res = await ack(ids);
     expect(res.body).toEqual({ acked: 0, duplicates: 2, rejected: [], completed: [] });
@@ -116,11 +109,9 @@ describe.each(backends())('acking items (%s)', (_name, backend) => {
   });
 
   it('when one call acks items of several batches, then each batch is counted and each completion reported', async () => {
-    const a = await batchWith(3);
-    const b = await batchWith(2);
-    await svc.api.post(`/v1/batches/${a.id}/seal`);
-    await svc.api.post(`/v1/batches/${b.id}/seal`);
-    const res = await ack(shuffled([...itemIds(a.id, a.groups), ...itemIds(b.id, b.groups)]));
+    const a = await batchWith(svc.client, 3);
+    const b = await batchWith(svc.client, 2);
+    const res = await ack(shuffled([...a.ids, ...b.ids]));
     expect(res.body.acked).toBe(5);
     expect(res.body.completed.map((x: { id: string }) => x.id).sort()).toEqual([a.id, b.id].sort());
   });
@@ -137,8 +128,8 @@ describe.each(backends())('acking items (%s)', (_name, backend) => {
   });
 
   it('when a call carries more than 10,000 IDs, then 413 payload_too_large and nothing is applied', async () => {
-    const { id, groups } = await batchWith(10_001);
-    const res = await ack(itemIds(id, groups));
+    const { id, ids } = await openWith(10_001);
+    const res = await ack(ids);
     expect(res.status).toBe(413);
     expect(res.body.error.code).toBe('payload_too_large');
     expect((await svc.api.get(`/v1/batches/${id}`)).body.succeeded).toBe(0);

@@ -3,10 +3,12 @@ import { Writable } from 'node:stream';
 import pino from 'pino';
 import request from 'supertest';
 
+import { RollcallClient } from '../../src/client';
 import { createServer } from '../../src/http/server';
 import { createRollcall, Rollcall } from '../../src/rollcall';
 import { backends, TestDatabase } from '../helpers/backends';
-import { itemIds } from '../helpers/service';
+import { batchWith } from '../helpers/batches';
+import { listen } from '../helpers/listening';
 
 const TOKENS = [
   { token: 'acme-producer-0123456789', tenant: 'acme', scopes: ['produce', 'read'] },
@@ -20,6 +22,9 @@ describe.each(backends())('authentication and tenants (%s)', (_name, backend) =>
   let database: TestDatabase;
   let rollcall: Rollcall;
   let api: ReturnType<typeof request>;
+  let server: { url: string; close(): Promise<void> };
+  /** The real client with the acme producer's token: batches it makes belong to acme. */
+  let acmeProducer: RollcallClient;
   const logLines: string[] = [];
 
   beforeAll(async () => {
@@ -27,17 +32,14 @@ describe.each(backends())('authentication and tenants (%s)', (_name, backend) =>
     const sink = new Writable({ write: (chunk, _enc, done) => (logLines.push(chunk.toString()), done()) });
     rollcall = await createRollcall({ ...database.config, LOG_LEVEL: 'debug' }, { log: pino({ level: 'debug' }, sink) });
     api = request(createServer(rollcall.app));
+    server = await listen(rollcall.app);
+    acmeProducer = new RollcallClient({ baseUrl: server.url, token: TOKENS[0]!.token });
   });
   afterAll(async () => {
+    await server.close();
     await rollcall.close();
     await database.drop();
   });
-
-  async function acmeBatch(count = 2) {
-    const id = (await api.post('/v1/batches').set('Authorization', producer).send({})).body.id as string;
-    const added = await api.post(`/v1/batches/${id}/items`).set('Authorization', producer).send({ count });
-    return { id, ids: itemIds(id, added.body.groups) };
-  }
 
   it.each([
     ['no Authorization header', undefined],
@@ -63,8 +65,7 @@ describe.each(backends())('authentication and tenants (%s)', (_name, backend) =>
   });
 
   it('when scopes fit, then producers produce, consumers ack, and the admin token may do anything', async () => {
-    const { id, ids } = await acmeBatch(2);
-    await api.post(`/v1/batches/${id}/seal`).set('Authorization', producer);
+    const { ids } = await batchWith(acmeProducer, 2);
     const ack = await api.post('/v1/acks').set('Authorization', consumer).send({ ids });
     expect(ack.status).toBe(200);
     expect(ack.body.completed).toHaveLength(1);
@@ -72,7 +73,7 @@ describe.each(backends())('authentication and tenants (%s)', (_name, backend) =>
   });
 
   it('when another tenant reads, acks or deletes a batch, then it does not exist for them', async () => {
-    const { id, ids } = await acmeBatch(3);
+    const { id, ids } = await batchWith(acmeProducer, 3, { sealed: false });
     for (const res of [
       await api.get(`/v1/batches/${id}`).set('Authorization', beta),
       await api.post(`/v1/batches/${id}/seal`).set('Authorization', beta),

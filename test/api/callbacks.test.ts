@@ -1,7 +1,8 @@
 import { verifySignature } from '../../src/domain/delivery';
 import { backends } from '../helpers/backends';
+import { batchWith } from '../helpers/batches';
 import { Receiver } from '../helpers/receiver';
-import { itemIds, startReplica, startService, TestService } from '../helpers/service';
+import { startReplica, startService, TestService } from '../helpers/service';
 
 const SECRET = 'test-secret-0123456789';
 
@@ -25,11 +26,8 @@ describe.each(backends())('completion callbacks (%s)', (_name, backend) => {
   });
 
   async function completeBatchWithCallback(url = receiver.url) {
-    const id = (await svc.api.post('/v1/batches').send({ callbackUrl: url, userKey: 'cb' })).body.id as string;
-    const added = await svc.api.post(`/v1/batches/${id}/items`).send({ count: 2 });
-    await svc.api.post(`/v1/batches/${id}/seal`);
-    const ack = await svc.api.post('/v1/acks').send({ ids: itemIds(id, added.body.groups) });
-    expect(ack.body.completed).toHaveLength(1);
+    const { id, ids } = await batchWith(svc.client, 2, { callbackUrl: url, userKey: 'cb' });
+    expect((await svc.client.ack(ids)).completed).toHaveLength(1);
     return id;
   }
 
@@ -86,8 +84,7 @@ describe.each(backends())('completion callbacks (%s)', (_name, backend) => {
     const slow = await startService(backend, { CALLBACK_TIMEOUT: '300ms', CALLBACK_BACKOFF_BASE: '1s' });
     try {
       receiver.script = ['hang'];
-      const id = (await slow.api.post('/v1/batches').send({ callbackUrl: receiver.url })).body.id;
-      await slow.api.post(`/v1/batches/${id}/seal`);
+      const { id } = await batchWith(slow.client, 0, { callbackUrl: receiver.url });
       const started = Date.now();
       expect(await slow.rollcall.dispatcher.deliverDue()).toBe(1);
       expect(Date.now() - started).toBeLessThan(10_000);
@@ -102,10 +99,8 @@ describe.each(backends())('completion callbacks (%s)', (_name, backend) => {
   });
 
   it('when the seal completes a batch with a callback, then it is sent too; without a URL, none is', async () => {
-    const withUrl = (await svc.api.post('/v1/batches').send({ callbackUrl: receiver.url })).body.id;
-    const without = (await svc.api.post('/v1/batches').send({})).body.id;
-    await svc.api.post(`/v1/batches/${withUrl}/seal`);
-    await svc.api.post(`/v1/batches/${without}/seal`);
+    const withUrl = (await batchWith(svc.client, 0, { callbackUrl: receiver.url })).id;
+    const without = (await batchWith(svc.client, 0)).id;
     expect(await svc.rollcall.dispatcher.deliverDue()).toBe(1);
     expect(JSON.parse(receiver.deliveries[0]!.body).batch.id).toBe(withUrl);
     expect((await svc.api.get(`/v1/batches/${without}/events`)).body.events).toEqual([]);
@@ -128,7 +123,7 @@ describe.each(backends())('completion callbacks (%s)', (_name, backend) => {
       expect(receiver.deliveries).toHaveLength(12);
       expect(new Set(receiver.deliveries.map((d) => d.headers['x-rollcall-event-id'])).size).toBe(12);
     } finally {
-      await replica.rollcall.close();
+      await replica.stop();
     }
   });
 });

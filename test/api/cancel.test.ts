@@ -1,6 +1,7 @@
 import { backends } from '../helpers/backends';
+import { batchWith } from '../helpers/batches';
 import { Receiver } from '../helpers/receiver';
-import { itemIds, sealedBatch, shuffled, startReplica, startService, TestService } from '../helpers/service';
+import { itemIds, shuffled, startReplica, startService, TestService } from '../helpers/service';
 
 const DAY = 86_400_000;
 
@@ -23,7 +24,7 @@ describe.each(backends())('cancelling a batch (%s)', (_name, backend) => {
   });
 
   it('when an open batch is cancelled, then it has cancelledAt and its counts; cancelling again is a no-op', async () => {
-    const { id, ids } = await sealedBatch(svc.api, 4);
+    const { id, ids } = await batchWith(svc.client, 4);
     await svc.api.post('/v1/acks').send({ ids: [ids[0]] });
     await svc.api.post('/v1/acks').send({ ids: [ids[1]], outcome: 'failed' });
     const res = await svc.api.post(`/v1/batches/${id}/cancel`);
@@ -48,7 +49,7 @@ describe.each(backends())('cancelling a batch (%s)', (_name, backend) => {
   });
 
   it('when a complete batch is cancelled, then 409 batch_complete; an unknown one is 404', async () => {
-    const { id, ids } = await sealedBatch(svc.api, 1);
+    const { id, ids } = await batchWith(svc.client, 1);
     await svc.api.post('/v1/acks').send({ ids });
     const res = await svc.api.post(`/v1/batches/${id}/cancel`);
     expect(res.status).toBe(409);
@@ -61,7 +62,7 @@ describe.each(backends())('cancelling a batch (%s)', (_name, backend) => {
     const open = (await svc.api.post('/v1/batches').send({})).body.id;
     const added = await svc.api.post(`/v1/batches/${open}/items`).set('Idempotency-Key', 'k1').send({ count: 3 });
     const ids = itemIds(open, added.body.groups);
-    const other = await sealedBatch(svc.api, 2);
+    const other = await batchWith(svc.client, 2);
     await svc.api.post(`/v1/batches/${open}/cancel`);
     const replay = await svc.api.post(`/v1/batches/${open}/items`).set('Idempotency-Key', 'k1').send({ count: 3 });
     expect([replay.status, replay.body]).toEqual([201, added.body]); // the first answer, nothing added
@@ -101,7 +102,7 @@ describe.each(backends())('cancelling a batch (%s)', (_name, backend) => {
   it('when a batch is cancelled while clients wait, then /wait answers at the cancel, on every replica', async () => {
     const replica = await startReplica(svc);
     try {
-      const { id } = await sealedBatch(svc.api, 2);
+      const { id } = await batchWith(svc.client, 2);
       const waitHere = svc.api.get(`/v1/batches/${id}/wait?timeout=30`).then((r) => r);
       const waitThere = replica.api.get(`/v1/batches/${id}/wait?timeout=30`).then((r) => r);
       await new Promise((r) => setTimeout(r, 150));
@@ -111,13 +112,12 @@ describe.each(backends())('cancelling a batch (%s)', (_name, backend) => {
       expect(Date.now() - started).toBeLessThan(5000);
       expect((await svc.api.get(`/v1/batches/${id}/wait?timeout=30`)).body.state).toBe('cancelled'); // at once
     } finally {
-      await replica.rollcall.close();
+      await replica.stop();
     }
   });
 
   it('when a batch with a callback URL is cancelled, then one batch.cancelled event is delivered', async () => {
-    const id = (await svc.api.post('/v1/batches').send({ callbackUrl: receiver.url })).body.id;
-    await svc.api.post(`/v1/batches/${id}/items`).send({ count: 2 });
+    const { id } = await batchWith(svc.client, 2, { callbackUrl: receiver.url, sealed: false });
     await svc.api.post(`/v1/batches/${id}/cancel`);
     await svc.api.post(`/v1/batches/${id}/cancel`);
     const before = receiver.deliveries.length;
@@ -135,7 +135,7 @@ describe.each(backends())('cancelling a batch (%s)', (_name, backend) => {
   });
 
   it('when a cancelled batch is older than COMPLETED_RETENTION, then the sweeper removes it, not before', async () => {
-    const { id } = await sealedBatch(svc.api, 3);
+    const { id } = await batchWith(svc.client, 3);
     await svc.api.post(`/v1/batches/${id}/cancel`);
     svc.clock.now += DAY - 1000;
     await svc.api.post('/v1/admin/sweep');
@@ -150,9 +150,8 @@ describe.each(backends())('cancelling a batch (%s)', (_name, backend) => {
     try {
       const seen = { complete: 0, cancelled: 0 };
       for (let round = 0; round < 12; round++) {
-        const id = (await svc.api.post('/v1/batches').send({ callbackUrl: 'http://127.0.0.1:9/never' })).body.id;
-        const added = await svc.api.post(`/v1/batches/${id}/items`).send({ count: 40 });
-        const ids = shuffled(itemIds(id, added.body.groups), round);
+        const { id, ids: inOrder } = await batchWith(svc.client, 40, { callbackUrl: 'http://127.0.0.1:9/never', sealed: false });
+        const ids = shuffled(inOrder, round);
         const apis = [svc.api, replica.api];
         type Sent = Promise<{ kind: string; res: import('supertest').Response }>;
         const send =
@@ -213,7 +212,7 @@ describe.each(backends())('cancelling a batch (%s)', (_name, backend) => {
       }
       console.log(`cancel race (${_name}): ${JSON.stringify(seen)} over 12 rounds`);
     } finally {
-      await replica.rollcall.close();
+      await replica.stop();
     }
   });
 });

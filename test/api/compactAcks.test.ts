@@ -1,5 +1,6 @@
 import { backends } from '../helpers/backends';
-import { sealedBatch, startService, TestService } from '../helpers/service';
+import { batchWith } from '../helpers/batches';
+import { startService, TestService } from '../helpers/service';
 
 describe.each(backends())('acking in the compact form (%s)', (_name, backend) => {
   let svc: TestService;
@@ -8,7 +9,7 @@ describe.each(backends())('acking in the compact form (%s)', (_name, backend) =>
   });
   afterAll(() => svc.stop());
 
-  const sealed = (count: number) => sealedBatch(svc.api, count);
+  const sealed = (count: number) => batchWith(svc.client, count);
 
   it('when whole groups are acked as ranges, then every item counts once and the batch completes once', async () => {
     const { id, groups } = await sealed(9000);

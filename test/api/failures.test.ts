@@ -1,5 +1,6 @@
 import { backends } from '../helpers/backends';
-import { sealedBatch, startReplica, startService, TestService } from '../helpers/service';
+import { batchWith } from '../helpers/batches';
+import { startReplica, startService, TestService } from '../helpers/service';
 
 function expectCounted(body: { acked: number; duplicates: number; rejected: unknown[] }, sent: number) {
   expect(body.acked + body.duplicates + body.rejected.length).toBe(sent);
@@ -23,7 +24,7 @@ describe.each(backends())('failure reasons (%s)', (_name, backend) => {
     Number(((await svc.rollcall.db('failure_reasons').where('batch_id', id).count({ n: '*' })) as Array<{ n: number }>)[0]!.n);
 
   it('when items fail with an error in either body form, then the batch lists them oldest first', async () => {
-    const { id, groups, ids } = await sealedBatch(svc.api, 6);
+    const { id, groups, ids } = await batchWith(svc.client, 6);
     await ack({ ids: [ids[3], ids[1]], outcome: 'failed', error: 'timeout' }, 2);
     svc.clock.now += 1000;
     await ack({ groups: [{ batchId: id, groupId: groups[0]!.id, indexes: [0] }], outcome: 'failed', error: 'disk full' }, 1);
@@ -43,7 +44,7 @@ describe.each(backends())('failure reasons (%s)', (_name, backend) => {
   });
 
   it('when an item fails again, then the latest reason wins; when a retry succeeds, it leaves the list', async () => {
-    const { id, ids } = await sealedBatch(svc.api, 3);
+    const { id, ids } = await batchWith(svc.client, 3);
     await ack({ ids: [ids[0], ids[1]], outcome: 'failed', error: 'first' }, 2);
     svc.clock.now += 1000;
     const again = await ack({ ids: [ids[0]], outcome: 'failed', error: 'second' }, 1);
@@ -59,7 +60,7 @@ describe.each(backends())('failure reasons (%s)', (_name, backend) => {
   });
 
   it('when more items fail than the cap, then the rest count as dropped; a retry that wins makes room', async () => {
-    const { id, groups, ids } = await sealedBatch(svc.api, 20);
+    const { id, groups, ids } = await batchWith(svc.client, 20);
     const res = await ack({ ids: ids.slice(0, 12), outcome: 'failed', error: 'boom' }, 12);
     expect(res.acked).toBe(12);
     let page = await failures(id);
@@ -77,7 +78,7 @@ describe.each(backends())('failure reasons (%s)', (_name, backend) => {
   });
 
   it('when 40,000 items fail with an error in calls of 10,000, then storage stays at the cap', async () => {
-    const { id, groups } = await sealedBatch(svc.api, 40_000);
+    const { id, groups } = await batchWith(svc.client, 40_000);
     for (const group of groups) {
       for (let from = 0; from < group.size; from += 10_000) {
         const to = Math.min(group.size, from + 10_000) - 1;
@@ -91,7 +92,7 @@ describe.each(backends())('failure reasons (%s)', (_name, backend) => {
   });
 
   it('when the list is paged, then every reason comes once, oldest first, and bad paging input is a 400', async () => {
-    const { id, ids } = await sealedBatch(svc.api, 5);
+    const { id, ids } = await batchWith(svc.client, 5);
     for (const item of [ids[4], ids[2], ids[0], ids[3], ids[1]]) {
       svc.clock.now += 10;
       await ack({ ids: [item], outcome: 'failed', error: `e-${item}` }, 1);
@@ -114,7 +115,7 @@ describe.each(backends())('failure reasons (%s)', (_name, backend) => {
   });
 
   it('when a complete batch gets more failed acks, then they are duplicates and the list stays', async () => {
-    const { id, ids } = await sealedBatch(svc.api, 2);
+    const { id, ids } = await batchWith(svc.client, 2);
     await ack({ ids, outcome: 'failed', error: 'a' }, 2);
     const before = await failures(id);
     const res = await ack({ ids: [...ids, ids[0]], outcome: 'failed', error: 'b' }, 3);
@@ -125,7 +126,7 @@ describe.each(backends())('failure reasons (%s)', (_name, backend) => {
   it('when clients on two replicas fail items at once, then exactly the cap is kept, the rest dropped', async () => {
     const replica = await startReplica(svc);
     try {
-      const { id, ids } = await sealedBatch(svc.api, 60);
+      const { id, ids } = await batchWith(svc.client, 60);
       const calls = Array.from({ length: 30 }, (_, i) =>
         [svc.api, replica.api][i % 2]!.post('/v1/acks').send({ ids: ids.slice(i * 2, i * 2 + 2), outcome: 'failed', error: `e${i}` }),
       );
@@ -138,7 +139,7 @@ describe.each(backends())('failure reasons (%s)', (_name, backend) => {
       expect((await failures(id)).dropped).toBe(55);
       expect((await svc.api.get(`/v1/batches/${id}`)).body).toMatchObject({ state: 'complete', failed: 60 });
     } finally {
-      await replica.rollcall.close();
+      await replica.stop();
     }
   });
 });

@@ -1,6 +1,7 @@
 import { backends } from '../helpers/backends';
+import { batchWith } from '../helpers/batches';
 import { Delivery, Receiver } from '../helpers/receiver';
-import { itemIds, startService, TestService } from '../helpers/service';
+import { startService, TestService } from '../helpers/service';
 
 const eventOf = (d: Delivery) => d.headers['x-rollcall-event'] as string;
 
@@ -17,12 +18,7 @@ describe.each(backends())('the batch.first_failure event (%s)', (_name, backend)
     await receiver.stop();
   });
 
-  async function batchWithCallback(count: number, callbackUrl: string | null = receiver.url) {
-    const id = (await svc.api.post('/v1/batches').send(callbackUrl ? { callbackUrl } : {})).body.id as string;
-    const added = await svc.api.post(`/v1/batches/${id}/items`).send({ count });
-    await svc.api.post(`/v1/batches/${id}/seal`);
-    return { id, ids: itemIds(id, added.body.groups) };
-  }
+  const batchWithCallback = (count: number) => batchWith(svc.client, count, { callbackUrl: receiver.url });
 
   it('when items of a batch fail, then one batch.first_failure names the first failed item and its error', async () => {
     const { id, ids } = await batchWithCallback(4);
@@ -46,7 +42,7 @@ describe.each(backends())('the batch.first_failure event (%s)', (_name, backend)
   it('when the failure has no error, or there is no callback URL, then error is null, or no event', async () => {
     const { ids } = await batchWithCallback(2);
     await svc.api.post('/v1/acks').send({ ids: [ids[0]], outcome: 'failed' });
-    const silent = await batchWithCallback(2, null);
+    const silent = await batchWith(svc.client, 2);
     await svc.api.post('/v1/acks').send({ ids: silent.ids, outcome: 'failed', error: 'x' });
     await svc.rollcall.dispatcher.deliverDue();
     expect(receiver.deliveries).toHaveLength(1);

@@ -1,6 +1,7 @@
 import { profileOf } from '../../src/store/dialect';
 import { backends } from '../helpers/backends';
-import { itemIds, sealedBatch, shuffled, startService, TestService } from '../helpers/service';
+import { batchWith } from '../helpers/batches';
+import { shuffled, startService, TestService } from '../helpers/service';
 
 describe.each(backends())('group commit of concurrent acks (%s)', (_name, backend) => {
   let svc: TestService;
@@ -9,7 +10,7 @@ describe.each(backends())('group commit of concurrent acks (%s)', (_name, backen
   });
   afterEach(() => svc.stop());
 
-  const sealed = (count: number) => sealedBatch(svc.api, count);
+  const sealed = (count: number) => batchWith(svc.client, count);
 
   it('when 300 small calls arrive together, then they share transactions and each gets its own result', async () => {
     const { id, ids } = await sealed(250);
@@ -71,10 +72,8 @@ describe.each(backends())('group commit of concurrent acks (%s)', (_name, backen
     const off = await startService(backend, { ACK_GROUP_COMMIT: 'off' });
     try {
       expect(off.rollcall.committer).toBeNull();
-      const id = (await off.api.post('/v1/batches').send({})).body.id;
-      const added = await off.api.post(`/v1/batches/${id}/items`).send({ count: 30 });
-      await off.api.post(`/v1/batches/${id}/seal`);
-      const results = await Promise.all(itemIds(id, added.body.groups).map((x) => off.api.post('/v1/acks').send({ ids: [x, x] })));
+      const { ids } = await batchWith(off.client, 30);
+      const results = await Promise.all(ids.map((x) => off.api.post('/v1/acks').send({ ids: [x, x] })));
       expect(results.reduce((n, r) => n + r.body.acked, 0)).toBe(30);
       expect(results.reduce((n, r) => n + r.body.duplicates, 0)).toBe(30);
       expect(results.reduce((n, r) => n + r.body.completed.length, 0)).toBe(1);

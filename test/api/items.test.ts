@@ -1,5 +1,6 @@
 import { backends } from '../helpers/backends';
-import { sealedBatch, startService, TestService } from '../helpers/service';
+import { batchWith } from '../helpers/batches';
+import { startService, TestService } from '../helpers/service';
 
 const TOKENS = JSON.stringify([
   { token: 'acme-reader-0123456789', tenant: 'acme', scopes: ['read'] },
@@ -16,7 +17,7 @@ describe.each(backends())('reading one item (%s)', (_name, backend) => {
   afterAll(() => svc.stop());
 
   it('when an item is pending, succeeded or failed, then GET /v1/items/:itemId says so', async () => {
-    const { id, ids } = await sealedBatch(svc.api, 3);
+    const { id, ids } = await batchWith(svc.client, 3);
     await svc.api.post('/v1/acks').send({ ids: [ids[0]] });
     await svc.api.post('/v1/acks').send({ ids: [ids[1]], outcome: 'failed', error: 'boom' });
     const states = await Promise.all(ids.map(async (item) => (await svc.api.get(`/v1/items/${item}`)).body));
@@ -28,7 +29,7 @@ describe.each(backends())('reading one item (%s)', (_name, backend) => {
   });
 
   it('when the ID is malformed, unknown or out of range, then 404 item_not_found', async () => {
-    const { id, groups } = await sealedBatch(svc.api, 2);
+    const { id, groups } = await batchWith(svc.client, 2);
     for (const bad of [
       'nope',
       `${id}:${groups[0]!.id}:2`,
@@ -43,7 +44,7 @@ describe.each(backends())('reading one item (%s)', (_name, backend) => {
   });
 
   it('when a failed ack carries an error, then both forms take it; with succeeded or too long it is 400', async () => {
-    const { id, groups, ids } = await sealedBatch(svc.api, 4);
+    const { id, groups, ids } = await batchWith(svc.client, 4);
     expect((await svc.api.post('/v1/acks').send({ ids: [ids[0]], outcome: 'failed', error: 'x'.repeat(1000) })).body.acked).toBe(1);
     expect(
       (await svc.api.post('/v1/acks').send({ groups: [{ batchId: id, groupId: groups[0]!.id, indexes: [1] }], outcome: 'failed', error: 'e' })).body.acked,

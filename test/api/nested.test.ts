@@ -1,7 +1,8 @@
 import { countChildOutcomes } from '../../src/store/childOutcomes';
 import { backends } from '../helpers/backends';
+import { BatchSetup, batchWith } from '../helpers/batches';
 import { Delivery, Receiver } from '../helpers/receiver';
-import { itemIds, startReplica, startService, TestService } from '../helpers/service';
+import { startReplica, startService, TestApp, TestService } from '../helpers/service';
 
 const MISSING = '0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b';
 
@@ -12,14 +13,7 @@ describe.each(backends())('nested batches (%s)', (_name, backend) => {
   });
   afterEach(() => svc.stop());
 
-  /** A sealed batch with `count` items; returns its id and item IDs. */
-  async function batch(count: number, body: object = {}) {
-    const res = await svc.api.post('/v1/batches').send(body);
-    expect(res.status).toBe(201);
-    const added = await svc.api.post(`/v1/batches/${res.body.id}/items`).send({ count });
-    await svc.api.post(`/v1/batches/${res.body.id}/seal`);
-    return { id: res.body.id as string, ids: itemIds(res.body.id, added.body.groups) };
-  }
+  const batch = (count: number, setup: BatchSetup = {}) => batchWith(svc.client, count, setup);
   const get = async (id: string) => (await svc.api.get(`/v1/batches/${id}`)).body;
 
   it('when a child is made for a pending item, then it has parentItem and is listed under its parent', async () => {
@@ -148,12 +142,8 @@ describe.each(backends())('nested batches across replicas and levels, with callb
     await receiver.stop();
   });
 
-  async function batch(api: TestService['api'], count: number, body: object = {}) {
-    const res = await api.post('/v1/batches').send({ callbackUrl: receiver.url, ...body });
-    const added = await api.post(`/v1/batches/${res.body.id}/items`).send({ count });
-    await api.post(`/v1/batches/${res.body.id}/seal`);
-    return { id: res.body.id as string, ids: itemIds(res.body.id, added.body.groups) };
-  }
+  /** A sealed batch whose completion is called back to the receiver. */
+  const batch = (app: TestApp, count: number, setup: BatchSetup = {}) => batchWith(app.client, count, { callbackUrl: receiver.url, ...setup });
   const completedOf = (id: string) =>
     receiver.deliveries.filter((d) => d.answered?.status === 200 && JSON.parse(d.body).event === 'batch.completed' && JSON.parse(d.body).batch.id === id);
   const firstDelivered = (id: string): Delivery => {
@@ -167,10 +157,11 @@ describe.each(backends())('nested batches across replicas and levels, with callb
     svc.rollcall.startBackground();
     replica.rollcall.startBackground();
     try {
-      const apis = [svc.api, replica.api];
-      const parent = await batch(svc.api, 6);
+      const apps = [svc, replica];
+      const apis = apps.map((app) => app.api);
+      const parent = await batch(svc, 6);
       const children = [];
-      for (let i = 0; i < 6; i++) children.push(await batch(apis[i % 2]!, 3, { parentItem: parent.ids[i] }));
+      for (let i = 0; i < 6; i++) children.push(await batch(apps[i % 2]!, 3, { parentItem: parent.ids[i] }));
       // The receiver refuses a few attempts and answers some late.
       receiver.script = [500, { status: 200, delayMs: 150 }, 503, { status: 200, delayMs: 50 }];
       await Promise.all(children.map((child, i) => apis[(i + 1) % 2]!.post('/v1/acks').send({ ids: child.ids })));
@@ -184,18 +175,18 @@ describe.each(backends())('nested batches across replicas and levels, with callb
       expect(events).toHaveLength(1);
       expect(new Set(completedOf(parent.id).map((d) => d.headers['x-rollcall-event-id'])).size).toBe(1);
     } finally {
-      await replica.rollcall.close();
+      await replica.stop();
     }
   });
 
   it('when a 3-level chain finishes from the leaves, then each level completes once, leaves first', async () => {
     svc.rollcall.startBackground();
-    const root = await batch(svc.api, 2);
-    const mids = [await batch(svc.api, 2, { parentItem: root.ids[0] }), await batch(svc.api, 1, { parentItem: root.ids[1] })];
+    const root = await batch(svc, 2);
+    const mids = [await batch(svc, 2, { parentItem: root.ids[0] }), await batch(svc, 1, { parentItem: root.ids[1] })];
     const leaves = [
-      await batch(svc.api, 2, { parentItem: mids[0]!.ids[0] }),
-      await batch(svc.api, 2, { parentItem: mids[0]!.ids[1] }),
-      await batch(svc.api, 4, { parentItem: mids[1]!.ids[0] }),
+      await batch(svc, 2, { parentItem: mids[0]!.ids[0] }),
+      await batch(svc, 2, { parentItem: mids[0]!.ids[1] }),
+      await batch(svc, 4, { parentItem: mids[1]!.ids[0] }),
     ];
     receiver.script = [{ status: 200, delayMs: 100 }, 500, 500];
     await svc.api.post('/v1/acks').send({ ids: leaves.flatMap((l) => l.ids).slice(1) });

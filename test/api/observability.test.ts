@@ -2,6 +2,7 @@ import Ajv2020 from 'ajv/dist/2020';
 import addFormats from 'ajv-formats';
 
 import { backends } from '../helpers/backends';
+import { batchWith } from '../helpers/batches';
 import { itemIds, startService, TestService } from '../helpers/service';
 
 type Doc = {
@@ -33,10 +34,7 @@ describe.each(backends())('observability (%s)', (_name, backend) => {
   afterAll(() => svc.stop());
 
   it('when the service has worked, then /metrics shows requests, acks, batch events, merges and the pool', async () => {
-    const id = (await svc.api.post('/v1/batches').send({})).body.id;
-    const added = await svc.api.post(`/v1/batches/${id}/items`).send({ count: 3 });
-    await svc.api.post(`/v1/batches/${id}/seal`);
-    const ids = itemIds(id, added.body.groups);
+    const { ids } = await batchWith(svc.client, 3);
     await svc.api.post('/v1/acks').send({ ids: [...ids, ids[0], 'junk'] });
     await svc.api.post('/v1/admin/sweep');
     const res = await svc.api.get('/metrics');
@@ -85,9 +83,7 @@ describe.each(backends())('observability (%s)', (_name, backend) => {
     await seen('post', '/v1/acks', await svc.api.post('/v1/acks').send({ ids: [...ids, 'junk', `${id}:${id}:0`] }));
     await seen('post', '/v1/acks', await svc.api.post('/v1/acks').send({ ids: Array(10_001).fill('x') }));
     await seen('get', '/v1/batches', await svc.api.get('/v1/batches?limit=1'));
-    const other = (await svc.api.post('/v1/batches').send({})).body.id as string;
-    const otherAdded = await svc.api.post(`/v1/batches/${other}/items`).send({ count: 3 });
-    const otherIds = itemIds(other, otherAdded.body.groups);
+    const { id: other, ids: otherIds } = await batchWith(svc.client, 3, { sealed: false });
     await seen('post', '/v1/acks', await svc.api.post('/v1/acks').send({ ids: [otherIds[0]], outcome: 'failed', error: 'doc' }));
     await seen('post', '/v1/batches', await svc.api.post('/v1/batches').send({ parentItem: otherIds[1] }));
     await seen('post', '/v1/batches', await svc.api.post('/v1/batches').send({ parentItem: otherIds[1] }));

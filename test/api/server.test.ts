@@ -4,7 +4,8 @@ import request from 'supertest';
 
 import { createServer } from '../../src/http/server';
 import { backends } from '../helpers/backends';
-import { sealedBatch, startService, TestService } from '../helpers/service';
+import { batchWith } from '../helpers/batches';
+import { startService, TestService } from '../helpers/service';
 
 describe.each(backends())('the HTTP server (%s)', (_name, backend) => {
   let svc: TestService;
@@ -28,7 +29,7 @@ describe.each(backends())('the HTTP server (%s)', (_name, backend) => {
   }
 
   it('when requests arrive, then they and their responses already have the app prototypes', async () => {
-    const batch = await sealedBatch(svc.api, 3);
+    const batch = await batchWith(svc.client, 3);
     const { seen, app } = await prototypesSeen(async (api) => {
       expect((await api.post('/v1/acks').send({ ids: [batch.ids[0]] })).body.acked).toBe(1);
       expect((await api.get('/healthz')).status).toBe(200);

@@ -1,6 +1,7 @@
 import { backends } from '../helpers/backends';
+import { batchWith } from '../helpers/batches';
 import { Receiver } from '../helpers/receiver';
-import { itemIds, startService, TestService } from '../helpers/service';
+import { startService, TestService } from '../helpers/service';
 
 const DAY = 86_400_000;
 
@@ -11,7 +12,8 @@ describe.each(backends())('sweeping stale batches (%s)', (_name, backend) => {
   });
   afterEach(() => svc.stop());
 
-  const open = async (body: object = {}) => (await svc.api.post('/v1/batches').send(body)).body.id as string;
+  /** A batch left open (an idle producer's), with `count` items. */
+  const open = (count = 0) => batchWith(svc.client, count, { sealed: false });
   const exists = async (id: string) => (await svc.api.get(`/v1/batches/${id}`)).status === 200;
   const sweep = async () => {
     const res = await svc.api.post('/v1/admin/sweep');
@@ -20,35 +22,32 @@ describe.each(backends())('sweeping stale batches (%s)', (_name, backend) => {
   };
 
   it('when open and sealed batches are idle for the TTL, then they go with their groups, in chunks', async () => {
-    const idle = [await open(), await open(), await open()];
-    await svc.api.post(`/v1/batches/${idle[0]}/items`).send({ count: 20_000 }); // 3 groups
-    await svc.api.post(`/v1/batches/${idle[1]}/items`).send({ count: 5 }); // 1 group
-    await svc.api.post(`/v1/batches/${idle[1]}/seal`); // sealed, never completed
-    // idle[2] has zero groups
+    const idle = [
+      await open(20_000), // 3 groups
+      await batchWith(svc.client, 5), // 1 group, sealed, never completed
+      await open(), // no groups
+    ];
     svc.clock.now += 7 * DAY - 1000;
-    const busy = await open();
-    const busyAdd = await svc.api.post(`/v1/batches/${busy}/items`).send({ count: 3 });
+    const busy = await open(3);
     svc.clock.now += 2000; // idle ones are now past the TTL; `busy` is not
     expect(await sweep()).toEqual({ batchesRemoved: 3, groupsRemoved: 4 });
-    for (const id of idle) expect(await exists(id)).toBe(false);
-    expect(await exists(busy)).toBe(true);
-    expect((await svc.api.post('/v1/acks').send({ ids: itemIds(busy, busyAdd.body.groups) })).body.acked).toBe(3);
+    for (const { id } of idle) expect(await exists(id)).toBe(false);
+    expect(await exists(busy.id)).toBe(true);
+    expect((await svc.api.post('/v1/acks').send({ ids: busy.ids })).body.acked).toBe(3);
     expect(await sweep()).toEqual({ batchesRemoved: 0, groupsRemoved: 0 });
   });
 
   it('when an ack touched an old batch, then its clock starts again', async () => {
-    const id = await open();
-    const added = await svc.api.post(`/v1/batches/${id}/items`).send({ count: 2 });
+    const { id, ids } = await open(2);
     svc.clock.now += 6 * DAY;
-    await svc.api.post('/v1/acks').send({ ids: itemIds(id, added.body.groups).slice(0, 1) });
+    await svc.api.post('/v1/acks').send({ ids: ids.slice(0, 1) });
     svc.clock.now += 2 * DAY;
     expect((await sweep()).batchesRemoved).toBe(0);
     expect(await exists(id)).toBe(true);
   });
 
   it('when a batch completed, then it stays for the retention, and past it while its callback is pending', async () => {
-    const id = await open({ callbackUrl: 'http://127.0.0.1:9/cb' });
-    await svc.api.post(`/v1/batches/${id}/seal`);
+    const { id } = await batchWith(svc.client, 0, { callbackUrl: 'http://127.0.0.1:9/cb' });
     svc.clock.now += DAY - 1000;
     expect((await sweep()).batchesRemoved).toBe(0);
     expect((await svc.api.get(`/v1/batches/${id}`)).body.state).toBe('complete');
@@ -69,8 +68,7 @@ describe.each(backends())('sweeping stale batches (%s)', (_name, backend) => {
     await receiver.start();
     const eager = await startService(backend, { COMPLETED_RETENTION: '0' });
     try {
-      const id = (await eager.api.post('/v1/batches').send({ callbackUrl: receiver.url })).body.id as string;
-      await eager.api.post(`/v1/batches/${id}/seal`);
+      const { id } = await batchWith(eager.client, 0, { callbackUrl: receiver.url });
       eager.clock.now += 1000;
       expect((await eager.api.post('/v1/admin/sweep')).body.batchesRemoved).toBe(0);
       expect(await eager.rollcall.dispatcher.deliverDue()).toBe(1);
@@ -83,7 +81,7 @@ describe.each(backends())('sweeping stale batches (%s)', (_name, backend) => {
   });
 
   it('when the sweeper loop runs, then it removes due batches on its own', async () => {
-    const id = await open();
+    const { id } = await open();
     svc.clock.now += 8 * DAY;
     svc.rollcall.startBackground();
     for (let i = 0; i < 100 && (await exists(id)); i++) await new Promise((r) => setTimeout(r, 20));

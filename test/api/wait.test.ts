@@ -1,5 +1,6 @@
 import { backends } from '../helpers/backends';
-import { sealedBatch, startReplica, startService, TestService } from '../helpers/service';
+import { batchWith } from '../helpers/batches';
+import { startReplica, startService, TestService } from '../helpers/service';
 
 describe.each(backends())('waiting for completion (%s)', (_name, backend) => {
   let svc: TestService;
@@ -8,11 +9,10 @@ describe.each(backends())('waiting for completion (%s)', (_name, backend) => {
   });
   afterAll(() => svc.stop());
 
-  const sealed = (count: number) => sealedBatch(svc.api, count);
+  const sealed = (count: number) => batchWith(svc.client, count);
 
   it('when the batch is already complete, then the wait answers at once', async () => {
-    const id = (await svc.api.post('/v1/batches').send({})).body.id;
-    await svc.api.post(`/v1/batches/${id}/seal`);
+    const { id } = await batchWith(svc.client, 0);
     const res = await svc.api.get(`/v1/batches/${id}/wait?timeout=60`);
     expect(res.status).toBe(200);
     expect(res.body).toMatchObject({ id, state: 'complete' });
@@ -49,7 +49,7 @@ describe.each(backends())('waiting for completion (%s)', (_name, backend) => {
       expect(res.body).toMatchObject({ state: 'complete' });
       expect(Date.now() - started).toBeLessThan(30_000);
     } finally {
-      await replica.rollcall.close();
+      await replica.stop();
     }
   });
 

@@ -1,14 +1,13 @@
 import { randomBytes } from 'node:crypto';
 
 import mysql from 'mysql2/promise';
-import request from 'supertest';
 
 import { migrations } from '../../migrations';
 import { loadConfig } from '../../src/config';
-import { createServer } from '../../src/http/server';
-import { createRollcall, Rollcall } from '../../src/rollcall';
+import { createRollcall } from '../../src/rollcall';
+import { batchWith } from '../helpers/batches';
 import { GaleraCluster } from '../helpers/galeraCluster';
-import { chunks, itemIds, shuffled } from '../helpers/service';
+import { chunks, serve, shuffled, TestApp } from '../helpers/service';
 
 /**
  * rollcall on a real 3-node MariaDB Galera cluster of this file's own (private ports, rsync SST),
@@ -20,26 +19,23 @@ const maybe = enabled ? describe : describe.skip;
 
 jest.setTimeout(240_000);
 
-type Api = ReturnType<typeof request>;
-interface Replica {
-  api: Api;
-  rollcall: Rollcall;
-}
+type Replica = TestApp;
+type Api = Replica['api'];
 
 /** Counted exactly once per batch: the batch.completed callback event its completing transaction wrote. */
 const CALLBACK = 'http://receiver.invalid/hook';
+const WITH_CALLBACK = { callbackUrl: CALLBACK };
 
 async function startReplicas(urls: string[], env: Record<string, string> = {}): Promise<Replica[]> {
   // All at once: concurrent start (and migrations) on different nodes is part of what is tested.
   return Promise.all(
     urls.map(async (url) => {
-      const rollcall = await createRollcall(loadConfig({ LOG_LEVEL: 'silent', DATABASE_URL: url, WAIT_POLL_INTERVAL: '50ms', ...env }));
-      return { api: request(createServer(rollcall.app)), rollcall };
+      return serve(await createRollcall(loadConfig({ LOG_LEVEL: 'silent', DATABASE_URL: url, WAIT_POLL_INTERVAL: '50ms', ...env })));
     }),
   );
 }
 
-const stopAll = (replicas: Replica[]) => Promise.all(replicas.map((r) => r.rollcall.close()));
+const stopAll = (replicas: Replica[]) => Promise.all(replicas.map((r) => r.stop()));
 
 async function completedEvents(url: string, batchId: string): Promise<number> {
   const conn = await mysql.createConnection({ uri: url });
@@ -50,15 +46,6 @@ async function completedEvents(url: string, batchId: string): Promise<number> {
   } finally {
     await conn.end();
   }
-}
-
-async function openBatch(api: Api, count: number): Promise<{ id: string; ids: string[] }> {
-  const opened = await api.post('/v1/batches').send({ callbackUrl: CALLBACK });
-  expect(opened.status).toBe(201);
-  const id = opened.body.id as string;
-  const added = await api.post(`/v1/batches/${id}/items`).send({ count });
-  expect(added.status).toBe(201);
-  return { id, ids: itemIds(id, added.body.groups) };
 }
 
 interface AckTally {
@@ -130,7 +117,7 @@ maybe('rollcall on a MariaDB Galera cluster', () => {
   it('when the seal races the last acks on other nodes, 30 times, then each batch completes exactly once', async () => {
     const [a, b, c] = replicas as [Replica, Replica, Replica];
     for (let round = 0; round < 30; round++) {
-      const { id, ids } = await openBatch(a.api, 4);
+      const { id, ids } = await batchWith(a.client, 4, { ...WITH_CALLBACK, sealed: false });
       const tally = newTally();
       await ackUntilAnswered(b.api, ids.slice(0, 2), tally);
       const [seal] = await Promise.all([
@@ -159,8 +146,7 @@ maybe('rollcall on a MariaDB Galera cluster', () => {
 
   it('when 24 clients ack every item twice across three nodes, then counts are exact, one completion', async () => {
     const count = 1200;
-    const { id, ids } = await openBatch(replicas[0]!.api, count);
-    await replicas[0]!.api.post(`/v1/batches/${id}/seal`);
+    const { id, ids } = await batchWith(replicas[0]!.client, count, WITH_CALLBACK);
     // Every item twice, in two different shuffles, dealt to 24 clients in calls of 10 IDs.
     const calls = [...chunks(shuffled(ids, 1), 10), ...chunks(shuffled(ids, 2), 10)];
     const tally = newTally();
@@ -184,8 +170,7 @@ maybe('rollcall on a MariaDB Galera cluster', () => {
 
   it('when an ack is answered on one node, then a status read and a wait on the next node see it at once', async () => {
     const count = 60;
-    const { id, ids } = await openBatch(replicas[0]!.api, count);
-    await replicas[0]!.api.post(`/v1/batches/${id}/seal`);
+    const { id, ids } = await batchWith(replicas[0]!.client, count, WITH_CALLBACK);
     for (let i = 0; i < count - 1; i++) {
       const writer = replicas[i % 3]!;
       const reader = replicas[(i + 1) % 3]!;
@@ -203,8 +188,7 @@ maybe('rollcall on a MariaDB Galera cluster', () => {
     const strict = await startReplicas(urls, { TX_RETRIES: '0', ACK_GROUP_COMMIT: 'off' });
     try {
       const count = 300;
-      const { id, ids } = await openBatch(strict[0]!.api, count);
-      await strict[0]!.api.post(`/v1/batches/${id}/seal`);
+      const { ids } = await batchWith(strict[0]!.client, count, WITH_CALLBACK);
       const calls = chunks(shuffled(ids, 3), 2);
       const tally = newTally();
       await Promise.all(
@@ -225,8 +209,7 @@ maybe('rollcall on a MariaDB Galera cluster', () => {
     const behind = await startReplicas([proxied, proxied]);
     try {
       const count = 2000;
-      const { id, ids } = await openBatch(behind[0]!.api, count);
-      await behind[0]!.api.post(`/v1/batches/${id}/seal`);
+      const { id, ids } = await batchWith(behind[0]!.client, count, WITH_CALLBACK);
       const calls = chunks(shuffled(ids, 4), 10);
       const answered = new Set<string>();
       let killedAt = 0;

@@ -1,6 +1,8 @@
+import { RollcallClient } from '../../src/client';
 import { backends, processEnv, TestDatabase } from '../helpers/backends';
+import { batchWith } from '../helpers/batches';
 import { call, runClients, ServiceProcess, spawnService } from '../helpers/processes';
-import { chunks, itemIds, shuffled } from '../helpers/service';
+import { chunks, shuffled } from '../helpers/service';
 
 type AckResult = { acked: number; duplicates: number; rejected: unknown[]; completed: Array<{ id: string; state: string }> };
 
@@ -23,12 +25,8 @@ describe.each(backends())('several service processes on one database (%s)', (_na
 
   const urlFor = (client: number) => services[client % services.length]!.url;
 
-  async function openWith(count: number) {
-    const batch = await call(`${urlFor(0)}/v1/batches`, 'POST', {});
-    const added = await call(`${urlFor(1)}/v1/batches/${batch.body.id}/items`, 'POST', { count });
-    expect(added.status).toBe(201);
-    return { id: batch.body.id as string, ids: itemIds(batch.body.id, added.body.groups) };
-  }
+  /** An open batch: the tests seal it themselves, racing their acks. */
+  const openWith = (count: number) => batchWith(new RollcallClient({ baseUrl: urlFor(0) }), count, { sealed: false });
 
   it('when 32 clients ack 200,000 items via 3 processes, 10% duplicates, seal racing, then counts exact', async () => {
     const { id, ids } = await openWith(200_000);

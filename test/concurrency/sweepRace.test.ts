@@ -1,8 +1,8 @@
 import { backends } from '../helpers/backends';
-import { itemIds, startReplica, startService, TestService } from '../helpers/service';
+import { batchWith } from '../helpers/batches';
+import { startReplica, startService, TestApp } from '../helpers/service';
 
 const DAY = 86_400_000;
-type Api = TestService['api'];
 
 describe.each(backends())('sweeps racing acks and each other (%s)', (_name, backend) => {
   jest.setTimeout(120_000);
@@ -11,17 +11,14 @@ describe.each(backends())('sweeps racing acks and each other (%s)', (_name, back
     const svc = await startService(backend, { OPEN_BATCH_TTL: '1d', SWEEP_CHUNK: '5' });
     const replica = await startReplica(svc);
     try {
-      const make = async (api: Api, count: number) => {
-        const id = (await api.post('/v1/batches').send({})).body.id as string;
-        const added = await api.post(`/v1/batches/${id}/items`).send({ count });
-        return { id, ids: itemIds(id, added.body.groups) };
-      };
+      // Open batches: the open-batch TTL is what makes them due.
+      const make = (app: TestApp, count: number) => batchWith(app.client, count, { sealed: false });
       // 40 batches go stale; 10 of them get acks during the sweep (which makes them not due).
       const stale = [];
-      for (let i = 0; i < 40; i++) stale.push(await make(svc.api, 4));
+      for (let i = 0; i < 40; i++) stale.push(await make(svc, 4));
       svc.clock.now += 2 * DAY;
       const live = [];
-      for (let i = 0; i < 10; i++) live.push(await make(replica.api, 300));
+      for (let i = 0; i < 10; i++) live.push(await make(replica, 300));
 
       const apis = [svc.api, replica.api];
       const sweeps = Array.from({ length: 6 }, (_, i) => apis[i % 2]!.post('/v1/admin/sweep'));
@@ -50,7 +47,7 @@ describe.each(backends())('sweeps racing acks and each other (%s)', (_name, back
       expect(removed).toBe(40 - survivors);
       expect(sweepResults.reduce((n, r) => n + r.body.groupsRemoved, 0)).toBe(40 - survivors);
     } finally {
-      await replica.rollcall.close();
+      await replica.stop();
       await svc.stop();
     }
   });

@@ -6,8 +6,8 @@ import path from 'node:path';
 import { Browser, chromium, Page } from 'playwright-core';
 
 import { backends } from '../helpers/backends';
-import { listen } from '../helpers/listening';
-import { itemIds, startService, TestService } from '../helpers/service';
+import { BatchSetup, batchWith } from '../helpers/batches';
+import { startService, TestService } from '../helpers/service';
 
 const CHROMIUM = '/usr/bin/chromium';
 // CI installs Chromium (.ci/run); without it the browser tests cannot run and say so.
@@ -40,30 +40,26 @@ describeWithBrowser.each(dashboardBackends)('the dashboard in a real browser (%s
   async function withService(env: Record<string, string>, run: (svc: TestService, url: string, page: Page) => Promise<void>) {
     const svc = await startService(backend, env);
     svc.clock.now = Date.now();
-    const server = await listen(svc.rollcall.app);
     const page = await browser.newPage({ viewport: { width: 1280, height: 720 } });
     const external: string[] = [];
     page.on('request', (r) => {
-      if (!r.url().startsWith(server.url)) external.push(r.url());
+      if (!r.url().startsWith(svc.url)) external.push(r.url());
     });
     try {
-      await run(svc, server.url, page);
+      await run(svc, svc.url, page);
       expect(external).toEqual([]); // nothing is loaded from other hosts
     } finally {
       await page.close();
-      await server.close();
       await svc.stop();
     }
   }
 
-  async function batch(svc: TestService, body: object, count: number, ack: number, fail = 0, seal = true) {
-    const id = (await svc.api.post('/v1/batches').send(body)).body.id as string;
-    const added = count ? await svc.api.post(`/v1/batches/${id}/items`).send({ count }) : null;
-    const ids = added ? itemIds(id, added.body.groups) : [];
-    if (seal) await svc.api.post(`/v1/batches/${id}/seal`);
-    if (ack) await svc.api.post('/v1/acks').send({ ids: ids.slice(0, ack) });
-    if (fail) await svc.api.post('/v1/acks').send({ ids: ids.slice(ack, ack + fail), outcome: 'failed' });
-    return { id, ids };
+  /** A batch of `count` items whose first `ack` items succeeded and the next `fail` failed. */
+  async function batch(svc: TestService, setup: BatchSetup, count: number, ack: number, fail = 0) {
+    const made = await batchWith(svc.client, count, setup);
+    if (ack) await svc.client.ack(made.ids.slice(0, ack));
+    if (fail) await svc.client.ack(made.ids.slice(ack, ack + fail), { outcome: 'failed' });
+    return made;
   }
 
   it('when batches exist, then the page lists them with live progress, filters, pages and opens one', async () => {
@@ -71,7 +67,7 @@ describeWithBrowser.each(dashboardBackends)('the dashboard in a real browser (%s
       await batch(svc, { userKey: 'nightly-export', metadata: { owner: 'data' } }, 5000, 5000);
       await batch(svc, { userKey: 'thumbnails' }, 1200, 700, 120);
       await batch(svc, { userKey: 'emails', callbackUrl: 'http://127.0.0.1:9/hook' }, 300, 300);
-      await batch(svc, { userKey: 'reindex' }, 20_000, 2500, 0, false);
+      await batch(svc, { userKey: 'reindex', sealed: false }, 20_000, 2500);
       const moving = await batch(svc, { userKey: 'catalog-42' }, 1000, 100);
 
       await page.goto(url);

@@ -1,42 +1,61 @@
 import request from 'supertest';
 
+import { RollcallClient } from '../../src/client';
 import { createServer } from '../../src/http/server';
 import { createRollcall, Rollcall } from '../../src/rollcall';
 import { Backend, TestDatabase } from './backends';
+import { listen } from './listening';
 
-export interface TestService {
+/** An app in-process: supertest for requests whose shape a test checks, a real client for the rest. */
+export interface TestApp {
   api: ReturnType<typeof request>;
+  url: string;
+  client: RollcallClient;
+  /** A real client on the app that sends `token` (its tenant and scopes decide what it may do). */
+  clientWith(token: string): RollcallClient;
   rollcall: Rollcall;
-  database: TestDatabase;
-  /** The injected clock: tests move time instead of sleeping. */
-  clock: { now: number };
+  /** Closes the listening server, then the app. */
   stop(): Promise<void>;
 }
 
-/** Starts the app in-process on its own fresh database (supertest binds port 0). */
-export async function startService(backend: Backend, env: Record<string, string> = {}): Promise<TestService> {
-  const database = await backend.create(env);
-  const clock = { now: Date.UTC(2026, 10, 21, 12, 0, 0) };
-  const rollcall = await createRollcall(database.config, { now: () => clock.now });
+/** Serves `rollcall` on a free port (supertest binds its own port 0 per request). */
+export async function serve(rollcall: Rollcall): Promise<TestApp> {
+  const server = await listen(rollcall.app);
   return {
     api: request(createServer(rollcall.app)),
+    url: server.url,
+    client: new RollcallClient({ baseUrl: server.url }),
+    clientWith: (token) => new RollcallClient({ baseUrl: server.url, token }),
     rollcall,
-    database,
-    clock,
     async stop() {
+      await server.close();
       await rollcall.close();
-      await database.drop();
     },
   };
 }
 
-/** Opens a batch with `count` items and seals it; returns its id, groups and every item ID. */
-export async function sealedBatch(api: TestService['api'], count: number) {
-  const id = (await api.post('/v1/batches').send({})).body.id as string;
-  const added = await api.post(`/v1/batches/${id}/items`).send({ count });
-  await api.post(`/v1/batches/${id}/seal`);
-  const groups = added.body.groups as Array<{ id: string; size: number }>;
-  return { id, groups, ids: itemIds(id, groups) };
+export interface TestService extends TestApp {
+  database: TestDatabase;
+  /** The injected clock: tests move time instead of sleeping. */
+  clock: { now: number };
+  /** Stops the app and drops its database. */
+  stop(): Promise<void>;
+}
+
+/** Starts the app in-process on its own fresh database. */
+export async function startService(backend: Backend, env: Record<string, string> = {}): Promise<TestService> {
+  const database = await backend.create(env);
+  const clock = { now: Date.UTC(2026, 10, 21, 12, 0, 0) };
+  const app = await serve(await createRollcall(database.config, { now: () => clock.now }));
+  return {
+    ...app,
+    database,
+    clock,
+    async stop() {
+      await app.stop();
+      await database.drop();
+    },
+  };
 }
 
 /** Item IDs of every item of the given groups. */
@@ -65,7 +84,6 @@ export function chunks<T>(items: T[], size: number): T[][] {
 }
 
 /** A second app on the same database and clock: another replica, in-process. */
-export async function startReplica(svc: TestService): Promise<{ api: ReturnType<typeof request>; rollcall: Rollcall }> {
-  const rollcall = await createRollcall(svc.database.config, { now: () => svc.clock.now });
-  return { api: request(createServer(rollcall.app)), rollcall };
+export async function startReplica(svc: TestService): Promise<TestApp> {
+  return serve(await createRollcall(svc.database.config, { now: () => svc.clock.now }));
 }

@@ -1,31 +1,28 @@
 import { RollcallClient } from '../../src/client';
 import { AckCoalescer } from '../../src/integrations/ackCoalescer';
 import { backends } from '../helpers/backends';
+import { batchWith } from '../helpers/batches';
 import { countingFetch } from '../helpers/countingFetch';
-import { listen } from '../helpers/listening';
-import { sealedBatch, startService, TestService } from '../helpers/service';
+import { startService, TestService } from '../helpers/service';
 
 const [, sqlite] = backends()[0]!;
 
 describe('the ack coalescer of the queue integrations, against a real service', () => {
   let svc: TestService;
-  let server: { url: string; close(): Promise<void> };
   beforeAll(async () => {
     svc = await startService(sqlite);
-    server = await listen(svc.rollcall.app);
   });
   afterAll(async () => {
-    await server.close();
     await svc.stop();
   });
 
   it('when 25,000 items are acked at once, then calls carry ≤ 10,000 and each answer follows its commit', async () => {
-    const { id, ids } = await sealedBatch(svc.api, 25_000);
+    const { id, ids } = await batchWith(svc.client, 25_000);
     const tally = countingFetch();
-    const client = new RollcallClient({ baseUrl: server.url, fetch: tally.fetch });
+    const client = new RollcallClient({ baseUrl: svc.url, fetch: tally.fetch });
     const acks = new AckCoalescer(client);
     const committedWhenAnswered: boolean[] = [];
-    const probe = new RollcallClient({ baseUrl: server.url });
+    const probe = new RollcallClient({ baseUrl: svc.url });
     await Promise.all(
       ids.map(async (itemId, i) => {
         expect(await acks.ack(itemId, 'succeeded')).toBeNull();
@@ -39,8 +36,8 @@ describe('the ack coalescer of the queue integrations, against a real service', 
   });
 
   it('when outcomes, reasons and an unknown item arrive together, then each gets its own answer', async () => {
-    const { id, ids } = await sealedBatch(svc.api, 4);
-    const acks = new AckCoalescer(new RollcallClient({ baseUrl: server.url }));
+    const { id, ids } = await batchWith(svc.client, 4);
+    const acks = new AckCoalescer(new RollcallClient({ baseUrl: svc.url }));
     const unknown = `${id}:01234567-89ab-7def-8123-456789abcdef:0`;
     const answers = await Promise.all([
       acks.ack(ids[0]!, 'succeeded'),
@@ -50,7 +47,7 @@ describe('the ack coalescer of the queue integrations, against a real service', 
       acks.ack(ids[3]!, 'succeeded'),
     ]);
     expect(answers).toEqual([null, null, null, 'unknown_group', null]);
-    const reasons = new Map((await new RollcallClient({ baseUrl: server.url }).failures(id)).failures.map((f) => [f.id, f.error]));
+    const reasons = new Map((await new RollcallClient({ baseUrl: svc.url }).failures(id)).failures.map((f) => [f.id, f.error]));
     expect(reasons).toEqual(
       new Map([
         [ids[1], 'disk full'],

@@ -11,7 +11,6 @@ import { openBatch } from '../../src/integrations/producer';
 import { backends } from '../helpers/backends';
 import { amqpUrl, describeWith } from '../helpers/brokers';
 import { AckTally, countingFetch } from '../helpers/countingFetch';
-import { listen } from '../helpers/listening';
 import { startService, TestService } from '../helpers/service';
 import { TcpProxy } from '../helpers/tcpProxy';
 import { kindOf } from './fixtures/jobs';
@@ -26,19 +25,16 @@ function expected(count: number): { succeeded: number; failed: number } {
 describeWith(amqpUrl).each(backends())('rollcall/amqp on a real RabbitMQ quorum queue and a real rollcall service (%s)', (_name, backend) => {
   const url = new URL(amqpUrl ?? 'amqp://guest:guest@127.0.0.1:5672');
   let svc: TestService;
-  let server: { url: string; close(): Promise<void> };
   const connections: ChannelModel[] = [];
   let admin: ChannelModel;
 
   beforeAll(async () => {
     svc = await startService(backend);
-    server = await listen(svc.rollcall.app);
     admin = await amqp.connect(url.toString());
   });
   afterAll(async () => {
     for (const c of connections) await c.close().catch(() => undefined);
     await admin.close();
-    await server.close();
     await svc.stop();
   });
 
@@ -96,7 +92,7 @@ describeWith(amqpUrl).each(backends())('rollcall/amqp on a real RabbitMQ quorum 
 
   it('when messages fail for good or only at first, then each runs as often as maxDeliveries allows', async () => {
     const tally = countingFetch();
-    const client = new RollcallClient({ baseUrl: server.url, fetch: tally.fetch });
+    const client = new RollcallClient({ baseUrl: svc.url, fetch: tally.fetch });
     const { queue, batch } = await produce(client, 200);
     const runs = new Map<number, number>();
     await consumer(await connect(), queue, client, runs, 0);
@@ -108,7 +104,7 @@ describeWith(amqpUrl).each(backends())('rollcall/amqp on a real RabbitMQ quorum 
   });
 
   it('when a batch is cancelled before its messages are consumed, then none of them runs and all are acked', async () => {
-    const client = new RollcallClient({ baseUrl: server.url });
+    const client = new RollcallClient({ baseUrl: svc.url });
     const { queue, batch } = await produce(client, 100);
     await client.cancel(batch.id);
     const runs = new Map<number, number>();
@@ -119,11 +115,11 @@ describeWith(amqpUrl).each(backends())('rollcall/amqp on a real RabbitMQ quorum 
   });
 
   it('when a consumer is killed with SIGKILL mid-stream, then redelivery keeps the counts exact', async () => {
-    const producerClient = new RollcallClient({ baseUrl: server.url });
+    const producerClient = new RollcallClient({ baseUrl: svc.url });
     const { queue, batch } = await produce(producerClient, 2000);
     const child = spawn(process.execPath, ['--import', 'tsx', 'test/integrations/fixtures/amqpConsumer.ts'], {
       cwd: path.resolve(__dirname, '../..'),
-      env: { ...process.env, ROLLCALL_URL: server.url, AMQP_URL: url.toString(), QUEUE: queue, WORK_MS: '5' },
+      env: { ...process.env, ROLLCALL_URL: svc.url, AMQP_URL: url.toString(), QUEUE: queue, WORK_MS: '5' },
       stdio: ['ignore', 'pipe', 'inherit'],
     });
     const exited = new Promise((resolve) => child.once('exit', resolve));
@@ -140,7 +136,7 @@ describeWith(amqpUrl).each(backends())('rollcall/amqp on a real RabbitMQ quorum 
     await exited;
     expect((await producerClient.status(batch.id)).pending).toBeGreaterThan(0);
     const tally = countingFetch();
-    const client = new RollcallClient({ baseUrl: server.url, fetch: tally.fetch });
+    const client = new RollcallClient({ baseUrl: svc.url, fetch: tally.fetch });
     await consumer(await connect(), queue, client, new Map(), 0);
     const done = await producerClient.waitForCompletion(batch.id, { timeoutMs: 60_000 });
     expect(done).toMatchObject({ state: 'complete', ...expected(2000), pending: 0 });
@@ -149,10 +145,10 @@ describeWith(amqpUrl).each(backends())('rollcall/amqp on a real RabbitMQ quorum 
   });
 
   it('when one of two consumers of 2,000 messages loses its link, then counts are exact, one completion', async () => {
-    const producerClient = new RollcallClient({ baseUrl: server.url });
+    const producerClient = new RollcallClient({ baseUrl: svc.url });
     const { queue, batch } = await produce(producerClient, 2000);
     const tallies: AckTally[] = [countingFetch(), countingFetch()];
-    const clients = tallies.map((t) => new RollcallClient({ baseUrl: server.url, fetch: t.fetch }));
+    const clients = tallies.map((t) => new RollcallClient({ baseUrl: svc.url, fetch: t.fetch }));
     const proxy = new TcpProxy(url.hostname, Number(url.port || 5672));
     await proxy.open();
     const runs = new Map<number, number>();

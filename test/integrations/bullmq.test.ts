@@ -11,7 +11,6 @@ import { openBatch } from '../../src/integrations/producer';
 import { backends } from '../helpers/backends';
 import { describeWith, redisConnection, redisUrl } from '../helpers/brokers';
 import { AckTally, countingFetch } from '../helpers/countingFetch';
-import { listen } from '../helpers/listening';
 import { startService, TestService } from '../helpers/service';
 import { kindOf, permanentMessage, runTestJob, TestJobData, unrecoverableMessage } from './fixtures/jobs';
 
@@ -21,7 +20,6 @@ describeWith(redisUrl).each(backends())('rollcall/bullmq on a real Redis and a r
   const connection = redisConnection(redisUrl ?? 'redis://127.0.0.1:6379');
   const prefix = `rollcall-test-${randomBytes(4).toString('hex')}`;
   let svc: TestService;
-  let server: { url: string; close(): Promise<void> };
   let tally: AckTally;
   let client: RollcallClient;
   const queues: Queue[] = [];
@@ -29,11 +27,10 @@ describeWith(redisUrl).each(backends())('rollcall/bullmq on a real Redis and a r
 
   beforeAll(async () => {
     svc = await startService(backend);
-    server = await listen(svc.rollcall.app);
   });
   beforeEach(() => {
     tally = countingFetch();
-    client = new RollcallClient({ baseUrl: server.url, fetch: tally.fetch });
+    client = new RollcallClient({ baseUrl: svc.url, fetch: tally.fetch });
   });
   afterEach(async () => {
     await Promise.all(workers.splice(0).map((w) => w.close()));
@@ -43,7 +40,6 @@ describeWith(redisUrl).each(backends())('rollcall/bullmq on a real Redis and a r
       await queue.obliterate({ force: true });
       await queue.close();
     }
-    await server.close();
     await svc.stop();
   });
 
@@ -175,7 +171,7 @@ describeWith(redisUrl).each(backends())('rollcall/bullmq on a real Redis and a r
     const batch = await produce(queue, 2000);
     const child = spawn(process.execPath, ['--import', 'tsx', 'test/integrations/fixtures/bullmqWorker.ts'], {
       cwd: ROOT,
-      env: { ...process.env, ROLLCALL_URL: server.url, REDIS_URL: redisUrl, QUEUE: queue.name, PREFIX: prefix, WORK_MS: '10' },
+      env: { ...process.env, ROLLCALL_URL: svc.url, REDIS_URL: redisUrl, QUEUE: queue.name, PREFIX: prefix, WORK_MS: '10' },
       stdio: ['ignore', 'pipe', 'inherit'],
     });
     const exited = new Promise((resolve) => child.once('exit', resolve));

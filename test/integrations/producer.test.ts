@@ -2,20 +2,16 @@ import { RollcallClient } from '../../src/client';
 import { RollcallIntegrationError } from '../../src/integrations/errors';
 import { openBatch } from '../../src/integrations/producer';
 import { backends } from '../helpers/backends';
-import { listen } from '../helpers/listening';
 import { startService, TestService } from '../helpers/service';
 
 describe.each(backends())('rollcall/producer openBatch (%s)', (_name, backend) => {
   let svc: TestService;
-  let server: { url: string; close(): Promise<void> };
   let client: RollcallClient;
   beforeAll(async () => {
     svc = await startService(backend);
-    server = await listen(svc.rollcall.app);
-    client = new RollcallClient({ baseUrl: server.url });
+    client = new RollcallClient({ baseUrl: svc.url });
   });
   afterAll(async () => {
-    await server.close();
     await svc.stop();
   });
 
@@ -42,7 +38,7 @@ describe.each(backends())('rollcall/producer openBatch (%s)', (_name, backend) =
       }
       return response;
     };
-    const batch = await openBatch(new RollcallClient({ baseUrl: server.url, fetch: losing }), { count: 1500, enqueue: async () => undefined });
+    const batch = await openBatch(new RollcallClient({ baseUrl: svc.url, fetch: losing }), { count: 1500, enqueue: async () => undefined });
     expect(keys).toHaveLength(2);
     expect(keys[0]).toBe(keys[1]);
     expect(batch).toMatchObject({ state: 'sealed', total: 1500 });

@@ -1,5 +1,6 @@
 import { verifySignature } from '../../src/domain/delivery';
 import { backends } from '../helpers/backends';
+import { batchWith } from '../helpers/batches';
 import { Receiver } from '../helpers/receiver';
 import { startService, TestService } from '../helpers/service';
 
@@ -8,14 +9,12 @@ const TOKENS = [
   { token: 'tenant-a-token-0123456789', tenant: 'a', scopes: ['produce', 'read', 'consume'], callbackSecret: 'secret-of-tenant-a-0123' },
   { token: 'tenant-b-token-0123456789', tenant: 'b', scopes: ['produce', 'read', 'consume'] },
 ];
-const [tenantA, tenantB] = TOKENS.map((t) => `Bearer ${t.token}`) as [string, string];
+const [tokenA, tokenB] = TOKENS.map((t) => t.token) as [string, string];
+const tenantA = `Bearer ${tokenA}`;
 
-/** Opens and seals an empty batch with a callback: complete at once, one event due. */
-async function completedWithCallback(svc: TestService, auth: string, callbackUrl: string): Promise<string> {
-  const made = await svc.api.post('/v1/batches').set('Authorization', auth).send({ callbackUrl });
-  expect(made.status).toBe(201);
-  await svc.api.post(`/v1/batches/${made.body.id}/seal`).set('Authorization', auth);
-  return made.body.id as string;
+/** Opens and seals an empty batch with a callback as the token's tenant: complete at once, one event due. */
+async function completedWithCallback(svc: TestService, token: string, callbackUrl: string): Promise<string> {
+  return (await batchWith(svc.clientWith(token), 0, { callbackUrl })).id;
 }
 
 describe.each(backends())('callback targets in a multi-tenant service (%s)', (_name, backend) => {
@@ -52,13 +51,13 @@ describe.each(backends())('callback targets in a multi-tenant service (%s)', (_n
   });
 
   it('when the address is in CALLBACK_ALLOW_HOSTS (127.0.0.2), then the callback is delivered', async () => {
-    const id = await completedWithCallback(svc, tenantA, allowed.url);
+    const id = await completedWithCallback(svc, tokenA, allowed.url);
     expect(await svc.rollcall.dispatcher.deliverDue()).toBe(1);
     expect(JSON.parse(allowed.deliveries[0]!.body)).toMatchObject({ event: 'batch.completed', tenant: 'a', batch: { id } });
   });
 
   it('when a host name resolves to loopback, then nothing is sent and lastError says only "refused"', async () => {
-    const id = await completedWithCallback(svc, tenantA, loopback.url.replace('127.0.0.1', 'localhost'));
+    const id = await completedWithCallback(svc, tokenA, loopback.url.replace('127.0.0.1', 'localhost'));
     expect(await svc.rollcall.dispatcher.deliverDue()).toBe(1);
     expect(loopback.deliveries).toHaveLength(0);
     const [event] = (await svc.api.get(`/v1/batches/${id}/events`).set('Authorization', tenantA)).body.events;
@@ -66,15 +65,15 @@ describe.each(backends())('callback targets in a multi-tenant service (%s)', (_n
   });
 
   it('when an allowed receiver refuses connections, then lastError is "connection failed"', async () => {
-    const id = await completedWithCallback(svc, tenantA, 'http://127.0.0.2:9/cb');
+    const id = await completedWithCallback(svc, tokenA, 'http://127.0.0.2:9/cb');
     await svc.rollcall.dispatcher.deliverDue();
     const [event] = (await svc.api.get(`/v1/batches/${id}/events`).set('Authorization', tenantA)).body.events;
     expect(event.lastError).toBe('connection failed');
   });
 
   it("when tenants complete batches, then each callback is signed with its tenant's secret and names the tenant", async () => {
-    await completedWithCallback(svc, tenantA, allowed.url);
-    await completedWithCallback(svc, tenantB, allowed.url);
+    await completedWithCallback(svc, tokenA, allowed.url);
+    await completedWithCallback(svc, tokenB, allowed.url);
     expect(await svc.rollcall.dispatcher.deliverDue()).toBe(2);
     const byTenant = new Map(allowed.deliveries.map((d) => [JSON.parse(d.body).tenant as string, d]));
     const a = byTenant.get('a')!;
@@ -101,11 +100,11 @@ describe.each(backends())('fair callback delivery (%s)', (_name, backend) => {
       CALLBACK_POLL_INTERVAL: '100ms',
     });
     try {
-      for (let i = 0; i < 200; i++) await completedWithCallback(svc, tenantA, blackhole.url);
+      for (let i = 0; i < 200; i++) await completedWithCallback(svc, tokenA, blackhole.url);
       svc.rollcall.startBackground();
       await blackhole.waitFor(4);
       const started = Date.now();
-      await completedWithCallback(svc, tenantB, healthy.url);
+      await completedWithCallback(svc, tokenB, healthy.url);
       await healthy.waitFor(1, 5000);
       const waited = Date.now() - started;
       console.log(`fairness (${backend.name}): the other tenant's callback arrived after ${waited} ms, 200 events hanging`);

@@ -1,4 +1,5 @@
 import { backends } from '../helpers/backends';
+import { batchWith } from '../helpers/batches';
 import { startService, TestService } from '../helpers/service';
 
 const FORM_TYPES = ['text/plain', 'application/x-www-form-urlencoded', 'multipart/form-data; boundary=x', 'Text/Plain; charset=utf-8'];
@@ -23,8 +24,7 @@ describe.each(backends())('requests a browser page could forge (%s)', (_name, ba
   });
 
   it('when a form posts to seal, sweep or delete, then 415 and the batch is untouched', async () => {
-    const id = (await svc.api.post('/v1/batches').send({})).body.id as string;
-    await svc.api.post(`/v1/batches/${id}/items`).send({ count: 1 });
+    const { id } = await batchWith(svc.client, 1, { sealed: false });
     expect((await svc.api.post(`/v1/batches/${id}/seal`).set('Content-Type', 'text/plain').send('')).status).toBe(415);
     expect((await svc.api.post('/v1/admin/sweep').set('Content-Type', 'application/x-www-form-urlencoded').send('')).status).toBe(415);
     expect((await svc.api.delete(`/v1/batches/${id}`).set('Content-Type', 'multipart/form-data; boundary=y').send('')).status).toBe(415);

@@ -1,9 +1,11 @@
 import { spawn } from 'node:child_process';
 
-import knex, { Knex } from 'knex';
+import { Knex } from 'knex';
 
 import { backends, serverBackends } from '../helpers/backends';
-import { sealedBatch, startService, TestService } from '../helpers/service';
+import { batchWith } from '../helpers/batches';
+import { holdBatchRow, otherConnections } from '../helpers/rowLocks';
+import { startService, TestService } from '../helpers/service';
 
 /** Times a promise: [its value, milliseconds taken]. */
 async function timed<T>(promise: Promise<T>): Promise<[T, number]> {
@@ -29,30 +31,18 @@ describeOnServers('a batch row held locked by another connection (%s)', (name, b
   let holder: Knex;
   beforeAll(async () => {
     svc = await startService(backend, { ACK_QUEUE_MAX_IDS: '10000' });
-    const url = svc.database.config.DATABASE_URL as string;
-    holder = knex({
-      client: postgres ? 'pg' : 'mysql2',
-      connection: (postgres ? { connectionString: url } : { uri: url }) as never,
-      pool: { min: 0, max: 1 },
-    });
+    holder = otherConnections(svc.database);
   });
   afterAll(async () => {
     await holder.destroy();
     await svc.stop();
   });
 
-  /** Holds batch `id`'s row lock (as a stuck replica would) until the returned function is called. */
-  async function holdRow(id: string): Promise<() => Promise<void>> {
-    const trx = await holder.transaction();
-    await trx('batches').where({ id }).forUpdate();
-    return async () => {
-      if (!trx.isCompleted()) await trx.rollback();
-    };
-  }
+  const holdRow = (id: string) => holdBatchRow(holder, id);
 
   it('when batch X is locked for 6 s, then acks of Y go at once and X gets 503 after LOCK_TIMEOUT', async () => {
-    const x = await sealedBatch(svc.api, 4);
-    const y = await sealedBatch(svc.api, 40);
+    const x = await batchWith(svc.client, 4);
+    const y = await batchWith(svc.client, 40);
     const release = await holdRow(x.id);
     const unlock = setTimeout(() => void release(), 6000);
     try {
@@ -95,7 +85,7 @@ describeOnServers('a batch row held locked by another connection (%s)', (name, b
   }
 
   it('when another connection locks the tables an ack needs, then the ack gets 503 after LOCK_TIMEOUT', async () => {
-    const x = await sealedBatch(svc.api, 2);
+    const x = await batchWith(svc.client, 2);
     const unlock = await lockTables();
     try {
       const [res, ms] = await timed(svc.api.post('/v1/acks').send({ ids: [x.ids[0]] }));
@@ -109,7 +99,7 @@ describeOnServers('a batch row held locked by another connection (%s)', (name, b
   }, 30_000);
 
   it('when more acked IDs wait than ACK_QUEUE_MAX_IDS, then the excess is 503 at once, applying nothing', async () => {
-    const x = await sealedBatch(svc.api, 18_000);
+    const x = await batchWith(svc.client, 18_000);
     const release = await holdRow(x.id);
     try {
       // (supertest sends a request only once it is awaited: Promise.resolve sends it now.)
@@ -154,7 +144,7 @@ describe.each(backends().filter(([name]) => name === 'sqlite'))('a database file
   }
 
   it('when three acks queue behind the locked file, then all are 503 within about one LOCK_TIMEOUT', async () => {
-    const batches = await Promise.all([sealedBatch(svc.api, 1), sealedBatch(svc.api, 1), sealedBatch(svc.api, 1)]);
+    const batches = await Promise.all([batchWith(svc.client, 1), batchWith(svc.client, 1), batchWith(svc.client, 1)]);
     const { exited } = await holdFile(5000);
     try {
       const [answers, ms] = await timed(Promise.all(batches.map((b) => Promise.resolve(svc.api.post('/v1/acks').send({ ids: b.ids })))));
@@ -166,7 +156,7 @@ describe.each(backends().filter(([name]) => name === 'sqlite'))('a database file
   }, 20_000);
 
   it('when another process holds the write lock, then an ack is 503 with Retry-After and applies nothing', async () => {
-    const x = await sealedBatch(svc.api, 2);
+    const x = await batchWith(svc.client, 2);
     const holder = spawn(process.execPath, [
       '-e',
       `const db = require('better-sqlite3')(process.argv[1]); db.exec('BEGIN IMMEDIATE'); require('fs').writeSync(1, 'held');

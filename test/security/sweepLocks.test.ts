@@ -1,7 +1,8 @@
 import { lockDueBatches } from '../../src/store/removeBatches';
 import { inTransaction } from '../../src/store/transaction';
 import { mysqlBackend } from '../helpers/backends';
-import { sealedBatch, startService, TestService } from '../helpers/service';
+import { batchWith } from '../helpers/batches';
+import { startService, TestService } from '../helpers/service';
 
 const mysql = mysqlBackend();
 const describeOnMysql = mysql ? describe : describe.skip;
@@ -17,7 +18,7 @@ describeOnMysql('a sweep transaction holding its locks (mysql)', () => {
   it('when a sweep has locked the due batches, then acks of batches that are not due are answered at once', async () => {
     for (let i = 0; i < 5; i++) await svc.api.post('/v1/batches').send({}); // stale, open
     svc.clock.now += 2 * DAY;
-    const fresh = await Promise.all([sealedBatch(svc.api, 3), sealedBatch(svc.api, 3)]);
+    const fresh = await Promise.all([batchWith(svc.client, 3), batchWith(svc.client, 3)]);
     let release!: () => void;
     const held = new Promise<void>((resolve) => (release = resolve));
     let locked: string[] = [];

@@ -1,0 +1,161 @@
+import { Knex } from 'knex';
+
+import { callFromIds } from '../../src/domain/ackCall';
+import { OPEN_CALLER, Outcome } from '../../src/domain/batch';
+import { AckCommitter, AckMergeOptions } from '../../src/service/ackCommitter';
+import { getBatch } from '../../src/service/readBatches';
+import { openDb } from '../../src/store/db';
+import { backends, serverBackends } from '../helpers/backends';
+import { batchWith } from '../helpers/batches';
+import { realSleep, track, until, useFakeTimers } from '../helpers/realTime';
+import { holdBatchRow, otherConnections } from '../helpers/rowLocks';
+import { startService, TestService } from '../helpers/service';
+
+const MERGING: AckMergeOptions = { windowMs: 50, maxIds: 10_000, concurrency: 1, maxQueuedIds: 100_000 };
+
+/** The real committer on the service's real store, with these merge settings; `rounds` lists each round's call count. */
+function committerOn(svc: TestService, options: Partial<AckMergeOptions>, deps = svc.rollcall.deps) {
+  const rounds: number[] = [];
+  const committer = new AckCommitter(deps, { ...MERGING, ...options }, (calls) => rounds.push(calls));
+  return { committer, rounds };
+}
+
+const ack = (ids: string[], outcome: Outcome = 'succeeded') => callFromIds(ids, outcome);
+
+describe.each(backends())('the ack committer on a fake clock (%s)', (_name, backend) => {
+  let svc: TestService;
+  beforeAll(async () => {
+    svc = await startService(backend);
+  });
+  afterAll(() => svc.stop());
+  afterEach(() => jest.useRealTimers());
+
+  const stateOf = (id: string) => getBatch(svc.rollcall.deps, OPEN_CALLER, id);
+
+  it('when calls arrive within the window, then one transaction answers each its own result, after commit', async () => {
+    const batches = [await batchWith(svc.client, 2), await batchWith(svc.client, 3), await batchWith(svc.client, 1)];
+    useFakeTimers();
+    const { committer, rounds } = committerOn(svc, {});
+    // What each caller would see if it read its batch the moment it is answered.
+    const seenWhenAnswered = batches.map((b) => track(committer.submit(ack(b.ids)).then(async (result) => ({ result, batch: await stateOf(b.id) }))));
+    await jest.advanceTimersByTimeAsync(49);
+    await realSleep(50);
+    expect(seenWhenAnswered.filter((s) => s.settled)).toEqual([]);
+    expect((await stateOf(batches[0]!.id)).succeeded).toBe(0);
+    await jest.advanceTimersByTimeAsync(1);
+    const seen = await Promise.all(seenWhenAnswered.map((s) => s.promise));
+    expect(rounds).toEqual([3]);
+    seen.forEach(({ result, batch }, i) => {
+      const { id, ids } = batches[i]!;
+      expect(result).toMatchObject({ acked: ids.length, duplicates: 0, rejected: [], completed: [expect.objectContaining({ id })] });
+      expect(result.completed).toHaveLength(1);
+      expect(batch).toMatchObject({ state: 'complete', succeeded: ids.length, pending: 0 });
+    });
+  });
+
+  it('when the waiting calls reach the most IDs a round takes, then it starts before the window ends', async () => {
+    const batch = await batchWith(svc.client, 4);
+    useFakeTimers();
+    const { committer, rounds } = committerOn(svc, { windowMs: 60_000, maxIds: 4 });
+    const answers = [track(committer.submit(ack(batch.ids.slice(0, 2)))), track(committer.submit(ack(batch.ids.slice(2))))];
+    await until(() => answers.every((a) => a.settled));
+    expect(answers.map((a) => a.value?.acked)).toEqual([2, 2]);
+    expect(rounds).toEqual([2]);
+  });
+
+  it('when more IDs would wait than the queue bound, then that call is refused at once and applies nothing', async () => {
+    const batch = await batchWith(svc.client, 6);
+    useFakeTimers();
+    const { committer } = committerOn(svc, { maxQueuedIds: 5 });
+    const first = track(committer.submit(ack(batch.ids.slice(0, 3))));
+    const refused = track(committer.submit(ack(batch.ids.slice(3))));
+    await realSleep(20);
+    expect(refused.settled).toBe(true);
+    expect(refused.error).toMatchObject({ code: 'unavailable', status: 503 });
+    expect(committer.waitingIds).toBe(3);
+    await jest.advanceTimersByTimeAsync(50);
+    expect(await first.promise).toMatchObject({ acked: 3 });
+    expect(await stateOf(batch.id)).toMatchObject({ succeeded: 3, pending: 3 });
+  });
+
+  it('when a round fails, then every call merged into it gets the error and nothing is applied', async () => {
+    const batches = [await batchWith(svc.client, 2), await batchWith(svc.client, 2)];
+    const gone = openDb(svc.database.config);
+    await gone.destroy(); // the database is out of reach for this committer
+    useFakeTimers();
+    const { committer, rounds } = committerOn(svc, {}, { ...svc.rollcall.deps, db: gone });
+    const answers = [...batches.map((b) => track(committer.submit(ack(b.ids)))), track(committer.submit(ack([batches[0]!.ids[0]!])))];
+    await jest.advanceTimersByTimeAsync(50);
+    await until(() => answers.every((a) => a.settled));
+    expect(rounds).toEqual([3]);
+    const [error] = answers.map((a) => a.error);
+    expect(error).toBeInstanceOf(Error);
+    for (const answer of answers) expect(answer.error).toBe(error);
+    for (const b of batches) expect(await stateOf(b.id)).toMatchObject({ succeeded: 0, pending: 2 });
+  });
+});
+
+const servers = serverBackends();
+const describeOnServers = servers.length > 0 ? describe.each(servers) : describe.skip.each([['none', null as never]]);
+
+describeOnServers('the ack committer with a batch row held by another connection (%s)', (_name, backend) => {
+  let svc: TestService;
+  let holder: Knex;
+  beforeAll(async () => {
+    svc = await startService(backend, { LOCK_TIMEOUT: '20s' });
+    holder = otherConnections(svc.database, 2);
+  });
+  afterAll(async () => {
+    await holder.destroy();
+    await svc.stop();
+  });
+  afterEach(() => jest.useRealTimers());
+
+  const holdRow = (id: string) => holdBatchRow(holder, id);
+
+  it('when every slot waits on a held batch, then an ack of a free batch waits for a slot, not a new one', async () => {
+    const [a, b, c] = [await batchWith(svc.client, 1), await batchWith(svc.client, 1), await batchWith(svc.client, 1)];
+    const releases = [await holdRow(a.id), await holdRow(b.id)];
+    try {
+      useFakeTimers();
+      const { committer, rounds } = committerOn(svc, { windowMs: 0, concurrency: 2 });
+      const answers = [a, b, c].map((batch) => track(committer.submit(ack(batch.ids))));
+      await realSleep(300);
+      expect(answers.map((x) => x.settled)).toEqual([false, false, false]);
+      expect(rounds).toEqual([1, 1]);
+      await releases[0]!();
+      await until(() => answers[2]!.settled);
+      expect(answers[2]!.value).toMatchObject({ acked: 1 });
+      expect(answers[1]!.settled).toBe(false);
+    } finally {
+      for (const release of releases) await release();
+    }
+  });
+
+  it('when a batch is held, then its later ack waits behind its first while other batches commit', async () => {
+    const [a, c] = [await batchWith(svc.client, 1), await batchWith(svc.client, 1)];
+    const release = await holdRow(a.id);
+    try {
+      useFakeTimers();
+      const { committer, rounds } = committerOn(svc, { windowMs: 0, concurrency: 3 });
+      const answered: string[] = [];
+      const follow = (label: string, outcome: Outcome, ids: string[]) =>
+        track(committer.submit(ack(ids, outcome)).then((result) => (answered.push(label), result)));
+      const first = follow('first', 'succeeded', a.ids);
+      const retry = follow('retry', 'failed', a.ids); // a late failure report of the same item
+      const other = follow('other', 'succeeded', c.ids);
+      await until(() => other.settled);
+      await realSleep(200);
+      expect(rounds).toEqual([1, 1]);
+      expect([first.settled, retry.settled]).toEqual([false, false]);
+      await release();
+      await until(() => first.settled && retry.settled);
+      expect(answered).toEqual(['other', 'first', 'retry']);
+      expect(first.value).toMatchObject({ acked: 1 });
+      expect(retry.value).toMatchObject({ acked: 0, duplicates: 1 });
+      expect(await getBatch(svc.rollcall.deps, OPEN_CALLER, a.id)).toMatchObject({ succeeded: 1, failed: 0 });
+    } finally {
+      await release();
+    }
+  });
+});

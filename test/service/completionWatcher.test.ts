@@ -1,0 +1,69 @@
+import { callFromIds } from '../../src/domain/ackCall';
+import { OPEN_CALLER } from '../../src/domain/batch';
+import { ackItems } from '../../src/service/ackItems';
+import { CompletionWatcher } from '../../src/service/completionWatcher';
+import { ServiceDeps } from '../../src/service/deps';
+import { backends } from '../helpers/backends';
+import { batchWith, TestBatch } from '../helpers/batches';
+import { realSleep, track, until, useFakeTimers } from '../helpers/realTime';
+import { startService, TestService } from '../helpers/service';
+
+describe.each(backends())('the completion watcher on a fake clock (%s)', (_name, backend) => {
+  let svc: TestService;
+  let watcher: CompletionWatcher;
+  let batch: TestBatch;
+  beforeAll(async () => {
+    svc = await startService(backend);
+  });
+  afterAll(() => svc.stop());
+  beforeEach(async () => {
+    batch = await batchWith(svc.client, 2);
+  });
+  afterEach(() => {
+    watcher.close();
+    jest.useRealTimers();
+  });
+
+  /** A watcher of its own on the real store; its waits are counted once they are registered. */
+  async function waitFor(timeoutMs: number, pollIntervalMs: number) {
+    watcher = new CompletionWatcher(svc.rollcall.deps, pollIntervalMs);
+    const answer = track(watcher.wait(OPEN_CALLER, batch.id, timeoutMs, new AbortController().signal));
+    await until(() => watcher.waiting === 1);
+    return answer;
+  }
+
+  /** Acks every item of the batch; `deps.onCompleted` is what this process hears of the completion. */
+  const completeBatch = (deps: ServiceDeps) => ackItems(deps, [callFromIds(batch.ids, 'succeeded')]);
+
+  it('when this process completes the batch, then a wait answers at once, before any poll or deadline', async () => {
+    useFakeTimers();
+    const answer = await waitFor(30_000, 60_000);
+    await completeBatch({ ...svc.rollcall.deps, onCompleted: (batches) => watcher.notify(batches) });
+    await until(() => answer.settled);
+    expect(answer.value).toMatchObject({ id: batch.id, state: 'complete', succeeded: 2, pending: 0 });
+    expect(watcher.waiting).toBe(0);
+  });
+
+  it('when another replica completes the batch, then the wait answers at the next poll of the database', async () => {
+    useFakeTimers();
+    const answer = await waitFor(30_000, 1000);
+    await completeBatch({ ...svc.rollcall.deps, onCompleted: undefined });
+    await realSleep(100);
+    expect(answer.settled).toBe(false); // no poll yet
+    await jest.advanceTimersByTimeAsync(1000);
+    await until(() => answer.settled);
+    expect(answer.value).toMatchObject({ id: batch.id, state: 'complete', succeeded: 2 });
+  });
+
+  it('when the batch does not finish, then the wait answers at its deadline with the state then', async () => {
+    useFakeTimers();
+    const answer = await waitFor(5000, 60_000);
+    await jest.advanceTimersByTimeAsync(4999);
+    await realSleep(100);
+    expect(answer.settled).toBe(false);
+    await jest.advanceTimersByTimeAsync(1);
+    await until(() => answer.settled);
+    expect(answer.value).toMatchObject({ id: batch.id, state: 'sealed', succeeded: 0, pending: 2 });
+    expect(watcher.waiting).toBe(0);
+  });
+});
