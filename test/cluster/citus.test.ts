@@ -2,7 +2,7 @@ import { Knex } from 'knex';
 
 import { backends } from '../helpers/backends';
 import { Receiver } from '../helpers/receiver';
-import { chunks, itemIds, shuffled, startReplica, startService, TestService } from '../helpers/service';
+import { chunks, itemIds, shuffled, startReplica, startService, TestApp, TestService } from '../helpers/service';
 
 /**
  * rollcall sharded by batch id on Citus (TEST_CITUS_URL: a coordinator and its workers), and the
@@ -37,7 +37,7 @@ async function workersOf(db: Knex, batchIds: string[]): Promise<Set<number>> {
 
 describe.each(backends().filter(([name]) => name === 'pg' || name === 'citus'))('sharded by batch id (%s)', (name, backend) => {
   let svc: TestService;
-  let replicas: Array<Pick<TestService, 'api' | 'rollcall'>>;
+  let replicas: TestApp[];
   let receiver: Receiver;
   const batchIds: string[] = [];
 
@@ -48,7 +48,7 @@ describe.each(backends().filter(([name]) => name === 'pg' || name === 'citus'))(
     replicas = [svc, await startReplica(svc), await startReplica(svc)];
   });
   afterAll(async () => {
-    for (const replica of replicas.slice(1)) await replica.rollcall.close();
+    for (const replica of replicas.slice(1)) await replica.stop();
     await svc.stop();
     await receiver.stop();
   });
