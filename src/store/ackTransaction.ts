@@ -4,9 +4,12 @@ import { ReasonPlan } from '../domain/failureReasons';
 import { batchFromRow, BatchRow, lockBatchesQuery, updateBatchQuery } from './batches';
 import { insertChildOutcomeQuery, NewChildOutcome } from './childOutcomes';
 import { Db, Queryable, Statement } from './db';
+import { profileOf } from './dialect';
 import { reasonKeysFrom, reasonKeysQuery, writeReasonsQueries } from './failureReasons';
 import { groupFromRow, GroupRow, lockGroupsQueries, writeGroupsQueries } from './groups';
 import { insertEventQuery, NewEvent } from './outbox';
+import { pgAckWork } from './pgAckStatements';
+import { pgReadDecideWrite } from './pgDriver';
 import { readDecideWrite } from './readDecideWrite';
 import { TransactionOptions } from './transaction';
 
@@ -41,6 +44,7 @@ export interface AckWrites {
  * The ack transaction: locking reads in the one lock order (batch rows by id, then each batch's named
  * group rows by id, then stored reason keys), a pure decision from the rows, and its writes. Runs
  * again from the start after a deadlock (readDecideWrite.ts), so `decide` must have no side effects.
+ * On PostgreSQL the reads and the writes are each one statement over bound arrays (pgAckStatements.ts).
  */
 export function runAckTransaction<T>(
   db: Db,
@@ -48,6 +52,7 @@ export function runAckTransaction<T>(
   reads: AckReads,
   decide: (rows: AckRows) => { writes: AckWrites; answer: T },
 ): Promise<T> {
+  if (profileOf(db).hotPath === 'pg-pipeline') return pgReadDecideWrite(db, options, () => pgAckWork(reads, decide));
   return readDecideWrite(db, options, {
     reads: (q) => [...targetReads(q, reads.groupIdsByBatch), ...reads.reasonBatches.map((id) => reasonKeysQuery(q, id))],
     decide(q, results) {
