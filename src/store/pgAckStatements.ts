@@ -39,6 +39,19 @@ class Binder {
   }
 }
 
+/**
+ * The statement as a prepared one. Its text depends only on which kinds of rows are read or written
+ * (a few dozen shapes at most), so each connection prepares each shape once and the server skips
+ * parsing and, once its plan cache settles, planning.
+ */
+function prepared(text: string, values: unknown[]): PgStatement {
+  let name = statementNames.get(text);
+  if (name === undefined) statementNames.set(text, (name = `rollcall_ack_${statementNames.size}`));
+  return { name, text, values };
+}
+
+const statementNames = new Map<string, string>();
+
 const names = <Row>(columns: Columns<Row>) => columns.map(([name]) => name).join(', ');
 
 /**
@@ -72,8 +85,8 @@ type TargetRow = { batch: BatchRow | null } & GroupRow;
 function readStatements(reads: AckReads): PgStatement[] {
   const batchIds = [...reads.groupIdsByBatch.keys()];
   const keys = batchIds.flatMap((batchId) => [...(reads.groupIdsByBatch.get(batchId) ?? [])].map((id) => [batchId, id] as const));
-  const statements = [{ text: LOCK_TARGETS, values: [batchIds, keys.map(([batchId]) => batchId), keys.map(([, id]) => id)] }];
-  if (reads.reasonBatches.length > 0) statements.push({ text: REASON_KEYS, values: [reads.reasonBatches] });
+  const statements = [prepared(LOCK_TARGETS, [batchIds, keys.map(([batchId]) => batchId), keys.map(([, id]) => id)])];
+  if (reads.reasonBatches.length > 0) statements.push(prepared(REASON_KEYS, [reads.reasonBatches]));
   return statements;
 }
 
@@ -193,7 +206,7 @@ function writeStatements(writes: AckWrites): PgStatement[] {
   if (writes.events.length > 0) parts.push(insertRows(binder, 'outbox', EVENT_COLUMNS, writes.events.map(eventRow)));
   if (writes.childOutcomes.length > 0) parts.push(insertRows(binder, 'child_outcomes', CHILD_OUTCOME_COLUMNS, writes.childOutcomes.map(childOutcomeRow)));
   if (parts.length === 0) return [];
-  return [{ text: `WITH ${parts.map((part, i) => `w${i} AS (${part})`).join(',\n')}\nSELECT 1`, values: binder.values }];
+  return [prepared(`WITH ${parts.map((part, i) => `w${i} AS (${part})`).join(',\n')}\nSELECT 1`, binder.values)];
 }
 
 /** The ack transaction as pgReadDecideWrite runs it. */

@@ -17,6 +17,8 @@ import { TransactionOptions, withRetries } from './transaction';
 export interface PgStatement {
   text: string;
   values: unknown[];
+  /** A prepared statement's name: the server parses it once per connection, not on every call. */
+  name?: string;
 }
 
 interface PgResult {
