@@ -5,7 +5,7 @@ import { childOutcomeRow } from './childOutcomes';
 import { reasonKeysFrom, reasonPlanRows } from './failureReasons';
 import { groupFromRow, GroupRow, groupRow } from './groups';
 import { eventRow } from './outbox';
-import { PgReadDecideWrite, PgStatement } from './pgDriver';
+import { PgReadDecideWrite, PgStatement, prepared } from './pgDriver';
 
 /**
  * The ack transaction on PostgreSQL (hotPath `pg-pipeline`): its locking reads as one statement and
@@ -38,19 +38,6 @@ class Binder {
     return `unnest(${arrays.join(', ')}) AS ${alias}(${names(columns)})`;
   }
 }
-
-/**
- * The statement as a prepared one. Its text depends only on which kinds of rows are read or written
- * (a few dozen shapes at most), so each connection prepares each shape once and the server skips
- * parsing and, once its plan cache settles, planning.
- */
-function prepared(text: string, values: unknown[]): PgStatement {
-  let name = statementNames.get(text);
-  if (name === undefined) statementNames.set(text, (name = `rollcall_ack_${statementNames.size}`));
-  return { name, text, values };
-}
-
-const statementNames = new Map<string, string>();
 
 const names = <Row>(columns: Columns<Row>) => columns.map(([name]) => name).join(', ');
 

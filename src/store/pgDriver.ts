@@ -39,6 +39,23 @@ export function pgStatement(statement: Knex.QueryBuilder | string): PgStatement 
   return { text: native.sql, values: native.bindings as unknown[] };
 }
 
+/** Texts named so far, and the most this process names (a bound, should a caller vary its text). */
+const statementNames = new Map<string, string>();
+const MAX_NAMED = 200;
+
+/**
+ * The statement as a prepared one, for texts that depend only on a statement's shape (the ack's few
+ * dozen): each connection parses each text once and the server, once its plan cache settles, skips
+ * planning too. Past MAX_NAMED texts, statements go unnamed. Only for statements whose result
+ * columns a later migration cannot change: a prepared `SELECT *` fails with "cached plan must not
+ * change result type" once a column is added, so the plain reads (`SELECT *`) stay unnamed.
+ */
+export function prepared(text: string, values: unknown[]): PgStatement {
+  let name = statementNames.get(text);
+  if (name === undefined && statementNames.size < MAX_NAMED) statementNames.set(text, (name = `rollcall_${statementNames.size}`));
+  return name === undefined ? { text, values } : { name, text, values };
+}
+
 /**
  * Sends every statement before waiting for any answer and resolves with their results in order.
  * When one fails, the server still answers those behind it (inside a transaction they fail too, and
