@@ -1,14 +1,18 @@
 import { groupKey, GroupRecord } from '../domain/ackPlan';
 import { BatchRecord } from '../domain/batch';
+import { toError } from '../domain/errors';
 import { ReasonPlan } from '../domain/failureReasons';
 import { batchFromRow, BatchRow, lockBatchQuery, updateBatchQuery } from './batches';
 import { insertChildOutcomeQuery, NewChildOutcome } from './childOutcomes';
-import { Db, Queryable, Statement } from './db';
+import { Db, onCitus, Queryable, Statement } from './db';
+import { profileOf } from './dialect';
 import { reasonKeysFrom, reasonKeysQuery, writeReasonsQueries } from './failureReasons';
 import { groupFromRow, GroupRow, lockGroupsQueries, writeGroupsQueries } from './groups';
 import { insertEventQuery, NewEvent } from './outbox';
+import { pgAckWork } from './pgAckStatements';
+import { pgReadDecideWrite } from './pgDriver';
 import { readDecideWrite } from './readDecideWrite';
-import { TransactionOptions } from './transaction';
+import { asUnavailable, TransactionOptions } from './transaction';
 
 /** What an ack transaction reads: these groups of these batches, and the stored reason keys of some batches. */
 export interface AckReads {
@@ -41,13 +45,15 @@ export interface AckWrites {
  * The ack transaction: locking reads in the one lock order (batch rows by id, then each batch's named
  * group rows by id, then stored reason keys), a pure decision from the rows, and its writes. Runs
  * again from the start after a deadlock (readDecideWrite.ts), so `decide` must have no side effects.
+ * On PostgreSQL the reads and the writes are each one statement over bound arrays (pgAckStatements.ts).
  */
-export function runAckTransaction<T>(
+export async function runAckTransaction<T>(
   db: Db,
   options: TransactionOptions,
   reads: AckReads,
   decide: (rows: AckRows) => { writes: AckWrites; answer: T },
 ): Promise<T> {
+  if (profileOf(db).hotPath === 'pg-pipeline' && !(await citusUnlessAway(db))) return pgReadDecideWrite(db, options, () => pgAckWork(reads, decide));
   return readDecideWrite(db, options, {
     reads: (q) => [...targetReads(q, reads.groupIdsByBatch), ...reads.reasonBatches.map((id) => reasonKeysQuery(q, id))],
     decide(q, results) {
@@ -58,6 +64,9 @@ export function runAckTransaction<T>(
     },
   });
 }
+
+/** On Citus the ack keeps one batch per locking statement; a database that does not answer is unavailable (503). */
+const citusUnlessAway = (db: Db) => onCitus(db).catch((error: unknown) => Promise.reject(asUnavailable(toError(error))));
 
 function targetReads(q: Queryable, groupIdsByBatch: Map<string, Set<string>>): Statement[] {
   const batchIds = [...groupIdsByBatch.keys()].sort();

@@ -3,7 +3,7 @@ import { Knex } from 'knex';
 import { BatchRecord, BatchState } from '../domain/batch';
 import { Db, Queryable } from './db';
 import { forUpdate } from './dialect';
-import { selectRows } from './mysqlDriver';
+import { selectRows } from './readDecideWrite';
 import { inTransaction, TransactionOptions, withRetries } from './transaction';
 
 export interface BatchRow {
@@ -124,7 +124,12 @@ export async function updateBatch(trx: Knex.Transaction, batch: BatchRecord): Pr
  * tenant or callback URL there would be work for nothing.
  */
 export function updateBatchQuery(q: Queryable, batch: BatchRecord): Knex.QueryBuilder {
-  return q('batches').where({ id: batch.id }).update({
+  return q('batches').where({ id: batch.id }).update(batchUpdate(batch));
+}
+
+/** The columns updateBatchQuery writes, by name. */
+export function batchUpdate(batch: BatchRecord) {
+  return {
     state: batch.state,
     total: batch.total,
     succeeded: batch.succeeded,
@@ -136,7 +141,7 @@ export function updateBatchQuery(q: Queryable, batch: BatchRecord): Knex.QueryBu
     cancelled_at: batch.cancelledAt,
     first_failure_at: batch.firstFailureAt,
     failures_dropped: batch.failuresDropped,
-  });
+  };
 }
 
 /** The batches among `ids` that are complete or cancelled (one query for every waiter of a process). */

@@ -28,7 +28,12 @@ export type NewChildOutcome = Omit<ChildOutcome, 'attempts'> & { createdAt: numb
 
 /** Writes the outcome row; runs in the child's completing or cancelling transaction (one row per child, ever). */
 export function insertChildOutcomeQuery(q: Queryable, row: NewChildOutcome): Knex.QueryBuilder {
-  return q('child_outcomes').insert({
+  return q('child_outcomes').insert(childOutcomeRow(row));
+}
+
+/** A new outcome as its row's columns. */
+export function childOutcomeRow(row: NewChildOutcome) {
+  return {
     batch_id: row.batchId,
     tenant: row.tenant,
     parent_item: row.parentItem,
@@ -37,7 +42,7 @@ export function insertChildOutcomeQuery(q: Queryable, row: NewChildOutcome): Kne
     next_attempt_at: row.createdAt,
     attempts: 0,
     created_at: row.createdAt,
-  });
+  };
 }
 
 /**

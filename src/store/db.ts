@@ -119,6 +119,27 @@ function openMysql(config: DbConfig, log?: Logger): Db {
 
 const galeraChecks = new WeakMap<Db, Promise<boolean>>();
 
+const citusChecks = new WeakMap<Db, Promise<boolean>>();
+
+/**
+ * True when the PostgreSQL database has the citus extension (its tables sharded by migration 0014),
+ * asked once per pool: the ack's one-statement form spans batches, which Citus refuses for a locking
+ * read, so there the ack runs its per-batch statements (docs/scaling.md).
+ */
+export function onCitus(db: Db): Promise<boolean> {
+  if (profileOf(db).name !== 'postgres') return Promise.resolve(false);
+  let check = citusChecks.get(db);
+  if (!check) {
+    check = db('pg_extension')
+      .select('extname')
+      .where('extname', 'citus')
+      .then((rows: unknown[]) => rows.length > 0);
+    check.catch(() => citusChecks.delete(db)); // not answering now: ask again next time
+    citusChecks.set(db, check);
+  }
+  return check;
+}
+
 /**
  * True when the database is a Galera cluster node (wsrep_on=ON), asked once per pool. MySQL, which
  * has no such variable, answers with no row.
@@ -152,7 +173,10 @@ function openPostgres(config: DbConfig, log?: Logger): Db {
   return knex({
     log: knexLog(log),
     client: 'pg',
-    connection: { connectionString: config.DATABASE_URL as string, connectionTimeoutMillis: 5000 },
+    // Pipeline mode: statements queued on a client go out without waiting for each answer (the hot
+    // paths' two round trips, pgDriver.ts). knex awaits each of its own statements, so for knex
+    // nothing changes.
+    connection: { connectionString: config.DATABASE_URL as string, connectionTimeoutMillis: 5000, pipeline: true },
     pool: {
       min: 0,
       max: config.DB_POOL_SIZE,

@@ -21,9 +21,11 @@ export interface DialectProfile {
   /**
    * How the hot paths reach the database. `mysql2-multi-statement`: the ack transaction is two
    * round trips on one connection (mysqlDriver.ts) and plain reads skip knex's query objects;
-   * `knex`: knex runs each statement.
+   * `pg-pipeline`: the same two round trips through node-postgres's pipeline mode, the ack's locking
+   * reads and its writes each one statement over bound arrays (pgDriver.ts, pgAckStatements.ts), and
+   * plain reads skip knex; `knex`: knex runs each statement.
    */
-  hotPath: 'mysql2-multi-statement' | 'knex';
+  hotPath: 'mysql2-multi-statement' | 'pg-pipeline' | 'knex';
   /** `pool`: as many writers as connections. `one-per-file`: this process queues its write transactions per file. */
   writers: 'pool' | 'one-per-file';
   /** Driver error codes (never message text): see dbErrors.ts for what each class means. */
@@ -83,7 +85,7 @@ export const PROFILES: Readonly<Record<DialectName, DialectProfile>> = {
     clients: ['pg', 'postgres', 'postgresql'],
     rowLocks: true,
     skipLocked: true,
-    hotPath: 'knex',
+    hotPath: 'pg-pipeline',
     writers: 'pool',
     errors: {
       // deadlock_detected, serialization_failure: the server aborted the transaction; run it again.

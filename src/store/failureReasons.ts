@@ -2,7 +2,7 @@ import { Knex } from 'knex';
 
 import { reasonKey, ReasonPlan } from '../domain/failureReasons';
 import { Queryable } from './db';
-import { selectRows } from './mysqlDriver';
+import { selectRows } from './readDecideWrite';
 
 interface ReasonKeyRow {
   group_id: string;
@@ -39,24 +39,33 @@ const splitKey = (key: string): [groupId: string, index: number] => {
   return [key.slice(0, at), Number(key.slice(at + 1))];
 };
 
-/** The writes of one batch's reason plan: upserts (latest reason wins) and deletes, per group. */
-export function writeReasonsQueries(q: Queryable, batchId: string, plan: ReasonPlan, now: number): Knex.QueryBuilder[] {
-  const statements: Knex.QueryBuilder[] = [];
-  const rows = [...plan.upserts].map(([key, error]) => {
+/** The rows one batch's reason plan writes (upserts: latest reason wins) and the keys it removes. */
+export function reasonPlanRows(batchId: string, plan: ReasonPlan, now: number) {
+  const upserts = [...plan.upserts].map(([key, error]) => {
     const [groupId, index] = splitKey(key);
     return { batch_id: batchId, group_id: groupId, item_index: index, error, failed_at: now };
   });
-  for (let i = 0; i < rows.length; i += CHUNK) {
+  const deletes = [...plan.deletes].map((key) => {
+    const [groupId, index] = splitKey(key);
+    return { batch_id: batchId, group_id: groupId, item_index: index };
+  });
+  return { upserts, deletes };
+}
+
+/** The writes of one batch's reason plan: upserts (latest reason wins) and deletes, per group. */
+export function writeReasonsQueries(q: Queryable, batchId: string, plan: ReasonPlan, now: number): Knex.QueryBuilder[] {
+  const statements: Knex.QueryBuilder[] = [];
+  const { upserts, deletes } = reasonPlanRows(batchId, plan, now);
+  for (let i = 0; i < upserts.length; i += CHUNK) {
     statements.push(
       q('failure_reasons')
-        .insert(rows.slice(i, i + CHUNK))
+        .insert(upserts.slice(i, i + CHUNK))
         .onConflict(['batch_id', 'group_id', 'item_index'])
         .merge(['error', 'failed_at']),
     );
   }
   const byGroup = new Map<string, number[]>();
-  for (const key of plan.deletes) {
-    const [groupId, index] = splitKey(key);
+  for (const { group_id: groupId, item_index: index } of deletes) {
     let list = byGroup.get(groupId);
     if (!list) byGroup.set(groupId, (list = []));
     list.push(index);

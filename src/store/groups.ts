@@ -3,7 +3,7 @@ import { Knex } from 'knex';
 import { GroupRecord } from '../domain/ackPlan';
 import { Queryable } from './db';
 import { forUpdate } from './dialect';
-import { selectRows } from './mysqlDriver';
+import { selectRows } from './readDecideWrite';
 
 export interface GroupRow {
   batch_id: string;
@@ -23,7 +23,8 @@ export const groupFromRow = (row: GroupRow): GroupRecord => ({
   failedBits: row.failed_bits,
 });
 
-const toRow = (group: GroupRecord): GroupRow => ({
+/** A group as its row's columns. */
+export const groupRow = (group: GroupRecord): GroupRow => ({
   batch_id: group.batchId,
   id: group.id,
   size: group.size,
@@ -38,7 +39,7 @@ const INSERT_CHUNK = 500;
 /** Inserts new, all-pending groups. Locks: the new rows. */
 export async function insertGroups(trx: Knex.Transaction, groups: GroupRecord[]): Promise<void> {
   for (let i = 0; i < groups.length; i += INSERT_CHUNK) {
-    await trx('item_groups').insert(groups.slice(i, i + INSERT_CHUNK).map(toRow));
+    await trx('item_groups').insert(groups.slice(i, i + INSERT_CHUNK).map(groupRow));
   }
 }
 
@@ -80,7 +81,7 @@ const rowBytes = (group: GroupRecord) => 2 * ((group.succeededBits?.length ?? 0)
 export function writeGroupsQueries(q: Queryable, groups: GroupRecord[]): Knex.QueryBuilder[] {
   const statements: Knex.QueryBuilder[] = [];
   const write = (rows: GroupRecord[]) =>
-    statements.push(q('item_groups').insert(rows.map(toRow)).onConflict(['batch_id', 'id']).merge(['pending', 'succeeded_bits', 'failed_bits']));
+    statements.push(q('item_groups').insert(rows.map(groupRow)).onConflict(['batch_id', 'id']).merge(['pending', 'succeeded_bits', 'failed_bits']));
   let chunk: GroupRecord[] = [];
   let bytes = 0;
   for (const group of groups) {

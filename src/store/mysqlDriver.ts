@@ -1,7 +1,7 @@
 import { Knex } from 'knex';
 
-import { Db, Queryable } from './db';
-import { profileOf } from './dialect';
+import { Db } from './db';
+import { withPooledConnection } from './pooledConnection';
 
 /**
  * Statements sent straight through the mysql2 driver on a connection of knex's pool, for the hot
@@ -97,21 +97,4 @@ export async function packetBudget(db: Db, connection: MysqlConnection): Promise
 }
 
 /** Runs `use` on a connection of knex's pool and gives the connection back, whatever happens. */
-export async function withConnection<T>(db: Db, use: (connection: MysqlConnection) => Promise<T>): Promise<T> {
-  const connection = (await db.client.acquireConnection()) as MysqlConnection;
-  try {
-    return await use(connection);
-  } finally {
-    await db.client.releaseConnection(connection);
-  }
-}
-
-/**
- * The rows of one SELECT. Outside a transaction on MySQL it goes straight through the driver; in a
- * transaction, or on SQLite, knex runs it.
- */
-export async function selectRows<Row>(q: Queryable, query: Knex.QueryBuilder): Promise<Row[]> {
-  if (profileOf(q).hotPath !== 'mysql2-multi-statement' || q.isTransaction) return (await query) as Row[];
-  const [rows] = await withConnection(q, (connection) => send(connection, [query]));
-  return rows as Row[];
-}
+export const withConnection = <T>(db: Db, use: (connection: MysqlConnection) => Promise<T>): Promise<T> => withPooledConnection(db, use);

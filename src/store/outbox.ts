@@ -68,7 +68,12 @@ const hostOf = (url: string): string => new URL(url).host.toLowerCase();
 
 /** Writes a new pending event; runs in the transaction that completes the batch. */
 export function insertEventQuery(q: Queryable, event: NewEvent): Knex.QueryBuilder {
-  return q('outbox').insert({
+  return q('outbox').insert(eventRow(event));
+}
+
+/** A new pending event as its row's columns. */
+export function eventRow(event: NewEvent) {
+  return {
     id: event.id,
     batch_id: event.batchId,
     tenant: event.tenant,
@@ -80,7 +85,7 @@ export function insertEventQuery(q: Queryable, event: NewEvent): Knex.QueryBuild
     attempts: 0,
     next_attempt_at: event.createdAt,
     created_at: event.createdAt,
-  });
+  };
 }
 
 /** A due event as the dispatcher chooses among them, before it claims any. */

@@ -4,6 +4,8 @@ import { toError } from '../domain/errors';
 import { Db, multiStatementPool, onGalera, Queryable } from './db';
 import { profileOf } from './dialect';
 import { MysqlConnection, packetBudget, send, sendWithin, withConnection } from './mysqlDriver';
+import { pgReadDecideWrite, pgSelectRows, pgStatement } from './pgDriver';
+import { endingFailed, TransactionEnd } from './pooledConnection';
 import { asUnavailable, inTransaction, TransactionOptions, withRetries } from './transaction';
 
 /**
@@ -23,11 +25,14 @@ export interface ReadDecideWrite<T> {
  * multi-statement query, then the writes with `COMMIT` as another. knex's own transactions cost two
  * more round trips (BEGIN and COMMIT alone), and the knex objects they build cost more CPU than the
  * statements. With knex's machinery gone, an ack call used ~25 % less CPU
- * (docs/benchmarks.md). On SQLite, which runs in-process, it is a knex transaction that runs the
- * statements one by one.
+ * (docs/benchmarks.md). On PostgreSQL it is the same two round trips through node-postgres's
+ * pipeline mode (pgDriver.ts). On SQLite, which runs in-process, it is a knex transaction that runs
+ * the statements one by one.
  */
 export async function readDecideWrite<T>(db: Db, options: TransactionOptions, work: ReadDecideWrite<T>): Promise<T> {
-  if (profileOf(db).hotPath === 'mysql2-multi-statement') {
+  const { hotPath } = profileOf(db);
+  if (hotPath === 'pg-pipeline') return pgReadDecideWrite(db, options, () => pgWork(db, work));
+  if (hotPath === 'mysql2-multi-statement') {
     // A database that does not answer the question is unavailable (503), as it would be for the transaction.
     const galera = await onGalera(db).catch((error: unknown) => Promise.reject(asUnavailable(toError(error))));
     if (!galera) return withRetries(options, () => onOneConnection(db, work));
@@ -43,6 +48,17 @@ export async function readDecideWrite<T>(db: Db, options: TransactionOptions, wo
   });
 }
 
+/** The knex-built statements of `work` as node-postgres takes them. */
+function pgWork<T>(db: Db, work: ReadDecideWrite<T>) {
+  return {
+    reads: work.reads(db).map(pgStatement),
+    decide(rows: unknown[][]) {
+      const { writes, answer } = work.decide(db, rows);
+      return { writes: writes.map(pgStatement), answer };
+    },
+  };
+}
+
 async function runEach(statements: Knex.QueryBuilder[]): Promise<unknown[]> {
   const results: unknown[] = [];
   for (const statement of statements) results.push(await statement);
@@ -51,29 +67,30 @@ async function runEach(statements: Knex.QueryBuilder[]): Promise<unknown[]> {
 
 function onOneConnection<T>(db: Db, work: ReadDecideWrite<T>): Promise<T> {
   const pool = multiStatementPool(db);
-  return withConnection(pool, async (connection) => {
-    try {
+  return withConnection(pool, (connection) =>
+    endingFailed(ending(connection), async () => {
       const budget = await packetBudget(pool, connection);
       const [, ...results] = await sendWithin(connection, ['BEGIN', ...work.reads(db)], budget);
       const { writes, answer } = work.decide(db, results);
       await sendWithin(connection, [...writes, 'COMMIT'], budget);
       return answer;
-    } catch (caught) {
-      await rollBack(connection);
-      throw toError(caught);
-    }
-  });
+    }),
+  );
 }
 
+const ending = (connection: MysqlConnection): TransactionEnd => ({
+  rollBack: () => send(connection, ['ROLLBACK']),
+  close: () => connection.destroy(),
+});
+
 /**
- * Ends a failed transaction before its connection goes back to the pool. A connection that cannot
- * even roll back is closed instead: the pool must never hand out one with a transaction still open,
- * and the server rolls back the transaction of a closed connection.
+ * The rows of one SELECT. Outside a transaction on MySQL and PostgreSQL it goes straight through the
+ * driver (knex only builds it); in a transaction, or on SQLite, knex runs it.
  */
-async function rollBack(connection: MysqlConnection): Promise<void> {
-  try {
-    await send(connection, ['ROLLBACK']);
-  } catch {
-    connection.destroy(); // knex's pool checks connections and drops closed ones
-  }
+export async function selectRows<Row>(q: Queryable, query: Knex.QueryBuilder): Promise<Row[]> {
+  const { hotPath } = profileOf(q);
+  if (q.isTransaction || hotPath === 'knex') return (await query) as Row[];
+  if (hotPath === 'pg-pipeline') return pgSelectRows<Row>(q as Db, query);
+  const [rows] = await withConnection(q as Db, (connection) => send(connection, [query]));
+  return rows as Row[];
 }
