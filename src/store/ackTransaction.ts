@@ -1,18 +1,15 @@
 import { groupKey, GroupRecord } from '../domain/ackPlan';
 import { BatchRecord } from '../domain/batch';
-import { toError } from '../domain/errors';
 import { ReasonPlan } from '../domain/failureReasons';
 import { batchFromRow, BatchRow, lockBatchQuery, updateBatchQuery } from './batches';
 import { insertChildOutcomeQuery, NewChildOutcome } from './childOutcomes';
-import { Db, onCitus, Queryable, Statement } from './db';
-import { profileOf } from './dialect';
+import { Db, Queryable, Statement } from './db';
 import { reasonKeysFrom, reasonKeysQuery, writeReasonsQueries } from './failureReasons';
 import { groupFromRow, GroupRow, lockGroupsQueries, writeGroupsQueries } from './groups';
 import { insertEventQuery, NewEvent } from './outbox';
 import { pgAckWork } from './pgAckStatements';
-import { pgReadDecideWrite } from './pgDriver';
 import { readDecideWrite } from './readDecideWrite';
-import { asUnavailable, TransactionOptions } from './transaction';
+import { TransactionOptions } from './transaction';
 
 /** What an ack transaction reads: these groups of these batches, and the stored reason keys of some batches. */
 export interface AckReads {
@@ -47,13 +44,12 @@ export interface AckWrites {
  * again from the start after a deadlock (readDecideWrite.ts), so `decide` must have no side effects.
  * On PostgreSQL the reads and the writes are each one statement over bound arrays (pgAckStatements.ts).
  */
-export async function runAckTransaction<T>(
+export function runAckTransaction<T>(
   db: Db,
   options: TransactionOptions,
   reads: AckReads,
   decide: (rows: AckRows) => { writes: AckWrites; answer: T },
 ): Promise<T> {
-  if (profileOf(db).hotPath === 'pg-pipeline' && !(await citusUnlessAway(db))) return pgReadDecideWrite(db, options, () => pgAckWork(reads, decide));
   return readDecideWrite(db, options, {
     reads: (q) => [...targetReads(q, reads.groupIdsByBatch), ...reads.reasonBatches.map((id) => reasonKeysQuery(q, id))],
     decide(q, results) {
@@ -62,11 +58,9 @@ export async function runAckTransaction<T>(
       const { writes, answer } = decide({ ...targetsFrom(targetResults, reads.groupIdsByBatch.size), storedReasons });
       return { writes: ackWrites(q, writes), answer };
     },
+    asPgStatements: () => pgAckWork(reads, decide),
   });
 }
-
-/** On Citus the ack keeps one batch per locking statement; a database that does not answer is unavailable (503). */
-const citusUnlessAway = (db: Db) => onCitus(db).catch((error: unknown) => Promise.reject(asUnavailable(toError(error))));
 
 function targetReads(q: Queryable, groupIdsByBatch: Map<string, Set<string>>): Statement[] {
   const batchIds = [...groupIdsByBatch.keys()].sort();

@@ -28,6 +28,8 @@ export interface DialectProfile {
   hotPath: 'mysql2-multi-statement' | 'pg-pipeline' | 'knex';
   /** `pool`: as many writers as connections. `one-per-file`: this process queues its write transactions per file. */
   writers: 'pool' | 'one-per-file';
+  /** Appended to a raw CREATE TABLE: on MySQL the transactional engine, whatever the server's default. */
+  tableOptions: string;
   /** Driver error codes (never message text): see dbErrors.ts for what each class means. */
   errors: {
     retryable: readonly string[];
@@ -57,6 +59,7 @@ export const PROFILES: Readonly<Record<DialectName, DialectProfile>> = {
     skipLocked: true,
     hotPath: 'mysql2-multi-statement',
     writers: 'pool',
+    tableOptions: ' ENGINE=InnoDB',
     errors: {
       retryable: ['ER_LOCK_DEADLOCK'],
       retryablePrefixes: [],
@@ -87,6 +90,7 @@ export const PROFILES: Readonly<Record<DialectName, DialectProfile>> = {
     skipLocked: true,
     hotPath: 'pg-pipeline',
     writers: 'pool',
+    tableOptions: '',
     errors: {
       // deadlock_detected, serialization_failure: the server aborted the transaction; run it again.
       retryable: ['40P01', '40001'],
@@ -124,6 +128,7 @@ export const PROFILES: Readonly<Record<DialectName, DialectProfile>> = {
     skipLocked: false,
     hotPath: 'knex',
     writers: 'one-per-file',
+    tableOptions: '',
     errors: {
       retryable: [],
       // Extended codes: SQLITE_BUSY_SNAPSHOT, SQLITE_BUSY_RECOVERY, SQLITE_LOCKED_SHAREDCACHE …

@@ -1,10 +1,10 @@
 import { Knex } from 'knex';
 
 import { toError } from '../domain/errors';
-import { Db, multiStatementPool, onGalera, Queryable } from './db';
+import { Db, multiStatementPool, onCitus, onGalera, Queryable } from './db';
 import { profileOf } from './dialect';
 import { MysqlConnection, packetBudget, send, sendWithin, withConnection } from './mysqlDriver';
-import { pgReadDecideWrite, pgSelectRows, pgStatement } from './pgDriver';
+import { PgReadDecideWrite, pgReadDecideWrite, pgSelectRows, pgStatement } from './pgDriver';
 import { endingFailed, TransactionEnd } from './pooledConnection';
 import { asUnavailable, inTransaction, TransactionOptions, withRetries } from './transaction';
 
@@ -16,6 +16,12 @@ import { asUnavailable, inTransaction, TransactionOptions, withRetries } from '.
 export interface ReadDecideWrite<T> {
   reads(q: Queryable): Knex.QueryBuilder[];
   decide(q: Queryable, results: unknown[]): { writes: Knex.QueryBuilder[]; answer: T };
+  /**
+   * The same transaction as one reading and one writing statement over bound arrays, for
+   * PostgreSQL (the ack: pgAckStatements.ts). Not on Citus, where a locking read that spans
+   * batches is refused: there `reads`/`decide` run, one batch per locking statement.
+   */
+  asPgStatements?(): PgReadDecideWrite<T>;
 }
 
 /**
@@ -31,12 +37,11 @@ export interface ReadDecideWrite<T> {
  */
 export async function readDecideWrite<T>(db: Db, options: TransactionOptions, work: ReadDecideWrite<T>): Promise<T> {
   const { hotPath } = profileOf(db);
-  if (hotPath === 'pg-pipeline') return pgReadDecideWrite(db, options, () => pgWork(db, work));
-  if (hotPath === 'mysql2-multi-statement') {
-    // A database that does not answer the question is unavailable (503), as it would be for the transaction.
-    const galera = await onGalera(db).catch((error: unknown) => Promise.reject(asUnavailable(toError(error))));
-    if (!galera) return withRetries(options, () => onOneConnection(db, work));
+  if (hotPath === 'pg-pipeline') {
+    const statements = work.asPgStatements && !(await unlessAway(onCitus(db))) ? work.asPgStatements : () => pgWork(db, work);
+    return pgReadDecideWrite(db, options, statements);
   }
+  if (hotPath === 'mysql2-multi-statement' && !(await unlessAway(onGalera(db)))) return withRetries(options, () => onOneConnection(db, work));
   // On Galera, statements one at a time: a conflict between nodes that aborts the transaction
   // between two multi-statement queries let the next one's writes commit anyway (a lost update,
   // ~1 in 300 contended transactions in our runs; docs/scaling.md). Sent alone, the first statement
@@ -47,6 +52,9 @@ export async function readDecideWrite<T>(db: Db, options: TransactionOptions, wo
     return answer;
   });
 }
+
+/** A database that does not answer the question is unavailable (503), as it would be for the transaction. */
+const unlessAway = (question: Promise<boolean>) => question.catch((error: unknown) => Promise.reject(asUnavailable(toError(error))));
 
 /** The knex-built statements of `work` as node-postgres takes them. */
 function pgWork<T>(db: Db, work: ReadDecideWrite<T>) {
