@@ -30,7 +30,9 @@ const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 /** CREATE TABLE IF NOT EXISTS: a race of two creators ends with one table (DDL is TOI on Galera). */
 async function ensureTable(db: Db): Promise<void> {
   const { tableOptions } = profileOf(db);
-  await db.raw(`CREATE TABLE IF NOT EXISTS ${TABLE} (id INTEGER NOT NULL PRIMARY KEY, owner VARCHAR(64) NOT NULL, refreshed_at BIGINT NOT NULL)${tableOptions}`);
+  await db.raw(
+    `CREATE TABLE IF NOT EXISTS ${TABLE} (id INTEGER NOT NULL PRIMARY KEY, owner VARCHAR(64) NOT NULL, refreshed_at BIGINT NOT NULL)${tableOptions}`,
+  );
 }
 
 /** One attempt: true when this insert took the lock. */

@@ -151,7 +151,9 @@ describe.each(backends())('read-decide-write transactions (%s)', (name, backend)
         decide: (q, [rows]) => {
           attempts += 1;
           if (attempts === 1)
-            throw Object.assign(new Error('aborted'), { code: { mysql: 'ER_LOCK_DEADLOCK', pg: '40P01', citus: '40P01', sqlite: 'SQLITE_BUSY_SNAPSHOT' }[name] });
+            throw Object.assign(new Error('aborted'), {
+              code: { mysql: 'ER_LOCK_DEADLOCK', pg: '40P01', citus: '40P01', sqlite: 'SQLITE_BUSY_SNAPSHOT' }[name],
+            });
           return {
             writes: [
               scratch(q)
