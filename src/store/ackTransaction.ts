@@ -4,12 +4,10 @@ import { ReasonPlan } from '../domain/failureReasons';
 import { batchFromRow, BatchRow, lockBatchesQuery, updateBatchQuery } from './batches';
 import { insertChildOutcomeQuery, NewChildOutcome } from './childOutcomes';
 import { Db, Queryable, Statement } from './db';
-import { profileOf } from './dialect';
 import { reasonKeysFrom, reasonKeysQuery, writeReasonsQueries } from './failureReasons';
 import { groupFromRow, GroupRow, lockGroupsQueries, writeGroupsQueries } from './groups';
 import { insertEventQuery, NewEvent } from './outbox';
 import { pgAckWork } from './pgAckStatements';
-import { pgReadDecideWrite } from './pgDriver';
 import { readDecideWrite } from './readDecideWrite';
 import { TransactionOptions } from './transaction';
 
@@ -52,7 +50,6 @@ export function runAckTransaction<T>(
   reads: AckReads,
   decide: (rows: AckRows) => { writes: AckWrites; answer: T },
 ): Promise<T> {
-  if (profileOf(db).hotPath === 'pg-pipeline') return pgReadDecideWrite(db, options, () => pgAckWork(reads, decide));
   return readDecideWrite(db, options, {
     reads: (q) => [...targetReads(q, reads.groupIdsByBatch), ...reads.reasonBatches.map((id) => reasonKeysQuery(q, id))],
     decide(q, results) {
@@ -61,6 +58,7 @@ export function runAckTransaction<T>(
       const { writes, answer } = decide({ ...targetsFrom(targetResults), storedReasons });
       return { writes: ackWrites(q, writes), answer };
     },
+    postgres: () => pgAckWork(reads, decide),
   });
 }
 

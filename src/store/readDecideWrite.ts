@@ -4,7 +4,7 @@ import { toError } from '../domain/errors';
 import { Db, multiStatementPool, onGalera, Queryable } from './db';
 import { profileOf } from './dialect';
 import { MysqlConnection, packetBudget, send, sendWithin, withConnection } from './mysqlDriver';
-import { pgReadDecideWrite, pgSelectRows, pgStatement } from './pgDriver';
+import { PgReadDecideWrite, pgReadDecideWrite, pgSelectRows, pgStatement } from './pgDriver';
 import { endingFailed, TransactionEnd } from './pooledConnection';
 import { asUnavailable, inTransaction, TransactionOptions, withRetries } from './transaction';
 
@@ -16,6 +16,11 @@ import { asUnavailable, inTransaction, TransactionOptions, withRetries } from '.
 export interface ReadDecideWrite<T> {
   reads(q: Queryable): Knex.QueryBuilder[];
   decide(q: Queryable, results: unknown[]): { writes: Knex.QueryBuilder[]; answer: T };
+  /**
+   * The same transaction as statements shaped for PostgreSQL (few, over bound arrays), where the
+   * caller has them; else knex's statements are sent as they are.
+   */
+  postgres?(): PgReadDecideWrite<T>;
 }
 
 /**
@@ -31,7 +36,7 @@ export interface ReadDecideWrite<T> {
  */
 export async function readDecideWrite<T>(db: Db, options: TransactionOptions, work: ReadDecideWrite<T>): Promise<T> {
   const { hotPath } = profileOf(db);
-  if (hotPath === 'pg-pipeline') return pgReadDecideWrite(db, options, () => pgWork(db, work));
+  if (hotPath === 'pg-pipeline') return pgReadDecideWrite(db, options, () => work.postgres?.() ?? pgWork(db, work));
   if (hotPath === 'mysql2-multi-statement') {
     // A database that does not answer the question is unavailable (503), as it would be for the transaction.
     const galera = await onGalera(db).catch((error: unknown) => Promise.reject(asUnavailable(toError(error))));
@@ -49,7 +54,7 @@ export async function readDecideWrite<T>(db: Db, options: TransactionOptions, wo
 }
 
 /** The knex-built statements of `work` as node-postgres takes them. */
-function pgWork<T>(db: Db, work: ReadDecideWrite<T>) {
+function pgWork<T>(db: Db, work: ReadDecideWrite<T>): PgReadDecideWrite<T> {
   return {
     reads: work.reads(db).map(pgStatement),
     decide(rows: unknown[][]) {
