@@ -57,7 +57,7 @@ export async function readDecideWrite<T>(db: Db, options: TransactionOptions, wo
 const unlessAway = (question: Promise<boolean>) => question.catch((error: unknown) => Promise.reject(asUnavailable(toError(error))));
 
 /** The knex-built statements of `work` as node-postgres takes them. */
-function pgWork<T>(db: Db, work: ReadDecideWrite<T>) {
+function pgWork<T>(db: Db, work: ReadDecideWrite<T>): PgReadDecideWrite<T> {
   return {
     reads: work.reads(db).map(pgStatement),
     decide(rows: unknown[][]) {
