@@ -22,6 +22,10 @@ async function main(): Promise<void> {
         console.log(
           `BullMQ end to end, concurrency ${at.concurrency}: plain ${at.plainPerSecond.toFixed(0)} jobs/s, with rollcallProcessor ${at.rollcallPerSecond.toFixed(0)} jobs/s: ${at.ratio.toFixed(2)}× (target ≥ 0.8×)`,
         );
+      const best = result.best;
+      console.log(
+        `BullMQ end to end, each side at its fastest concurrency: plain ${best.plainPerSecond.toFixed(0)} jobs/s (${best.plainConcurrency}), with rollcallProcessor ${best.rollcallPerSecond.toFixed(0)} jobs/s (${best.rollcallConcurrency}): ${best.ratio.toFixed(2)}× (target ≥ 0.8×)`,
+      );
     } finally {
       await service.stop();
     }

@@ -7,8 +7,9 @@ import { openBatch } from '../../src/integrations/producer';
 const connection = { host: '127.0.0.1', port: 6379, maxRetriesPerRequest: null };
 /**
  * Worker concurrencies measured, each the same for both sides. Plain BullMQ's no-op worker is bound
- * by its own CPU from about 25 slots up, so more slots leave its rate as it is; a rollcall job holds
- * its slot for one ack round trip, so its rate grows with the slots until the CPU bounds it too.
+ * by its own CPU from about 25 slots up and loses ~20 % at 1,000 (more active jobs to keep); a
+ * rollcall job holds its slot for one ack round trip, so its rate grows with the slots until the
+ * CPU bounds it too. Hence also `best`: each side at the concurrency where it was fastest.
  */
 const CONCURRENCIES = (process.env.BENCH_E2E_CONCURRENCY ?? '100,1000').split(',').map(Number);
 /** Ack calls sent to the service before any round: a fresh process runs its code cold (see warmUp). */
@@ -37,6 +38,25 @@ export interface BullmqEndToEndResult {
   /** Ack calls the service answered before the timed rounds, and untimed jobs each side ran first. */
   warmUp: { ackCalls: number; jobs: number };
   byConcurrency: EndToEndAtConcurrency[];
+  /** Each side at its fastest concurrency (medians of its rounds), and rollcall's / plain's. */
+  best: { plainPerSecond: number; plainConcurrency: number; rollcallPerSecond: number; rollcallConcurrency: number; ratio: number };
+}
+
+/** Each side's median rate at the concurrency where that median was highest. */
+function bestOfEach(byConcurrency: EndToEndAtConcurrency[]): BullmqEndToEndResult['best'] {
+  const side = (rate: (r: { plain: number; rollcall: number }) => number) =>
+    byConcurrency
+      .map((at) => ({ concurrency: at.concurrency, perSecond: rate(median(at.rounds, rate)) }))
+      .reduce((a, b) => (b.perSecond > a.perSecond ? b : a));
+  const plain = side((r) => r.plain);
+  const rollcall = side((r) => r.rollcall);
+  return {
+    plainPerSecond: plain.perSecond,
+    plainConcurrency: plain.concurrency,
+    rollcallPerSecond: rollcall.perSecond,
+    rollcallConcurrency: rollcall.concurrency,
+    ratio: rollcall.perSecond / plain.perSecond,
+  };
 }
 
 /** Queues `jobs` jobs, then times one worker from start until the last completion. */
@@ -184,5 +204,6 @@ export async function runBullmqEndToEnd(url: string, jobs = 20_000, roundCount =
     bullmqVersion: (require('bullmq/package.json') as { version: string }).version,
     warmUp: { ackCalls: WARM_UP_ACK_CALLS, jobs: WARM_UP_JOBS },
     byConcurrency,
+    best: bestOfEach(byConcurrency),
   };
 }
