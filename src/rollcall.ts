@@ -195,10 +195,14 @@ function backgroundLoops(config: Config, deps: ServiceDeps, metrics: Metrics, po
 /** The group committer for acks, or null when ACK_GROUP_COMMIT=off. */
 function ackCommitter(config: Config, deps: ServiceDeps, metrics: Metrics): AckCommitter | null {
   if (config.ACK_GROUP_COMMIT !== 'on') return null;
+  const writers = writerSlots(deps.db);
   const options = {
     windowMs: config.ACK_GROUP_COMMIT_WINDOW_MS,
+    // One writer slot is SQLite (or a pool of one): its rounds run in-process and let no request in
+    // meanwhile, so calls meet only within the window. On a pool, calls gather behind a running round.
+    waitWhenIdle: writers === 1,
     maxIds: config.ACK_GROUP_COMMIT_MAX_IDS,
-    concurrency: Math.min(config.ACK_GROUP_COMMIT_CONCURRENCY, writerSlots(deps.db)),
+    concurrency: Math.min(config.ACK_GROUP_COMMIT_CONCURRENCY, writers),
     maxQueuedIds: config.ACK_QUEUE_MAX_IDS,
   };
   return new AckCommitter(deps, options, (calls, ids) => {

@@ -6,7 +6,9 @@ export type ItemOutcome = 'succeeded' | 'failed';
 /**
  * Calls sent at once before new acks wait for one to return (or for `maxDelayMs`). Four in flight
  * instead of one made the BullMQ no-op benchmark only slightly faster (0.48× vs 0.42× plain BullMQ,
- * within the machine's noise) for 1.7× as many calls, so acks gather behind the one call out.
+ * within the machine's noise) for 1.7× as many calls; two, once the service stopped making a lone
+ * call wait for its merge window, 0.46× vs 0.44× for 1.4× as many calls. The service runs one
+ * batch's transactions one after another anyway, so acks gather behind the one call out.
  */
 const MAX_CALLS_IN_FLIGHT = 1;
 

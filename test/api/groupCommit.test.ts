@@ -1,3 +1,5 @@
+import { callFromIds } from '../../src/domain/ackCall';
+import { AckCommitter } from '../../src/service/ackCommitter';
 import { profileOf } from '../../src/store/dialect';
 import { backends } from '../helpers/backends';
 import { batchWith } from '../helpers/batches';
@@ -66,6 +68,23 @@ describe.each(backends())('group commit of concurrent acks (%s)', (_name, backen
     const retry = await svc.api.post('/v1/acks').send({ ids });
     expect(retry.body.acked).toBe(40 - answeredAcked);
     expect(retry.body.completed).toHaveLength(1);
+  });
+
+  it('when a call arrives with no round running, then it starts at once, and the calls that come meanwhile share the next round', async () => {
+    const { ids } = await sealed(30);
+    // A window far longer than the test's time limit: a lone call that waited for it would never be answered.
+    const committer = new AckCommitter(svc.rollcall.deps, { windowMs: 600_000, waitWhenIdle: false, maxIds: 20_000, concurrency: 1, maxQueuedIds: 100_000 });
+    const lone = await committer.submit(callFromIds(ids.slice(0, 10), 'succeeded'));
+    expect(lone.acked).toBe(10);
+    expect(committer.stats).toEqual({ transactions: 1, calls: 1, ids: 10 });
+    await new Promise(setImmediate); // the answered round leaves the committer after its callers resume
+
+    const first = committer.submit(callFromIds(ids.slice(10, 20), 'succeeded'));
+    const behind = [committer.submit(callFromIds(ids.slice(20, 25), 'succeeded')), committer.submit(callFromIds(ids.slice(25), 'succeeded'))];
+    const results = await Promise.all([first, ...behind]);
+    expect(results.map((r) => r.acked)).toEqual([10, 5, 5]);
+    expect(results.reduce((n, r) => n + r.completed.length, 0)).toBe(1);
+    expect(committer.stats).toEqual({ transactions: 3, calls: 4, ids: 30 });
   });
 
   it('when group commit is off, then each call runs alone with the same results', async () => {
