@@ -165,6 +165,9 @@ describeWith(amqpUrl).each(backends())('rollcall/amqp on a real RabbitMQ quorum 
     for (let n = 0; n < 2000; n++) expect(runs.get(n) ?? 0).toBeGreaterThan(0);
     await drained(queue);
     expect(tallies.reduce((sum, t) => sum + (t.completions.get(batch.id) ?? 0), 0)).toBe(1);
-    expect(tallies.reduce((sum, t) => sum + t.calls, 0)).toBeLessThan(2000 / 4); // adaptive: calls grow when rollcall answers fast and the load is light
+    // Coalesced: without it, one call per message (2,000). How many IDs share a call depends on how
+    // fast rollcall answers (a quick answer sends the next call sooner, with fewer IDs): ~500 here
+    // since the service starts a round at once when none runs, so the bound leaves that room.
+    expect(tallies.reduce((sum, t) => sum + t.calls, 0)).toBeLessThan(2000 / 2);
   });
 });
