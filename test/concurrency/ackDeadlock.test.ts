@@ -17,7 +17,11 @@ async function until(condition: () => Promise<boolean>): Promise<void> {
  * then asks for the batch row the ack holds. PostgreSQL aborts the waiter whose deadlock check runs
  * first; the other side's check is pushed past the test (deadlock_timeout), so the loser is the ack.
  */
-describe.each(backends().filter(([name]) => name === 'pg'))('an ack that loses a deadlock (%s)', (_name, backend) => {
+// PostgreSQL only (TEST_PG_URL; .ci/run sets it): skipped, not an empty table, when it is not set.
+const postgres = backends().filter(([name]) => name === 'pg');
+const describeOnPostgres = postgres.length > 0 ? describe.each(postgres) : describe.skip.each([['none', null as never]]);
+
+describeOnPostgres('an ack that loses a deadlock (%s)', (_name, backend) => {
   let svc: TestService;
   let other: Knex;
   beforeAll(async () => {
