@@ -3,11 +3,11 @@ import request from 'supertest';
 import { loadConfig } from '../../src/config';
 import { createServer } from '../../src/http/server';
 import { createRollcall, Rollcall } from '../../src/rollcall';
-import { serverBackends, TestDatabase } from '../helpers/backends';
+import { describeEachOrSkip, serverBackends, TestDatabase } from '../helpers/backends';
 import { TcpProxy } from '../helpers/tcpProxy';
 
 const servers = serverBackends();
-const describeOnServers = servers.length > 0 ? describe.each(servers) : describe.skip.each([['none', null]]);
+const describeOnServers = describeEachOrSkip(servers);
 
 describeOnServers('when the database goes away (%s)', (_name, backend) => {
   let database: TestDatabase;

@@ -1,6 +1,6 @@
 import { Knex } from 'knex';
 
-import { backends } from '../helpers/backends';
+import { backends, describeEachOrSkip } from '../helpers/backends';
 import { Receiver } from '../helpers/receiver';
 import { chunks, itemIds, shuffled, startReplica, startService, TestApp, TestService } from '../helpers/service';
 
@@ -38,7 +38,7 @@ async function workersOf(db: Knex, batchIds: string[]): Promise<Set<number>> {
 // PostgreSQL (TEST_PG_URL, set by .ci/run) and Citus (TEST_CITUS_URL / TEST_CITUS=1): skipped, not
 // an empty table, when neither is set.
 const postgres = backends().filter(([name]) => name === 'pg' || name === 'citus');
-const describeOnPostgres = postgres.length > 0 ? describe.each(postgres) : describe.skip.each([['none', null as never]]);
+const describeOnPostgres = describeEachOrSkip(postgres);
 
 describeOnPostgres('sharded by batch id (%s)', (name, backend) => {
   let svc: TestService;

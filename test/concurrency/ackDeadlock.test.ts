@@ -1,6 +1,6 @@
 import knex, { Knex } from 'knex';
 
-import { backends } from '../helpers/backends';
+import { backends, describeEachOrSkip } from '../helpers/backends';
 import { batchWith } from '../helpers/batches';
 import { startService, TestService } from '../helpers/service';
 
@@ -19,7 +19,7 @@ async function until(condition: () => Promise<boolean>): Promise<void> {
  */
 // PostgreSQL only (TEST_PG_URL; .ci/run sets it): skipped, not an empty table, when it is not set.
 const postgres = backends().filter(([name]) => name === 'pg');
-const describeOnPostgres = postgres.length > 0 ? describe.each(postgres) : describe.skip.each([['none', null as never]]);
+const describeOnPostgres = describeEachOrSkip(postgres);
 
 describeOnPostgres('an ack that loses a deadlock (%s)', (_name, backend) => {
   let svc: TestService;

@@ -137,3 +137,11 @@ export function pgBackend(): Backend | null {
 export function serverBackends(): Array<[name: string, backend: Backend]> {
   return backends().filter(([name]) => name !== 'sqlite');
 }
+
+/**
+ * `describe.each(rows)`, or one skipped describe when `rows` is empty (jest refuses an empty table):
+ * for suites of backends that only some runs have (`.ci/run` sets them all and insists they answer).
+ */
+export function describeEachOrSkip<Row extends readonly [string, ...unknown[]]>(rows: Row[]) {
+  return rows.length > 0 ? describe.each(rows) : describe.skip.each([['none', null] as unknown as Row]);
+}

@@ -1,9 +1,9 @@
-import { serverBackends, TestDatabase } from '../helpers/backends';
+import { describeEachOrSkip, serverBackends, TestDatabase } from '../helpers/backends';
 import { call, runClients, ServiceProcess, spawnService } from '../helpers/processes';
 import { chunks, itemIds, shuffled } from '../helpers/service';
 
 const servers = serverBackends();
-const describeOnServers = servers.length > 0 ? describe.each(servers) : describe.skip.each([['none', null as never]]);
+const describeOnServers = describeEachOrSkip(servers);
 
 describeOnServers('a service killed -9 during an ack storm (%s)', (_name, backend) => {
   jest.setTimeout(180_000);

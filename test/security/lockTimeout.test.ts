@@ -2,7 +2,7 @@ import { spawn } from 'node:child_process';
 
 import { Knex } from 'knex';
 
-import { backends, serverBackends } from '../helpers/backends';
+import { backends, describeEachOrSkip, serverBackends } from '../helpers/backends';
 import { batchWith } from '../helpers/batches';
 import { holdBatchRow, otherConnections } from '../helpers/rowLocks';
 import { startService, TestService } from '../helpers/service';
@@ -23,7 +23,7 @@ async function until(condition: () => boolean): Promise<void> {
 }
 
 const servers = serverBackends();
-const describeOnServers = servers.length > 0 ? describe.each(servers) : describe.skip.each([['none', null as never]]);
+const describeOnServers = describeEachOrSkip(servers);
 
 describeOnServers('a batch row held locked by another connection (%s)', (name, backend) => {
   const postgres = name === 'pg' || name === 'citus';

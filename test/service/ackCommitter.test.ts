@@ -5,7 +5,7 @@ import { OPEN_CALLER, Outcome } from '../../src/domain/batch';
 import { AckCommitter, AckMergeOptions } from '../../src/service/ackCommitter';
 import { getBatch } from '../../src/service/readBatches';
 import { openDb } from '../../src/store/db';
-import { backends, serverBackends } from '../helpers/backends';
+import { backends, describeEachOrSkip, serverBackends } from '../helpers/backends';
 import { batchWith } from '../helpers/batches';
 import { realSleep, track, until, useFakeTimers } from '../helpers/realTime';
 import { holdBatchRow, otherConnections } from '../helpers/rowLocks';
@@ -97,7 +97,7 @@ describe.each(backends())('the ack committer on a fake clock (%s)', (_name, back
 });
 
 const servers = serverBackends();
-const describeOnServers = servers.length > 0 ? describe.each(servers) : describe.skip.each([['none', null as never]]);
+const describeOnServers = describeEachOrSkip(servers);
 
 describeOnServers('the ack committer with a batch row held by another connection (%s)', (_name, backend) => {
   let svc: TestService;

@@ -2,10 +2,10 @@ import { Knex } from 'knex';
 
 import { Db, openDb } from '../../src/store/db';
 import { inTransaction } from '../../src/store/transaction';
-import { serverBackends, TestDatabase } from '../helpers/backends';
+import { describeEachOrSkip, serverBackends, TestDatabase } from '../helpers/backends';
 
 const servers = serverBackends();
-const describeOnServers = servers.length > 0 ? describe.each(servers) : describe.skip.each([['none', null as never]]);
+const describeOnServers = describeEachOrSkip(servers);
 
 /** Two transactions that lock rows a and b in opposite orders: the server aborts one as a deadlock. */
 function crossLock(db: Db, retries: number, retried: string[]) {
