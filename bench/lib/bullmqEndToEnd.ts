@@ -11,7 +11,7 @@ const connection = { host: '127.0.0.1', port: 6379, maxRetriesPerRequest: null }
  * rollcall job holds its slot for one ack round trip, so its rate grows with the slots until the
  * CPU bounds it too. Hence also `best`: each side at the concurrency where it was fastest.
  */
-const CONCURRENCIES = (process.env.BENCH_E2E_CONCURRENCY ?? '100,1000').split(',').map(Number);
+const CONCURRENCIES = (process.env.BENCH_E2E_CONCURRENCY ?? '100,300,1000').split(',').map(Number);
 /** Ack calls sent to the service before any round: a fresh process runs its code cold (see warmUp). */
 const WARM_UP_ACK_CALLS = 4000;
 const WARM_UP_IDS_PER_CALL = 50;

@@ -6,7 +6,7 @@
 import { Job, UnrecoverableError } from 'bullmq';
 
 import type { RollcallClient } from '../client';
-import { AckCoalescer, AckCoalescingOptions, Rejected } from './ackCoalescer';
+import { AckCoalescer, AckCoalescingOptions, Rejected, Rejections } from './ackCoalescer';
 import { CancelCheckOptions, CancelledBatches } from './cancelledBatches';
 import { asError, IntegrationErrorCode } from './errors';
 
@@ -98,8 +98,10 @@ export function rollcallProcessor<DataType = any, ResultType = any, NameType ext
   const itemIdOf = options.itemIdOf ?? (defaultItemIdOf as (job: Job<DataType, ResultType, NameType>) => string | undefined);
 
   /** Acts on a rejection: cancelled batches are remembered; anything else cannot be fixed by a retry. */
-  const settle = (itemId: string, rejected: Rejected): void => {
-    if (rejected === null) return;
+  const settle = (itemId: string, rejections: Rejections): void => {
+    if (rejections.size === 0) return;
+    const rejected = rejections.get(itemId);
+    if (rejected === undefined) return;
     if (rejected === 'batch_cancelled') return cancelled.learnCancelled(itemId);
     throw new RollcallJobError('ack_rejected', `rollcall rejected item ${itemId}: ${rejected}`);
   };
@@ -115,10 +117,11 @@ export function rollcallProcessor<DataType = any, ResultType = any, NameType ext
     if (rejected === 'batch_cancelled') cancelled.learnCancelled(itemId);
   };
 
-  return async (job, token, signal) => {
+  const processor: RollcallBullmqProcessor<DataType, ResultType, NameType> = async (job, token, signal) => {
     const itemId = itemIdOf(job);
     if (!itemId) throw new RollcallJobError('missing_item_id', `job ${job.id} has no rollcall item ID`);
-    if (await cancelled.isCancelled(itemId)) return undefined;
+    const cancelledNow = cancelled.isCancelled(itemId);
+    if (cancelledNow === true || (cancelledNow !== false && (await cancelledNow))) return undefined;
     let result: ResultType;
     try {
       result = await handler(job, token, signal);
@@ -127,7 +130,11 @@ export function rollcallProcessor<DataType = any, ResultType = any, NameType ext
       if (!steersBullmq(error) && isLastAttempt(job, error, options.maxStartedAttempts)) await ackLastFailure(itemId, error);
       throw thrown;
     }
-    settle(itemId, await acks.ack(itemId, 'succeeded'));
+    settle(itemId, await acks.ackInCall(itemId, 'succeeded'));
     return result;
   };
+  // BullMQ makes an AbortController for every job of a processor that declares a third parameter
+  // (Worker's `processorAcceptsSignal`), a cost a no-op worker notices (docs/benchmarks.md). Declare
+  // it only for a handler that takes the signal.
+  return handler.length >= 3 ? processor : (job, token) => processor(job, token);
 }

@@ -47,14 +47,21 @@ export class CancelledBatches {
     this.remember(batchIdOf(itemId), { cancelled: true, checkedAt: Date.now(), asking: null });
   }
 
-  /** Whether the batch of this item is cancelled, asking rollcall when what is known is stale. */
-  async isCancelled(itemId: string): Promise<boolean> {
+  /**
+   * Whether the batch of this item is cancelled: a boolean when what is known is fresh (most jobs: no
+   * promise, no wait), else a promise of the answer, asking rollcall once for all who wait.
+   */
+  isCancelled(itemId: string): boolean | Promise<boolean> {
     const batchId = batchIdOf(itemId);
     const known = this.known.get(batchId);
     if (known?.cancelled) return true;
     if (this.intervalMs <= 0) return false;
     if (known?.asking) return known.asking;
     if (known && Date.now() - known.checkedAt < this.intervalMs) return false;
+    return this.ask(batchId, itemId);
+  }
+
+  private async ask(batchId: string, itemId: string): Promise<boolean> {
     const asking = this.client.item(itemId).then(
       (item) => item.batchState === 'cancelled',
       () => false,

@@ -166,6 +166,21 @@ describeWith(redisUrl).each(backends())('rollcall/bullmq on a real Redis and a r
     expect(await queue.getJobCounts('completed', 'failed')).toEqual({ completed: 1000, failed: 0 });
   });
 
+  it("when the handler takes BullMQ's abort signal, then it gets it; when it does not, BullMQ makes none", async () => {
+    const queue = newQueue();
+    const batch = await produce(queue, 20);
+    const signals: unknown[] = [];
+    const withSignal = rollcallProcessor(client, async (_job: Job<TestJobData>, _token?: string, signal?: AbortSignal) => void signals.push(signal));
+    workers.push(new Worker<TestJobData>(queue.name, withSignal, { connection, prefix, concurrency: 5 }));
+    await client.waitForCompletion(batch.id, { timeoutMs: 30_000 });
+    expect(signals).toHaveLength(20);
+    for (const signal of signals) expect(signal).toBeInstanceOf(AbortSignal);
+    // BullMQ makes an AbortController for every job of a processor with a third parameter
+    // (Worker: `processorAcceptsSignal = processor.length >= 3`); a handler without one needs none.
+    expect(withSignal.length).toBe(3);
+    expect(rollcallProcessor(client, async (job: Job<TestJobData>) => job.data.n).length).toBeLessThan(3);
+  });
+
   it('when a worker is killed with SIGKILL mid-run, then its stalled jobs rerun and counts stay exact', async () => {
     const queue = newQueue();
     const batch = await produce(queue, 2000);
