@@ -86,6 +86,8 @@ function defaultItemIdOf(job: Job): string | undefined {
  *   `failed` with the error's message, then the error is rethrown.
  * Acks of every job this processor runs in the process are merged into few calls (see AckCoalescer);
  * each job still completes only after rollcall answered for its own item.
+ * BullMQ's abort signal reaches the handler when the handler declares a third parameter: BullMQ's
+ * own rule for processors (`processor.length >= 3`), so a wrapper with rest parameters gets none.
  */
 // eslint-disable-next-line @typescript-eslint/no-explicit-any -- the same defaults as BullMQ's own Processor<DataType, ResultType>
 export function rollcallProcessor<DataType = any, ResultType = any, NameType extends string = string>(
