@@ -2,7 +2,7 @@
  * `npm run bench:bullmq`: only the BullMQ end-to-end comparison of `npm run bench` — jobs/s of plain
  * BullMQ vs BullMQ with rollcallProcessor, against one rollcall process (the build) on MariaDB.
  * Environment: BENCH_MYSQL_URL, BENCH_E2E_JOBS (default 20,000), BENCH_E2E_ROUNDS (default 3),
- * BENCH_E2E_CONCURRENCY (worker concurrencies, the same for both sides; default 100,1000).
+ * BENCH_E2E_CONCURRENCY (worker concurrencies, the same for both sides; default 100,300,1000).
  */
 import { execFileSync } from 'node:child_process';
 import path from 'node:path';
