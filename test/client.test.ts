@@ -1,7 +1,7 @@
 import { execFile } from 'node:child_process';
 import path from 'node:path';
 
-import { RollcallApiError, RollcallClient } from '../src/client';
+import { HttpSend, httpSend, RollcallApiError, RollcallClient } from '../src/client';
 import { backends } from './helpers/backends';
 import { startService, TestService } from './helpers/service';
 
@@ -11,9 +11,10 @@ describe.each(backends())('the TypeScript client and the CLI against a real serv
   let client: RollcallClient;
   beforeAll(async () => {
     svc = await startService(backend);
-    const counting: typeof fetch = (input, init) => {
-      if (String(input).endsWith('/v1/acks')) ackCalls += 1;
-      return fetch(input, init);
+    const send = httpSend(); // the client's default, counted
+    const counting: HttpSend = (url, request) => {
+      if (url.endsWith('/v1/acks')) ackCalls += 1;
+      return send(url, request);
     };
     client = new RollcallClient({ baseUrl: svc.url, fetch: counting });
   });
@@ -57,6 +58,7 @@ describe.each(backends())('the TypeScript client and the CLI against a real serv
     const bodies: unknown[] = [];
     const spying = new RollcallClient({
       baseUrl: svc.url,
+      // the global fetch, which the option also takes
       fetch: (input, init) => {
         if (String(input).endsWith('/v1/acks')) bodies.push(JSON.parse(String(init?.body)));
         return fetch(input, init);

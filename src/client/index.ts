@@ -1,12 +1,14 @@
 /**
  * A typed client for rollcall's HTTP API: `import { RollcallClient } from 'rollcall/client'`.
- * No dependencies beyond Node's fetch.
+ * No dependencies beyond Node's own http module.
  */
 
 import type { AckResult, BatchView as Batch, ItemStatus, Rejection } from '../contract/responses';
 import { type BatchOutcome, type BatchState, MAX_ACK_IDS } from '../contract/vocabulary';
+import { type HttpAnswer, type HttpRequest, type HttpSend, httpSend } from './httpSend';
 
-export type { AckResult, Batch, BatchOutcome, BatchState, ItemStatus, Rejection };
+export type { AckResult, Batch, BatchOutcome, BatchState, HttpAnswer, HttpRequest, HttpSend, ItemStatus, Rejection };
+export { httpSend };
 
 /** One kept failure reason (GET /v1/batches/:batchId/failures). */
 export interface FailureReason {
@@ -60,7 +62,11 @@ export interface RollcallClientOptions {
   token?: string;
   /** Per-request time limit (waits get theirs on top). Default 30 s. */
   timeoutMs?: number;
-  fetch?: typeof fetch;
+  /**
+   * Sends each request: the global `fetch`, or any function of its shape that returns `ok`, `status`
+   * and `text()`. Default: `httpSend()`, Node's http/https with kept-alive connections (cheaper).
+   */
+  fetch?: HttpSend;
 }
 
 /** The most item IDs the service takes in one ack call. */
@@ -82,11 +88,11 @@ function queryString(query: Record<string, string | number | undefined>): string
 
 export class RollcallClient {
   private readonly baseUrl: string;
-  private readonly send: typeof fetch;
+  private readonly send: HttpSend;
 
   constructor(private readonly options: RollcallClientOptions) {
     this.baseUrl = options.baseUrl.replace(/\/+$/, '');
-    this.send = options.fetch ?? fetch;
+    this.send = options.fetch ?? httpSend();
   }
 
   /** Opens a batch; with `parentItem` (an item ID of another batch) it is a child standing for that item. */

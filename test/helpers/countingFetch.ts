@@ -1,6 +1,9 @@
+import { HttpSend, httpSend } from '../../src/client';
+
 /**
- * A fetch that passes every request through and keeps score of ack calls, as the service saw them:
- * how many calls, how many IDs, and which batches each answer reported as completed.
+ * The client's own way of sending (httpSend), passing every request through and keeping score of ack
+ * calls, as the service saw them: how many calls, how many IDs, and which batches each answer
+ * reported as completed.
  */
 export interface AckTally {
   calls: number;
@@ -8,24 +11,25 @@ export interface AckTally {
   largestCall: number;
   /** batch ID → how many ack answers reported it completed (exactly once is the contract). */
   completions: Map<string, number>;
-  fetch: typeof fetch;
+  fetch: HttpSend;
 }
 
 export function countingFetch(): AckTally {
+  const send = httpSend();
   const tally: AckTally = {
     calls: 0,
     ids: 0,
     largestCall: 0,
     completions: new Map(),
-    fetch: async (input, init) => {
-      const response = await fetch(input, init);
-      if (!String(input).endsWith('/v1/acks') || init?.method !== 'POST') return response;
-      const sent = (JSON.parse(String(init.body)) as { ids: string[] }).ids.length;
+    fetch: async (url, request) => {
+      const response = await send(url, request);
+      if (!url.endsWith('/v1/acks') || request.method !== 'POST') return response;
+      const sent = (JSON.parse(String(request.body)) as { ids: string[] }).ids.length;
       tally.calls += 1;
       tally.ids += sent;
       tally.largestCall = Math.max(tally.largestCall, sent);
       if (response.ok) {
-        const body = (await response.clone().json()) as { completed: Array<{ id: string }> };
+        const body = JSON.parse(await response.text()) as { completed: Array<{ id: string }> }; // httpSend's text() may be read again
         for (const batch of body.completed) tally.completions.set(batch.id, (tally.completions.get(batch.id) ?? 0) + 1);
       }
       return response;
