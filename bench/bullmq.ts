@@ -2,7 +2,8 @@
  * `npm run bench:bullmq`: only the BullMQ end-to-end comparison of `npm run bench` — jobs/s of plain
  * BullMQ vs BullMQ with rollcallProcessor, against one rollcall process (the build) on MariaDB.
  * Environment: BENCH_MYSQL_URL, BENCH_E2E_JOBS (default 20,000), BENCH_E2E_ROUNDS (default 3),
- * BENCH_E2E_CONCURRENCY (worker concurrencies, the same for both sides; default 100,300,1000).
+ * BENCH_E2E_CONCURRENCY (worker concurrencies, the same for both sides; default 100,300,1000),
+ * BENCH_E2E_CONFIRM_ROUNDS (rounds at each side's fastest concurrency, measured again; default 5).
  */
 import { execFileSync } from 'node:child_process';
 import path from 'node:path';
@@ -24,7 +25,7 @@ async function main(): Promise<void> {
         );
       const best = result.best;
       console.log(
-        `BullMQ end to end, each side at its fastest concurrency: plain ${best.plainPerSecond.toFixed(0)} jobs/s (${best.plainConcurrency}), with rollcallProcessor ${best.rollcallPerSecond.toFixed(0)} jobs/s (${best.rollcallConcurrency}): ${best.ratio.toFixed(2)}× (target ≥ 0.8×)`,
+        `BullMQ end to end, each side at its fastest concurrency, measured again: plain ${best.plainPerSecond.toFixed(0)} jobs/s (${best.plainConcurrency}), with rollcallProcessor ${best.rollcallPerSecond.toFixed(0)} jobs/s (${best.rollcallConcurrency}): ${best.ratio.toFixed(2)}× (rounds: ${best.rounds.map((r) => (r.rollcall / r.plain).toFixed(2)).join(', ')}; the choosing rounds' own medians: ${best.selected.ratio.toFixed(2)}×) (target ≥ 0.8×)`,
       );
     } finally {
       await service.stop();
