@@ -69,6 +69,16 @@ describe("the client's default way of sending (httpSend)", () => {
     }
   });
 
+  it('when an answer takes longer than an idle connection is kept, then it still arrives (a long wait is not cut)', async () => {
+    const srv = await server({ answerAfterMs: 4500 });
+    try {
+      const answer = await httpSend()(`${srv.url}/v1/batches/x/wait?timeout=5`, { method: 'GET', headers: {} });
+      expect(JSON.parse(await answer.text())).toEqual({ n: 1 });
+    } finally {
+      await srv.close();
+    }
+  }, 15_000);
+
   it('when the server does not answer within the time limit, then the request fails with the abort', async () => {
     const srv = await server({ answerAfterMs: 10_000 });
     try {

@@ -23,10 +23,12 @@ export type HttpSend = (url: string, request: HttpRequest) => Promise<HttpAnswer
 const IDEMPOTENT = new Set(['GET', 'HEAD', 'PUT', 'DELETE', 'OPTIONS']);
 
 /**
- * An upper bound on how long an idle connection is kept. A server that announces a shorter
- * `Keep-Alive: timeout` is believed, less a second (Node's agent does this only when a bound is set).
+ * How long an idle connection is kept: 4 s, as Node's fetch (undici) keeps one when the server does
+ * not say, since a proxy may close idle connections early without saying. A server that announces a
+ * shorter `Keep-Alive: timeout` is believed, less a second (Node's agent does this only when a bound
+ * is set). A request that runs longer is not cut by it (a wait takes up to 60 s).
  */
-const IDLE_CONNECTION_MS = 30_000;
+const IDLE_CONNECTION_MS = 4000;
 
 /**
  * Requests over Node's http/https with kept-alive connections. A busy worker sends an ack call every
