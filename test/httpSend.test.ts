@@ -1,23 +1,42 @@
+import { ChildProcess, spawn } from 'node:child_process';
 import http from 'node:http';
-import { AddressInfo } from 'node:net';
+import net, { AddressInfo } from 'node:net';
+import readline from 'node:readline';
 
-import { httpSend, RollcallClient } from '../src/client';
+import { httpSend, RollcallApiError, RollcallClient } from '../src/client';
 
-/**
- * A server that answers `{"n": <request number>}`, counts connections, and (when told) drops a kept-alive
- * connection as its second request arrives: what a server does when it closes an idle connection
- * just as the client reuses it.
- */
-async function server(options: { dropSecondRequestOnAConnection?: boolean; answerAfterMs?: number } = {}) {
+interface ServerOptions {
+  /** Drop a kept-alive connection as its second request arrives: a server closing an idle connection just as the client reuses it. */
+  dropSecondRequestOnAConnection?: boolean;
+  /** The same, but after sending the answer's status line and headers. */
+  dropSecondAnswerOnAConnection?: boolean;
+  answerAfterMs?: number;
+  /** Answer every request with this status, a `location` and an HTML body, as a proxy would. */
+  redirectTo?: { status: number; location: string };
+}
+
+/** A server that answers `{"n": <request number>}`, counting connections and keeping what the last request carried. */
+async function server(options: ServerOptions = {}) {
   const seen = { requests: 0, connections: 0 };
+  const last = { method: '', headers: {} as http.IncomingHttpHeaders, body: '' };
   const onConnection = new WeakMap<object, number>();
   const srv = http.createServer((req, res) => {
     const n = (onConnection.get(req.socket) ?? 0) + 1;
     onConnection.set(req.socket, n);
     seen.requests += 1;
     if (options.dropSecondRequestOnAConnection && n === 2) return req.socket.destroy();
-    req.resume();
-    const answer = () => res.setHeader('content-type', 'application/json').end(JSON.stringify({ n: seen.requests }));
+    if (options.dropSecondAnswerOnAConnection && n === 2) {
+      res.writeHead(200, { 'content-type': 'application/json', 'content-length': '100' }).flushHeaders();
+      return void setTimeout(() => req.socket.resetAndDestroy(), 20);
+    }
+    let body = '';
+    req.setEncoding('utf8').on('data', (chunk: string) => (body += chunk));
+    const answer = () => {
+      Object.assign(last, { method: req.method, headers: req.headers, body });
+      if (options.redirectTo)
+        return res.writeHead(options.redirectTo.status, { location: options.redirectTo.location, 'content-type': 'text/html' }).end('<html>moved</html>');
+      res.setHeader('content-type', 'application/json').end(JSON.stringify({ n: seen.requests }));
+    };
     req.on('end', () => setTimeout(answer, options.answerAfterMs ?? 0).unref());
   });
   srv.on('connection', () => (seen.connections += 1));
@@ -27,19 +46,40 @@ async function server(options: { dropSecondRequestOnAConnection?: boolean; answe
     srv.closeAllConnections();
     return new Promise<void>((resolve) => srv.close(() => resolve()));
   };
-  return { url, seen, close };
+  return { url, seen, last, close };
+}
+
+/**
+ * A port whose connections never open: a listener with a backlog of 0 that accepts nothing, its one
+ * queue place taken (Node's own servers always accept, hence python).
+ */
+async function unopenablePort(): Promise<{ port: number; close(): void }> {
+  const child: ChildProcess = spawn('python3', [
+    '-c',
+    'import socket,time\ns=socket.socket();s.bind(("127.0.0.1",0));s.listen(0);print(s.getsockname()[1],flush=True);time.sleep(60)',
+  ]);
+  const port = await new Promise<number>((resolve) => readline.createInterface({ input: child.stdout! }).once('line', (line) => resolve(Number(line))));
+  const filler = net.connect(port, '127.0.0.1');
+  await new Promise((resolve) => filler.once('connect', resolve));
+  return {
+    port,
+    close: () => {
+      filler.destroy();
+      child.kill();
+    },
+  };
 }
 
 describe("the client's default way of sending (httpSend)", () => {
-  it('when requests follow one another, then they share one kept-alive connection', async () => {
+  it('when requests follow one another, from one client or several, then they share one kept-alive connection', async () => {
     const srv = await server();
     try {
-      const send = httpSend();
       for (let i = 1; i <= 3; i++) {
-        const answer = await send(`${srv.url}/v1/batches`, { method: 'GET', headers: {} });
+        const answer = await httpSend()(`${srv.url}/v1/batches`, { method: 'GET', headers: {} });
         expect({ ok: answer.ok, status: answer.status, body: JSON.parse(await answer.text()) }).toEqual({ ok: true, status: 200, body: { n: i } });
       }
-      expect(srv.seen).toEqual({ requests: 3, connections: 1 });
+      expect(await new RollcallClient({ baseUrl: srv.url }).list()).toEqual({ n: 4 });
+      expect(srv.seen).toEqual({ requests: 4, connections: 1 });
     } finally {
       await srv.close();
     }
@@ -52,6 +92,18 @@ describe("the client's default way of sending (httpSend)", () => {
       expect(await client.list()).toEqual({ n: 1 });
       expect(await client.list()).toEqual({ n: 3 }); // the dropped request was the 2nd
       expect(srv.seen).toEqual({ requests: 3, connections: 2 });
+    } finally {
+      await srv.close();
+    }
+  });
+
+  it('when a kept-alive connection drops after the answer began, then a GET fails and is not sent twice (the server may have acted)', async () => {
+    const srv = await server({ dropSecondAnswerOnAConnection: true });
+    try {
+      const client = new RollcallClient({ baseUrl: srv.url });
+      await client.list();
+      await expect(client.list()).rejects.toMatchObject({ code: 'ECONNRESET' });
+      expect(srv.seen).toEqual({ requests: 2, connections: 1 });
     } finally {
       await srv.close();
     }
@@ -88,6 +140,51 @@ describe("the client's default way of sending (httpSend)", () => {
       expect(Date.now() - started).toBeLessThan(5000);
     } finally {
       await srv.close();
+    }
+  });
+
+  it('when a connection does not open in time, then the request fails with ETIMEDOUT', async () => {
+    const blackhole = await unopenablePort();
+    try {
+      const send = httpSend({ connectTimeoutMs: 200 });
+      await expect(send(`http://127.0.0.1:${blackhole.port}/v1/batches`, { method: 'GET', headers: {} })).rejects.toMatchObject({ code: 'ETIMEDOUT' });
+    } finally {
+      blackhole.close();
+    }
+  });
+
+  it('when the service is behind a 308 redirect to another origin, then an ack is sent there whole, without the token', async () => {
+    const target = await server();
+    const proxy = await server({ redirectTo: { status: 308, location: `${target.url}/v1/acks` } });
+    try {
+      const body = JSON.stringify({ ids: ['a:b:0'] });
+      const answer = await httpSend()(`${proxy.url}/v1/acks`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', authorization: 'Bearer secret' },
+        body,
+      });
+      expect({ status: answer.status, body: JSON.parse(await answer.text()) }).toEqual({ status: 200, body: { n: 1 } });
+      expect(proxy.last.headers.authorization).toBe('Bearer secret');
+      expect({ method: target.last.method, body: JSON.parse(target.last.body), authorization: target.last.headers.authorization }).toEqual({
+        method: 'POST',
+        body: { ids: ['a:b:0'] },
+        authorization: undefined,
+      });
+    } finally {
+      await Promise.all([target.close(), proxy.close()]);
+    }
+  });
+
+  it('when a POST meets a 303 redirect, then it is not followed and the client says which status came back', async () => {
+    const target = await server();
+    const proxy = await server({ redirectTo: { status: 303, location: `${target.url}/v1/batches` } });
+    try {
+      const error = await new RollcallClient({ baseUrl: proxy.url }).open().catch((e: unknown) => e);
+      expect(error).toBeInstanceOf(RollcallApiError);
+      expect(error).toMatchObject({ status: 303, code: 'http_error' });
+      expect(target.seen.requests).toBe(0);
+    } finally {
+      await Promise.all([target.close(), proxy.close()]);
     }
   });
 });

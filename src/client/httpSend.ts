@@ -1,5 +1,6 @@
 import http from 'node:http';
 import https from 'node:https';
+import type { Socket } from 'node:net';
 
 /** The part of a fetch request the client uses. */
 export interface HttpRequest {
@@ -30,6 +31,37 @@ const IDEMPOTENT = new Set(['GET', 'HEAD', 'PUT', 'DELETE', 'OPTIONS']);
  */
 const IDLE_CONNECTION_MS = 4000;
 
+/** How long a new connection may take to open by default, as with fetch (undici's default). */
+const CONNECT_TIMEOUT_MS = 10_000;
+
+/** Redirects followed, as fetch follows them: 307/308 for any method, 301/302/303 for GET and HEAD. */
+const MAX_REDIRECTS = 20;
+const KEEPS_METHOD = new Set([307, 308]);
+const TO_GET = new Set([301, 302, 303]);
+
+/**
+ * One pool for every client in the process, as fetch has one: a program that makes a client per
+ * job keeps a handful of connections, not one per client.
+ */
+const AGENTS = {
+  http: new http.Agent({ keepAlive: true, timeout: IDLE_CONNECTION_MS }),
+  https: new https.Agent({ keepAlive: true, timeout: IDLE_CONNECTION_MS }),
+};
+
+export interface HttpSendOptions {
+  /** How long a new connection may take to open. Default 10 s, as with fetch. */
+  connectTimeoutMs?: number;
+}
+
+interface Attempt {
+  connectTimeoutMs: number;
+  /** Whether a request that finds its kept-alive connection closed may be sent again. */
+  mayResend: boolean;
+  /** A resend takes a connection of its own, not another pooled one that may be as stale. */
+  pooled: boolean;
+  redirects: number;
+}
+
 /**
  * Requests over Node's http/https with kept-alive connections. A busy worker sends an ack call every
  * few milliseconds, and Node's fetch costs ~300 µs of CPU a call (web streams, a Headers object, an
@@ -39,33 +71,66 @@ const IDLE_CONNECTION_MS = 4000;
  * A kept-alive connection that the server closed while it was idle fails the next request sent on
  * it before any answer; such a request is sent again once, on a new connection, when its method is
  * idempotent. Other requests fail as they would with fetch (the integrations retry acks, which are
- * safe to repeat).
+ * safe to repeat). Errors are Node's own: a network error with its `code` (`ECONNREFUSED`, …), the
+ * time limit as an `AbortError` whose `cause` is the signal's reason.
  */
-export function httpSend(): HttpSend {
-  const agents = {
-    http: new http.Agent({ keepAlive: true, timeout: IDLE_CONNECTION_MS }),
-    https: new https.Agent({ keepAlive: true, timeout: IDLE_CONNECTION_MS }),
-  };
-  const send = (url: URL, request: HttpRequest, mayResend: boolean): Promise<HttpAnswer> =>
-    new Promise((resolve, reject) => {
-      const secure = url.protocol === 'https:';
-      const headers = request.body === undefined ? request.headers : { ...request.headers, 'content-length': String(Buffer.byteLength(request.body)) };
-      const options = { method: request.method, headers, agent: secure ? agents.https : agents.http, signal: request.signal };
-      const req = (secure ? https : http).request(url, options, (res) => {
-        res.setEncoding('utf8');
-        let text = '';
-        res.on('data', (chunk: string) => (text += chunk));
-        res.on('error', reject);
-        res.on('end', () => {
-          const status = res.statusCode ?? 0;
-          resolve({ ok: status >= 200 && status < 300, status, text: () => Promise.resolve(text) });
-        });
-      });
-      req.on('error', (error: NodeJS.ErrnoException) => {
-        if (mayResend && req.reusedSocket && error.code === 'ECONNRESET') resolve(send(url, request, false));
-        else reject(error);
-      });
-      req.end(request.body);
+export function httpSend(options: HttpSendOptions = {}): HttpSend {
+  const connectTimeoutMs = options.connectTimeoutMs ?? CONNECT_TIMEOUT_MS;
+  return (url, request) => send(new URL(url), request, { connectTimeoutMs, mayResend: IDEMPOTENT.has(request.method), pooled: true, redirects: 0 });
+}
+
+function send(url: URL, request: HttpRequest, attempt: Attempt): Promise<HttpAnswer> {
+  return new Promise((resolve, reject) => {
+    const secure = url.protocol === 'https:';
+    const headers = request.body === undefined ? request.headers : { ...request.headers, 'content-length': String(Buffer.byteLength(request.body)) };
+    const agent = attempt.pooled ? (secure ? AGENTS.https : AGENTS.http) : false;
+    let answered = false;
+    const req = (secure ? https : http).request(url, { method: request.method, headers, agent, signal: request.signal }, (res) => {
+      answered = true;
+      const status = res.statusCode ?? 0;
+      const next = redirected(url, request, status, res.headers.location, attempt.redirects);
+      if (next) {
+        res.resume();
+        return resolve(
+          send(next.url, next.request, { ...attempt, mayResend: IDEMPOTENT.has(next.request.method), pooled: true, redirects: attempt.redirects + 1 }),
+        );
+      }
+      res.setEncoding('utf8');
+      let text = '';
+      res.on('data', (chunk: string) => (text += chunk));
+      res.on('error', reject);
+      res.on('end', () => resolve({ ok: status >= 200 && status < 300, status, text: () => Promise.resolve(text) }));
     });
-  return (url, request) => send(new URL(url), request, IDEMPOTENT.has(request.method));
+    req.on('socket', (socket) => limitConnect(req, socket, attempt.connectTimeoutMs));
+    req.on('error', (error: NodeJS.ErrnoException) => {
+      const staleConnection = req.reusedSocket && !answered && error.code === 'ECONNRESET';
+      if (staleConnection && attempt.mayResend) resolve(send(url, request, { ...attempt, mayResend: false, pooled: false }));
+      else reject(error);
+    });
+    req.end(request.body);
+  });
+}
+
+/** Where a redirect answer sends the request, if it is one fetch would follow; its credentials stay with its origin. */
+function redirected(url: URL, request: HttpRequest, status: number, location: string | undefined, redirects: number) {
+  const follows = KEEPS_METHOD.has(status) || (TO_GET.has(status) && (request.method === 'GET' || request.method === 'HEAD'));
+  if (!follows || location === undefined || redirects >= MAX_REDIRECTS || !URL.canParse(location, url.href)) return null;
+  const next = new URL(location, url);
+  if (next.origin === url.origin) return { url: next, request };
+  const headers = Object.fromEntries(Object.entries(request.headers).filter(([name]) => name.toLowerCase() !== 'authorization'));
+  return { url: next, request: { ...request, headers } };
+}
+
+/** Fails a request whose connection does not open within `ms` (a kept-alive one is already open). */
+function limitConnect(req: http.ClientRequest, socket: Socket, ms: number): void {
+  if (!socket.connecting) return;
+  const timer = setTimeout(() => {
+    const error: NodeJS.ErrnoException = new Error(`connecting to ${req.host} took longer than ${ms} ms`);
+    error.code = 'ETIMEDOUT';
+    req.destroy(error);
+  }, ms);
+  timer.unref();
+  const clear = () => clearTimeout(timer);
+  socket.once('connect', clear);
+  req.once('close', clear);
 }

@@ -5,9 +5,9 @@
 
 import type { AckResult, BatchView as Batch, ItemStatus, Rejection } from '../contract/responses';
 import { type BatchOutcome, type BatchState, MAX_ACK_IDS } from '../contract/vocabulary';
-import { type HttpAnswer, type HttpRequest, type HttpSend, httpSend } from './httpSend';
+import { type HttpAnswer, type HttpRequest, type HttpSend, httpSend, type HttpSendOptions } from './httpSend';
 
-export type { AckResult, Batch, BatchOutcome, BatchState, HttpAnswer, HttpRequest, HttpSend, ItemStatus, Rejection };
+export type { AckResult, Batch, BatchOutcome, BatchState, HttpAnswer, HttpRequest, HttpSend, HttpSendOptions, ItemStatus, Rejection };
 export { httpSend };
 
 /** One kept failure reason (GET /v1/batches/:batchId/failures). */
@@ -84,6 +84,15 @@ function queryString(query: Record<string, string | number | undefined>): string
       .map(([k, v]): [string, string] => [k, String(v)]),
   );
   return params.size ? `?${params}` : '';
+}
+
+/** The JSON of an error answer, or nothing when it is not JSON (a proxy's HTML page, a redirect). */
+function errorBody(text: string): unknown {
+  try {
+    return text ? JSON.parse(text) : undefined;
+  } catch {
+    return undefined;
+  }
 }
 
 export class RollcallClient {
@@ -187,11 +196,10 @@ export class RollcallClient {
       signal: AbortSignal.timeout((this.options.timeoutMs ?? 30_000) + extraTimeoutMs),
     });
     const text = await res.text();
-    const parsed: unknown = text ? JSON.parse(text) : undefined;
     if (!res.ok) {
-      const error = (parsed as { error?: { code?: string; message?: string } } | undefined)?.error;
+      const error = (errorBody(text) as { error?: { code?: string; message?: string } } | undefined)?.error;
       throw new RollcallApiError(res.status, error?.code ?? 'http_error', error?.message ?? `HTTP ${res.status}`);
     }
-    return parsed as T;
+    return (text ? JSON.parse(text) : undefined) as T;
   }
 }
