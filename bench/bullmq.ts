@@ -3,7 +3,8 @@
  * BullMQ vs BullMQ with rollcallProcessor, against one rollcall process (the build) on MariaDB.
  * Environment: BENCH_MYSQL_URL, BENCH_E2E_JOBS (default 20,000), BENCH_E2E_ROUNDS (default 3),
  * BENCH_E2E_CONCURRENCY (worker concurrencies, the same for both sides; default 100,300,1000),
- * BENCH_E2E_CONFIRM_ROUNDS (rounds at each side's fastest concurrency, measured again; default 5).
+ * BENCH_E2E_CONFIRM_ROUNDS (rounds at each side's fastest concurrency, measured again; default 5),
+ * BENCH_E2E_BESIDE_ROUNDS (rounds of plain BullMQ alone and beside the service under rollcall's ack load; default 3).
  */
 import { execFileSync } from 'node:child_process';
 import path from 'node:path';
@@ -26,6 +27,10 @@ async function main(): Promise<void> {
       const best = result.best;
       console.log(
         `BullMQ end to end, each side at its fastest concurrency, measured again: plain ${best.plainPerSecond.toFixed(0)} jobs/s (${best.plainConcurrency}), with rollcallProcessor ${best.rollcallPerSecond.toFixed(0)} jobs/s (${best.rollcallConcurrency}): ${best.ratio.toFixed(2)}× (rounds: ${best.rounds.map((r) => (r.rollcall / r.plain).toFixed(2)).join(', ')}; the choosing rounds' own medians: ${best.selected.ratio.toFixed(2)}×) (target ≥ 0.8×)`,
+      );
+      const beside = result.beside;
+      console.log(
+        `BullMQ end to end, plain at concurrency ${beside.concurrency} beside the service acked at the rollcall rounds' rate by another process (${beside.callsPerSecond.toFixed(0)} calls/s of ${beside.idsPerCall} IDs): ${beside.besidePerSecond.toFixed(0)} jobs/s, alone ${beside.alonePerSecond.toFixed(0)}: ${beside.ratio.toFixed(2)}× (rounds: ${beside.rounds.map((r) => (r.beside / r.alone).toFixed(2)).join(', ')}); with rollcallProcessor there ${beside.rollcallPerSecond.toFixed(0)} jobs/s: ${beside.rollcallToBeside.toFixed(2)}× plain beside the service`,
       );
     } finally {
       await service.stop();

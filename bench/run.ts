@@ -411,7 +411,14 @@ function endToEndRows(f: Figures): Row[] {
     `plain BullMQ ${e.bullmqVersion}: ${fmt(at.plainPerSecond)} jobs/s`,
     `${fmt(at.ratio, 2)}× (rounds: ${at.rounds.map((r) => fmt(r.rollcall / r.plain, 2)).join(', ')}; ${fmt(at.ackCallsPerJob, 3)} ack calls per job, median call ${fmt(at.ackCallMedianMs, 1)} ms) (target ≥ 0.8×)`,
   ]);
-  return [...rows, best];
+  const b = e.beside;
+  const beside: Row = [
+    `   plain BullMQ at concurrency ${b.concurrency} beside the service, which another process acks at the rollcall rounds' rate (${fmt(b.callsPerSecond)} calls/s of ${b.idsPerCall} IDs), median of ${b.rounds.length} alternating rounds`,
+    fmt(b.besidePerSecond),
+    `plain BullMQ alone: ${fmt(b.alonePerSecond)} jobs/s; with rollcallProcessor there: ${fmt(b.rollcallPerSecond)} jobs/s (${fmt(b.rollcallToBeside, 2)}× plain beside the service)`,
+    `${fmt(b.ratio, 2)}× of alone (rounds: ${b.rounds.map((r) => fmt(r.beside / r.alone, 2)).join(', ')}): what sharing the machine with the service costs BullMQ itself`,
+  ];
+  return [...rows, best, beside];
 }
 
 /** Which databases to measure: MariaDB always, PostgreSQL unless BENCH_PG=off. */

@@ -1,3 +1,7 @@
+import { spawn } from 'node:child_process';
+import path from 'node:path';
+import readline from 'node:readline';
+
 import { Processor, Queue, Worker } from 'bullmq';
 
 import { HttpSend, httpSend, RollcallClient } from '../../src/client';
@@ -18,6 +22,8 @@ const WARM_UP_IDS_PER_CALL = 50;
 const WARM_UP_JOBS = 5000;
 /** Rounds that measure each side again at its fastest concurrency (see confirmBest). */
 const CONFIRM_ROUNDS = Number(process.env.BENCH_E2E_CONFIRM_ROUNDS ?? 5);
+/** Rounds of plain BullMQ alone and beside the service under rollcall's ack load (see besideAckLoad). */
+const BESIDE_ROUNDS = Number(process.env.BENCH_E2E_BESIDE_ROUNDS ?? 3);
 
 export interface EndToEndAtConcurrency {
   concurrency: number;
@@ -54,6 +60,24 @@ export interface BullmqEndToEndResult {
     ratio: number;
     rounds: Array<{ plain: number; rollcall: number }>;
     selected: { plainPerSecond: number; rollcallPerSecond: number; ratio: number };
+  };
+  /**
+   * Plain BullMQ at its fastest concurrency, alone and beside the same service while another
+   * process acks at the rate (calls/s, IDs per call) the rollcall rounds had there: what running the
+   * service and its database on the worker's machine costs plain BullMQ, apart from the integration.
+   */
+  beside: {
+    concurrency: number;
+    callsPerSecond: number;
+    idsPerCall: number;
+    alonePerSecond: number;
+    besidePerSecond: number;
+    /** beside / alone, the median of the rounds' ratios. */
+    ratio: number;
+    rounds: Array<{ alone: number; beside: number }>;
+    /** The rollcall rounds' median at that concurrency, and its ratio to plain beside the load. */
+    rollcallPerSecond: number;
+    rollcallToBeside: number;
   };
 }
 
@@ -210,14 +234,59 @@ export async function runBullmqEndToEnd(url: string, jobs = 20_000, roundCount =
       ackCallMedianMs: median(callMs, (ms) => ms),
     });
   }
+  const best = await confirmBest(fastestOfEach(byConcurrency), (concurrency) => plain(jobs, concurrency), timeRollcall);
+  const atPlainBest = byConcurrency.find((at) => at.concurrency === best.plainConcurrency)!;
   return {
     jobs,
     // eslint-disable-next-line @typescript-eslint/no-require-imports -- a package's own version, read once
     bullmqVersion: (require('bullmq/package.json') as { version: string }).version,
     warmUp: { ackCalls: WARM_UP_ACK_CALLS, jobs: WARM_UP_JOBS },
     byConcurrency,
-    best: await confirmBest(fastestOfEach(byConcurrency), (concurrency) => plain(jobs, concurrency), timeRollcall),
+    best,
+    beside: await besideAckLoad(url, atPlainBest, () => plain(jobs, atPlainBest.concurrency)),
   };
+}
+
+/** Runs `plain` with, beside it, an ack load on the service as the rollcall rounds at `at` made it. */
+async function besideAckLoad(url: string, at: EndToEndAtConcurrency, plain: () => Promise<number>): Promise<BullmqEndToEndResult['beside']> {
+  const callsPerSecond = at.rollcallPerSecond * at.ackCallsPerJob;
+  const idsPerCall = Math.max(1, Math.round(1 / at.ackCallsPerJob));
+  const pairs = await alternating(BESIDE_ROUNDS, plain, () => withAckLoad(url, idsPerCall, callsPerSecond, plain));
+  const rounds = pairs.map((r) => ({ alone: r.plain, beside: r.rollcall }));
+  const middle = median(rounds, (r) => r.beside / r.alone);
+  return {
+    concurrency: at.concurrency,
+    callsPerSecond,
+    idsPerCall,
+    alonePerSecond: middle.alone,
+    besidePerSecond: middle.beside,
+    ratio: middle.beside / middle.alone,
+    rounds,
+    rollcallPerSecond: at.rollcallPerSecond,
+    rollcallToBeside: at.rollcallPerSecond / middle.beside,
+  };
+}
+
+/** Runs `work` while bench/lib/ackLoad.ts, in a process of its own, acks on the service at `url`. */
+async function withAckLoad<T>(url: string, idsPerCall: number, callsPerSecond: number, work: () => Promise<T>): Promise<T> {
+  const child = spawn(process.execPath, ['--import', 'tsx', 'bench/lib/ackLoad.ts'], {
+    cwd: path.resolve(__dirname, '../..'),
+    env: { ...process.env, ACK_LOAD_URL: url, ACK_LOAD_IDS: String(idsPerCall), ACK_LOAD_PER_SECOND: String(callsPerSecond) },
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  const exited = new Promise<number | null>((resolve) => child.once('exit', resolve));
+  try {
+    await new Promise<void>((resolve, reject) => {
+      readline.createInterface({ input: child.stdout! }).on('line', (line) => line === 'ACK_LOAD_READY' && resolve());
+      void exited.then((code) => reject(new Error(`the ack load exited with ${code} before it was ready`)));
+    });
+    const result = await work();
+    if (child.exitCode !== null) throw new Error(`the ack load stopped during the round (exit ${child.exitCode})`);
+    return result;
+  } finally {
+    child.kill('SIGTERM');
+    await exited;
+  }
 }
 
 /** `count` rounds of both sides; which side goes first alternates, as the machine's speed drifts. */
