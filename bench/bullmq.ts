@@ -4,7 +4,8 @@
  * Environment: BENCH_MYSQL_URL, BENCH_E2E_JOBS (default 20,000), BENCH_E2E_ROUNDS (default 3),
  * BENCH_E2E_CONCURRENCY (worker concurrencies, the same for both sides; default 100,300,1000),
  * BENCH_E2E_CONFIRM_ROUNDS (rounds at each side's fastest concurrency, measured again; default 5),
- * BENCH_E2E_BESIDE_ROUNDS (rounds of plain BullMQ alone and beside the service under rollcall's ack load; default 3).
+ * BENCH_E2E_BESIDE_ROUNDS (rounds of plain BullMQ alone and beside the service under rollcall's ack load; default 3),
+ * BENCH_E2E_INSTANT_ROUNDS (rounds per concurrency, and at each side's fastest, with an ack endpoint that commits nothing; default 3).
  */
 import { execFileSync } from 'node:child_process';
 import path from 'node:path';
@@ -27,6 +28,14 @@ async function main(): Promise<void> {
       const best = result.best;
       console.log(
         `BullMQ end to end, each side at its fastest concurrency, measured again: plain ${best.plainPerSecond.toFixed(0)} jobs/s (${best.plainConcurrency}), with rollcallProcessor ${best.rollcallPerSecond.toFixed(0)} jobs/s (${best.rollcallConcurrency}): ${best.ratio.toFixed(2)}× (rounds: ${best.rounds.map((r) => (r.rollcall / r.plain).toFixed(2)).join(', ')}; the choosing rounds' own medians: ${best.selected.ratio.toFixed(2)}×) (target ≥ 0.8×)`,
+      );
+      const instant = result.instant;
+      for (const at of instant.byConcurrency)
+        console.log(
+          `BullMQ end to end against an ack endpoint that commits nothing (the integration's own cost), concurrency ${at.concurrency}: plain ${at.plainPerSecond.toFixed(0)} jobs/s, with rollcallProcessor ${at.rollcallPerSecond.toFixed(0)} jobs/s: ${at.ratio.toFixed(2)}× (median call ${at.ackCallMedianMs.toFixed(1)} ms)`,
+        );
+      console.log(
+        `BullMQ end to end against an ack endpoint that commits nothing, each side at its fastest, measured again: plain ${instant.best.plainPerSecond.toFixed(0)} jobs/s (${instant.best.plainConcurrency}), with rollcallProcessor ${instant.best.rollcallPerSecond.toFixed(0)} jobs/s (${instant.best.rollcallConcurrency}): ${instant.best.ratio.toFixed(2)}× (rounds: ${instant.best.rounds.map((r) => (r.rollcall / r.plain).toFixed(2)).join(', ')}; the choosing rounds' own medians: ${instant.best.selected.ratio.toFixed(2)}×)`,
       );
       const beside = result.beside;
       console.log(

@@ -418,7 +418,14 @@ function endToEndRows(f: Figures): Row[] {
     `plain BullMQ alone: ${fmt(b.alonePerSecond)} jobs/s; with rollcallProcessor there: ${fmt(b.rollcallPerSecond)} jobs/s (${fmt(b.rollcallToBeside, 2)}× plain beside the service)`,
     `${fmt(b.ratio, 2)}× of alone (rounds: ${b.rounds.map((r) => fmt(r.beside / r.alone, 2)).join(', ')}): what sharing the machine with the service costs BullMQ itself`,
   ];
-  return [...rows, best, beside];
+  const i = e.instant;
+  const instant: Row = [
+    `   rollcallProcessor against an ack endpoint that answers at once and commits nothing (another process), each side at its fastest, measured again (median of ${i.best.rounds.length} alternating rounds): the integration's own cost`,
+    `${fmt(i.best.rollcallPerSecond)} (concurrency ${i.best.rollcallConcurrency})`,
+    `plain BullMQ: ${fmt(i.best.plainPerSecond)} jobs/s (concurrency ${i.best.plainConcurrency})`,
+    `${fmt(i.best.ratio, 2)}× (rounds: ${i.best.rounds.map((r) => fmt(r.rollcall / r.plain, 2)).join(', ')}; by concurrency ${i.byConcurrency.map((at) => `${at.concurrency}: ${fmt(at.ratio, 2)}×`).join(', ')})`,
+  ];
+  return [...rows, best, beside, instant];
 }
 
 /** Which databases to measure: MariaDB always, PostgreSQL unless BENCH_PG=off. */

@@ -24,6 +24,8 @@ const WARM_UP_JOBS = 5000;
 const CONFIRM_ROUNDS = Number(process.env.BENCH_E2E_CONFIRM_ROUNDS ?? 5);
 /** Rounds of plain BullMQ alone and beside the service under rollcall's ack load (see besideAckLoad). */
 const BESIDE_ROUNDS = Number(process.env.BENCH_E2E_BESIDE_ROUNDS ?? 3);
+/** Rounds per concurrency, and at each side's fastest, against the ack endpoint that commits nothing (see instantAcks). */
+const INSTANT_ROUNDS = Number(process.env.BENCH_E2E_INSTANT_ROUNDS ?? 3);
 
 export interface EndToEndAtConcurrency {
   concurrency: number;
@@ -40,6 +42,18 @@ export interface EndToEndAtConcurrency {
   ackCallMedianMs: number;
 }
 
+/** Each side at its fastest concurrency, measured again (see confirmBest). */
+export interface EndToEndBest {
+  plainPerSecond: number;
+  plainConcurrency: number;
+  rollcallPerSecond: number;
+  rollcallConcurrency: number;
+  ratio: number;
+  rounds: Array<{ plain: number; rollcall: number }>;
+  /** The choice itself: each side's highest median, whose ratio is biased (see confirmBest). */
+  selected: { plainPerSecond: number; rollcallPerSecond: number; ratio: number };
+}
+
 export interface BullmqEndToEndResult {
   jobs: number;
   bullmqVersion: string;
@@ -49,18 +63,16 @@ export interface BullmqEndToEndResult {
   /**
    * Each side at its fastest concurrency, measured again: CONFIRM_ROUNDS alternating rounds, plain
    * at its concurrency and rollcall at its own, after the rounds above chose them (the middle round
-   * by ratio). `selected` is the choice itself: each side's highest median, whose ratio is biased
-   * (see confirmBest).
+   * by ratio).
    */
-  best: {
-    plainPerSecond: number;
-    plainConcurrency: number;
-    rollcallPerSecond: number;
-    rollcallConcurrency: number;
-    ratio: number;
-    rounds: Array<{ plain: number; rollcall: number }>;
-    selected: { plainPerSecond: number; rollcallPerSecond: number; ratio: number };
-  };
+  best: EndToEndBest;
+  /**
+   * The same comparison with rollcallProcessor acking at an endpoint that answers at once and
+   * commits nothing (bench/lib/instantAcks.ts, another process): the worker does all of the
+   * integration's work, while no service or database takes the machine's cores. What the
+   * integration itself costs a worker whose rollcall runs elsewhere (with a loopback round trip).
+   */
+  instant: { byConcurrency: EndToEndAtConcurrency[]; best: EndToEndBest };
   /**
    * Plain BullMQ at its fastest concurrency, alone and beside the same service while another
    * process acks at the rate (calls/s, IDs per call) the rollcall rounds had there: what running the
@@ -170,7 +182,8 @@ export async function runBullmqEndToEnd(url: string, jobs = 20_000, roundCount =
     callMs.push(performance.now() - started);
     return response;
   };
-  const client = new RollcallClient({ baseUrl: url, fetch: countingSend });
+  const clientOf = (baseUrl: string) => new RollcallClient({ baseUrl, fetch: countingSend });
+  const client = clientOf(url);
   const plain = (count: number, concurrency: number) =>
     timeWorker(
       count,
@@ -184,12 +197,12 @@ export async function runBullmqEndToEnd(url: string, jobs = 20_000, roundCount =
       },
       async () => undefined,
     );
-  const withRollcall = (count: number, concurrency: number) =>
+  const withRollcall = (acking: RollcallClient) => (count: number, concurrency: number) =>
     timeWorker(
       count,
       concurrency,
       async (queue) => {
-        await openBatch(client, {
+        await openBatch(acking, {
           count,
           enqueue: (ids) =>
             addJobs(
@@ -198,44 +211,58 @@ export async function runBullmqEndToEnd(url: string, jobs = 20_000, roundCount =
             ),
         });
       },
-      rollcallProcessor(client, async () => undefined),
+      rollcallProcessor(acking, async () => undefined),
     );
-
-  const timeRollcall = async (concurrency: number) => {
+  const timed = (rollcall: (count: number, concurrency: number) => Promise<number>) => async (concurrency: number) => {
     counting = true;
     try {
-      return await withRollcall(jobs, concurrency);
+      return await rollcall(jobs, concurrency);
     } finally {
       counting = false;
     }
   };
 
+  /** Alternating rounds of plain BullMQ and `rollcall` at each concurrency. */
+  const atEachConcurrency = async (rollcall: (concurrency: number) => Promise<number>, rounds: number): Promise<EndToEndAtConcurrency[]> => {
+    const byConcurrency: EndToEndAtConcurrency[] = [];
+    for (const concurrency of CONCURRENCIES) {
+      ackCalls = 0;
+      callMs = [];
+      const measured = await alternating(
+        rounds,
+        () => plain(jobs, concurrency),
+        () => rollcall(concurrency),
+      );
+      const middle = median(measured, (r) => r.rollcall / r.plain);
+      byConcurrency.push({
+        concurrency,
+        plainPerSecond: middle.plain,
+        rollcallPerSecond: middle.rollcall,
+        ratio: middle.rollcall / middle.plain,
+        rounds: measured,
+        ackCallsPerJob: ackCalls / (jobs * rounds),
+        ackCallMedianMs: median(callMs, (ms) => ms),
+      });
+    }
+    return byConcurrency;
+  };
+
   await warmUpService(client);
   await plain(WARM_UP_JOBS, CONCURRENCIES[0]!);
-  await withRollcall(WARM_UP_JOBS, CONCURRENCIES[0]!);
+  await withRollcall(client)(WARM_UP_JOBS, CONCURRENCIES[0]!);
 
-  const byConcurrency: EndToEndAtConcurrency[] = [];
-  for (const concurrency of CONCURRENCIES) {
-    ackCalls = 0;
-    callMs = [];
-    const rounds = await alternating(
-      roundCount,
-      () => plain(jobs, concurrency),
-      () => timeRollcall(concurrency),
-    );
-    const middle = median(rounds, (r) => r.rollcall / r.plain);
-    byConcurrency.push({
-      concurrency,
-      plainPerSecond: middle.plain,
-      rollcallPerSecond: middle.rollcall,
-      ratio: middle.rollcall / middle.plain,
-      rounds,
-      ackCallsPerJob: ackCalls / (jobs * roundCount),
-      ackCallMedianMs: median(callMs, (ms) => ms),
-    });
-  }
+  const timeRollcall = timed(withRollcall(client));
+  const byConcurrency = await atEachConcurrency(timeRollcall, roundCount);
   const best = await confirmBest(fastestOfEach(byConcurrency), (concurrency) => plain(jobs, concurrency), timeRollcall);
   const atPlainBest = byConcurrency.find((at) => at.concurrency === best.plainConcurrency)!;
+  const beside = await besideAckLoad(url, atPlainBest, () => plain(jobs, atPlainBest.concurrency));
+  const instant = await withInstantAcks(url, async (instantUrl) => {
+    const timeInstant = timed(withRollcall(clientOf(instantUrl)));
+    await timeInstant(CONCURRENCIES[0]!); // the worker's first calls to a new endpoint, untimed as above
+    const instantByConcurrency = await atEachConcurrency(timeInstant, INSTANT_ROUNDS);
+    const instantBest = await confirmBest(fastestOfEach(instantByConcurrency), (concurrency) => plain(jobs, concurrency), timeInstant, INSTANT_ROUNDS);
+    return { byConcurrency: instantByConcurrency, best: instantBest };
+  });
   return {
     jobs,
     // eslint-disable-next-line @typescript-eslint/no-require-imports -- a package's own version, read once
@@ -243,7 +270,8 @@ export async function runBullmqEndToEnd(url: string, jobs = 20_000, roundCount =
     warmUp: { ackCalls: WARM_UP_ACK_CALLS, jobs: WARM_UP_JOBS },
     byConcurrency,
     best,
-    beside: await besideAckLoad(url, atPlainBest, () => plain(jobs, atPlainBest.concurrency)),
+    beside,
+    instant,
   };
 }
 
@@ -268,20 +296,46 @@ async function besideAckLoad(url: string, at: EndToEndAtConcurrency, plain: () =
 }
 
 /** Runs `work` while bench/lib/ackLoad.ts, in a process of its own, acks on the service at `url`. */
-async function withAckLoad<T>(url: string, idsPerCall: number, callsPerSecond: number, work: () => Promise<T>): Promise<T> {
-  const child = spawn(process.execPath, ['--import', 'tsx', 'bench/lib/ackLoad.ts'], {
+function withAckLoad<T>(url: string, idsPerCall: number, callsPerSecond: number, work: () => Promise<T>): Promise<T> {
+  const env = { ACK_LOAD_URL: url, ACK_LOAD_IDS: String(idsPerCall), ACK_LOAD_PER_SECOND: String(callsPerSecond) };
+  return withBenchProcess('bench/lib/ackLoad.ts', env, (line) => (line === 'ACK_LOAD_READY' ? line : undefined), work);
+}
+
+/** Runs `work` with the URL of bench/lib/instantAcks.ts, in a process of its own, in front of the service at `url`. */
+function withInstantAcks<T>(url: string, work: (instantUrl: string) => Promise<T>): Promise<T> {
+  const ready = (line: string) => {
+    const port = /^ROLLCALL_PORT=(\d+)$/.exec(line)?.[1];
+    return port === undefined ? undefined : `http://127.0.0.1:${port}`;
+  };
+  return withBenchProcess('bench/lib/instantAcks.ts', { INSTANT_ACKS_TARGET: url }, ready, work);
+}
+
+/**
+ * Runs `script` (node --import tsx) in a process of its own and `work` once a line of its output
+ * makes `ready` return a value, which `work` gets; the process must still run when `work` ends.
+ */
+async function withBenchProcess<T>(
+  script: string,
+  env: Record<string, string>,
+  ready: (line: string) => string | undefined,
+  work: (readyValue: string) => Promise<T>,
+): Promise<T> {
+  const child = spawn(process.execPath, ['--import', 'tsx', script], {
     cwd: path.resolve(__dirname, '../..'),
-    env: { ...process.env, ACK_LOAD_URL: url, ACK_LOAD_IDS: String(idsPerCall), ACK_LOAD_PER_SECOND: String(callsPerSecond) },
+    env: { ...process.env, ...env },
     stdio: ['ignore', 'pipe', 'inherit'],
   });
   const exited = new Promise<number | null>((resolve) => child.once('exit', resolve));
   try {
-    await new Promise<void>((resolve, reject) => {
-      readline.createInterface({ input: child.stdout! }).on('line', (line) => line === 'ACK_LOAD_READY' && resolve());
-      void exited.then((code) => reject(new Error(`the ack load exited with ${code} before it was ready`)));
+    const readyValue = await new Promise<string>((resolve, reject) => {
+      readline.createInterface({ input: child.stdout! }).on('line', (line) => {
+        const value = ready(line);
+        if (value !== undefined) resolve(value);
+      });
+      void exited.then((code) => reject(new Error(`${script} exited with ${code} before it was ready`)));
     });
-    const result = await work();
-    if (child.exitCode !== null) throw new Error(`the ack load stopped during the round (exit ${child.exitCode})`);
+    const result = await work(readyValue);
+    if (child.exitCode !== null) throw new Error(`${script} stopped during the rounds (exit ${child.exitCode})`);
     return result;
   } finally {
     child.kill('SIGTERM');
@@ -315,9 +369,10 @@ async function confirmBest(
   selected: ReturnType<typeof fastestOfEach>,
   plain: (concurrency: number) => Promise<number>,
   rollcall: (concurrency: number) => Promise<number>,
-): Promise<BullmqEndToEndResult['best']> {
+  roundCount = CONFIRM_ROUNDS,
+): Promise<EndToEndBest> {
   const rounds = await alternating(
-    CONFIRM_ROUNDS,
+    roundCount,
     () => plain(selected.plainConcurrency),
     () => rollcall(selected.rollcallConcurrency),
   );
