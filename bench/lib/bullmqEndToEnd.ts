@@ -257,8 +257,9 @@ export async function runBullmqEndToEnd(url: string, jobs = 20_000, roundCount =
   const atPlainBest = byConcurrency.find((at) => at.concurrency === best.plainConcurrency)!;
   const beside = await besideAckLoad(url, atPlainBest, () => plain(jobs, atPlainBest.concurrency));
   const instant = await withInstantAcks(url, async (instantUrl) => {
-    const timeInstant = timed(withRollcall(clientOf(instantUrl)));
-    await timeInstant(CONCURRENCIES[0]!); // the worker's first calls to a new endpoint, untimed as above
+    const instantClient = clientOf(instantUrl);
+    await withRollcall(instantClient)(WARM_UP_JOBS, CONCURRENCIES[0]!); // untimed, as for the service above
+    const timeInstant = timed(withRollcall(instantClient));
     const instantByConcurrency = await atEachConcurrency(timeInstant, INSTANT_ROUNDS);
     const instantBest = await confirmBest(fastestOfEach(instantByConcurrency), (concurrency) => plain(jobs, concurrency), timeInstant, INSTANT_ROUNDS);
     return { byConcurrency: instantByConcurrency, best: instantBest };
