@@ -32,7 +32,7 @@ async function main(): Promise<void> {
       const instant = result.instant;
       for (const at of instant.byConcurrency)
         console.log(
-          `BullMQ end to end against an ack endpoint that commits nothing (the integration's own cost), concurrency ${at.concurrency}: plain ${at.plainPerSecond.toFixed(0)} jobs/s, with rollcallProcessor ${at.rollcallPerSecond.toFixed(0)} jobs/s: ${at.ratio.toFixed(2)}× (median call ${at.ackCallMedianMs.toFixed(1)} ms)`,
+          `BullMQ end to end against an ack endpoint that commits nothing (no commit wait, no service CPU), concurrency ${at.concurrency}: plain ${at.plainPerSecond.toFixed(0)} jobs/s, with rollcallProcessor ${at.rollcallPerSecond.toFixed(0)} jobs/s: ${at.ratio.toFixed(2)}× (${at.ackCallsPerJob.toFixed(3)} ack calls per job, median call ${at.ackCallMedianMs.toFixed(1)} ms)`,
         );
       console.log(
         `BullMQ end to end against an ack endpoint that commits nothing, each side at its fastest, measured again: plain ${instant.best.plainPerSecond.toFixed(0)} jobs/s (${instant.best.plainConcurrency}), with rollcallProcessor ${instant.best.rollcallPerSecond.toFixed(0)} jobs/s (${instant.best.rollcallConcurrency}): ${instant.best.ratio.toFixed(2)}× (rounds: ${instant.best.rounds.map((r) => (r.rollcall / r.plain).toFixed(2)).join(', ')}; the choosing rounds' own medians: ${instant.best.selected.ratio.toFixed(2)}×)`,

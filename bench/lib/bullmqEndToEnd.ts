@@ -69,8 +69,9 @@ export interface BullmqEndToEndResult {
   /**
    * The same comparison with rollcallProcessor acking at an endpoint that answers at once and
    * commits nothing (bench/lib/instantAcks.ts, another process): the worker does all of the
-   * integration's work, while no service or database takes the machine's cores. What the
-   * integration itself costs a worker whose rollcall runs elsewhere (with a loopback round trip).
+   * integration's work, while no ack waits for a commit and no service or database takes the
+   * machine's cores — both at once, so it does not tell the two apart. Confirmed with
+   * INSTANT_ROUNDS rounds (3), fewer than `best`'s: the noisier figure.
    */
   instant: { byConcurrency: EndToEndAtConcurrency[]; best: EndToEndBest };
   /**
@@ -336,7 +337,7 @@ async function withBenchProcess<T>(
       void exited.then((code) => reject(new Error(`${script} exited with ${code} before it was ready`)));
     });
     const result = await work(readyValue);
-    if (child.exitCode !== null) throw new Error(`${script} stopped during the rounds (exit ${child.exitCode})`);
+    if (child.exitCode !== null || child.signalCode !== null) throw new Error(`${script} stopped during the rounds (${child.exitCode ?? child.signalCode})`);
     return result;
   } finally {
     child.kill('SIGTERM');

@@ -4,30 +4,54 @@
  * add, seal, item look-ups) to the rollcall service at INSTANT_ACKS_TARGET. It prints
  * ROLLCALL_PORT=<port> once listening. The BullMQ benchmark runs rollcallProcessor against it: the
  * worker then does all of the integration's work (coalescing, HTTP calls, waiting for answers) while
- * no service or database spends the machine's CPU on the acks — the integration's own cost.
+ * no ack waits for a commit and no service or database spends the machine's CPU on it.
  */
 import http from 'node:http';
 
 const target = new URL(process.env.INSTANT_ACKS_TARGET as string);
 const agent = new http.Agent({ keepAlive: true });
+/** Headers of one hop, not to be passed on by a proxy (RFC 9110, 7.6.1). */
+const HOP_BY_HOP = new Set(['connection', 'keep-alive', 'proxy-connection', 'transfer-encoding', 'te', 'trailer', 'upgrade']);
+
+function passable(headers: http.IncomingHttpHeaders): http.OutgoingHttpHeaders {
+  return Object.fromEntries(Object.entries(headers).filter(([name]) => !HOP_BY_HOP.has(name)));
+}
+
+function answer(res: http.ServerResponse, status: number, body: unknown): void {
+  const text = JSON.stringify(body);
+  res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(text) });
+  res.end(text);
+}
 
 function answerAck(req: http.IncomingMessage, res: http.ServerResponse): void {
   const chunks: Buffer[] = [];
   req.on('data', (chunk: Buffer) => chunks.push(chunk));
+  req.on('error', () => res.destroy());
   req.on('end', () => {
-    const { ids } = JSON.parse(Buffer.concat(chunks).toString()) as { ids: string[] };
-    const body = JSON.stringify({ acked: ids.length, duplicates: 0, rejected: [], completed: [] });
-    res.writeHead(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) });
-    res.end(body);
+    let ids: unknown;
+    try {
+      ids = (JSON.parse(Buffer.concat(chunks).toString()) as { ids?: unknown }).ids;
+    } catch {
+      ids = undefined;
+    }
+    if (!Array.isArray(ids)) return answer(res, 400, { error: { code: 'invalid_request', message: 'the instant endpoint takes { "ids": [...] }' } });
+    answer(res, 200, { acked: ids.length, duplicates: 0, rejected: [], completed: [] });
   });
 }
 
 function forward(req: http.IncomingMessage, res: http.ServerResponse): void {
-  const upstream = http.request({ host: target.hostname, port: target.port, path: req.url, method: req.method, headers: req.headers, agent }, (answer) => {
-    res.writeHead(answer.statusCode ?? 502, answer.headers);
-    answer.pipe(res);
+  const upstream = http.request(
+    { host: target.hostname, port: target.port, path: req.url, method: req.method, headers: passable(req.headers), agent },
+    (reply) => {
+      res.writeHead(reply.statusCode ?? 502, passable(reply.headers));
+      reply.pipe(res);
+    },
+  );
+  upstream.on('error', (error) => {
+    process.stderr.write(`instantAcks: ${req.method} ${req.url} to the service failed: ${error.message}\n`);
+    res.destroy();
   });
-  upstream.on('error', () => res.destroy());
+  res.on('close', () => res.writableFinished || upstream.destroy()); // the client left before the answer
   req.pipe(upstream);
 }
 
