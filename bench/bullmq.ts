@@ -5,7 +5,8 @@
  * BENCH_E2E_CONCURRENCY (worker concurrencies, the same for both sides; default 100,300,1000),
  * BENCH_E2E_CONFIRM_ROUNDS (rounds at each side's fastest concurrency, measured again; default 5),
  * BENCH_E2E_BESIDE_ROUNDS (rounds of plain BullMQ alone and beside the service under rollcall's ack load; default 3),
- * BENCH_E2E_INSTANT_ROUNDS (rounds per concurrency, and at each side's fastest, with an ack endpoint that commits nothing; default 3).
+ * BENCH_E2E_INSTANT_ROUNDS (rounds per concurrency, and at each side's fastest, with an ack endpoint that commits nothing; default 3),
+ * BENCH_E2E_INSTANT_DELAY_MS (how long that endpoint holds each answer, spending no CPU; default 0).
  */
 import { execFileSync } from 'node:child_process';
 import path from 'node:path';

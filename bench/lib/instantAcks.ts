@@ -5,11 +5,14 @@
  * ROLLCALL_PORT=<port> once listening. The BullMQ benchmark runs rollcallProcessor against it: the
  * worker then does all of the integration's work (coalescing, HTTP calls, waiting for answers) while
  * no ack waits for a commit and no service or database spends the machine's CPU on it.
+ * BENCH_E2E_INSTANT_DELAY_MS (default 0) holds each ack's answer that long, spending no CPU: a
+ * commit's wait without its work, to tell the two apart.
  */
 import http from 'node:http';
 
 const target = new URL(process.env.INSTANT_ACKS_TARGET as string);
 const agent = new http.Agent({ keepAlive: true });
+const delayMs = Number(process.env.BENCH_E2E_INSTANT_DELAY_MS ?? 0);
 /** Headers of one hop, not to be passed on by a proxy (RFC 9110, 7.6.1). */
 const HOP_BY_HOP = new Set(['connection', 'keep-alive', 'proxy-connection', 'transfer-encoding', 'te', 'trailer', 'upgrade']);
 
@@ -35,7 +38,9 @@ function answerAck(req: http.IncomingMessage, res: http.ServerResponse): void {
       ids = undefined;
     }
     if (!Array.isArray(ids)) return answer(res, 400, { error: { code: 'invalid_request', message: 'the instant endpoint takes { "ids": [...] }' } });
-    answer(res, 200, { acked: ids.length, duplicates: 0, rejected: [], completed: [] });
+    const acked = { acked: ids.length, duplicates: 0, rejected: [], completed: [] };
+    if (delayMs > 0) setTimeout(() => answer(res, 200, acked), delayMs);
+    else answer(res, 200, acked);
   });
 }
 
