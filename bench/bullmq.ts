@@ -1,9 +1,10 @@
 /**
  * `npm run bench:bullmq`: only the BullMQ end-to-end comparison of `npm run bench` — jobs/s of plain
- * BullMQ vs BullMQ with rollcallProcessor, against one rollcall process (the build) on MariaDB.
+ * BullMQ vs BullMQ with rollcallProcessor, against one rollcall process (the build) on MariaDB, then
+ * on PostgreSQL (BENCH_PG=off: MariaDB alone); the instant-endpoint and beside rounds with MariaDB's.
  * Environment: BENCH_MYSQL_URL, BENCH_E2E_JOBS (default 20,000), BENCH_E2E_ROUNDS (default 3),
- * BENCH_E2E_CONCURRENCY (worker concurrencies, the same for both sides; default 100,300,1000),
- * BENCH_E2E_CONFIRM_ROUNDS (rounds at each side's fastest concurrency, measured again; default 5),
+ * BENCH_E2E_CONCURRENCY (worker concurrencies, the same for both sides; default 100,200,300,500,700,1000),
+ * BENCH_E2E_CONFIRM_ROUNDS (rounds at each side's fastest concurrency, measured again; default 9: a pair of rounds moved by up to ±20 % on this machine),
  * BENCH_E2E_BESIDE_ROUNDS (rounds of plain BullMQ alone and beside the service under rollcall's ack load; default 3),
  * BENCH_E2E_INSTANT_ROUNDS (rounds per concurrency, and at each side's fastest, with an ack endpoint that commits nothing; default 3),
  * BENCH_E2E_INSTANT_DELAY_MS (how long that endpoint holds each answer, spending no CPU; default 0).
@@ -11,41 +12,69 @@
 import { execFileSync } from 'node:child_process';
 import path from 'node:path';
 
+import { Knex } from 'knex';
+
 import { FROM_BUILD, spawnService } from '../test/helpers/processes';
-import { runBullmqEndToEnd } from './lib/bullmqEndToEnd';
-import { withDatabase } from './lib/database';
+import { BullmqEndToEndResult, EndToEndExtras, runBullmqEndToEnd } from './lib/bullmqEndToEnd';
+import { withMariadbDatabase, withPostgresDatabase } from './lib/database';
+
+interface Store {
+  name: string;
+  withDatabase: (work: (url: string, db: Knex) => Promise<void>) => Promise<void>;
+  extras: EndToEndExtras;
+}
+
+const STORES: Store[] = [
+  { name: 'MariaDB', withDatabase: withMariadbDatabase, extras: { instant: true, beside: true } },
+  ...(process.env.BENCH_PG === 'off' ? [] : [{ name: 'PostgreSQL', withDatabase: withPostgresDatabase, extras: { instant: false, beside: false } }]),
+];
+
+function report(store: string, result: BullmqEndToEndResult): void {
+  for (const at of result.byConcurrency)
+    console.log(
+      `BullMQ end to end (${store}), concurrency ${at.concurrency}: plain ${at.plainPerSecond.toFixed(0)} jobs/s, with rollcallProcessor ${at.rollcallPerSecond.toFixed(0)} jobs/s: ${at.ratio.toFixed(2)}× (target ≥ 0.8×)`,
+    );
+  const best = result.best;
+  console.log(
+    `BullMQ end to end (${store}), each side at its fastest concurrency, measured again: plain ${best.plainPerSecond.toFixed(0)} jobs/s (${best.plainConcurrency}), with rollcallProcessor ${best.rollcallPerSecond.toFixed(0)} jobs/s (${best.rollcallConcurrency}): ${best.ratio.toFixed(2)}× (rounds: ${best.rounds.map((r) => (r.rollcall / r.plain).toFixed(2)).join(', ')}; the choosing rounds' own medians: ${best.selected.ratio.toFixed(2)}×) (target ≥ 0.8×)`,
+  );
+  const instant = result.instant;
+  if (instant) {
+    for (const at of instant.byConcurrency)
+      console.log(
+        `BullMQ end to end against an ack endpoint that commits nothing (no commit wait, no service CPU), concurrency ${at.concurrency}: plain ${at.plainPerSecond.toFixed(0)} jobs/s, with rollcallProcessor ${at.rollcallPerSecond.toFixed(0)} jobs/s: ${at.ratio.toFixed(2)}× (${at.ackCallsPerJob.toFixed(3)} ack calls per job, median call ${at.ackCallMedianMs.toFixed(1)} ms)`,
+      );
+    console.log(
+      `BullMQ end to end against an ack endpoint that commits nothing, each side at its fastest, measured again: plain ${instant.best.plainPerSecond.toFixed(0)} jobs/s (${instant.best.plainConcurrency}), with rollcallProcessor ${instant.best.rollcallPerSecond.toFixed(0)} jobs/s (${instant.best.rollcallConcurrency}): ${instant.best.ratio.toFixed(2)}× (rounds: ${instant.best.rounds.map((r) => (r.rollcall / r.plain).toFixed(2)).join(', ')}; the choosing rounds' own medians: ${instant.best.selected.ratio.toFixed(2)}×)`,
+    );
+  }
+  const beside = result.beside;
+  if (beside)
+    console.log(
+      `BullMQ end to end (${store}), plain at concurrency ${beside.concurrency} beside the service acked at the rollcall rounds' rate by another process (${beside.callsPerSecond.toFixed(0)} calls/s of ${beside.idsPerCall} IDs): ${beside.besidePerSecond.toFixed(0)} jobs/s, alone ${beside.alonePerSecond.toFixed(0)}: ${beside.ratio.toFixed(2)}× (rounds: ${beside.rounds.map((r) => (r.beside / r.alone).toFixed(2)).join(', ')}); with rollcallProcessor there ${beside.rollcallPerSecond.toFixed(0)} jobs/s: ${beside.rollcallToBeside.toFixed(2)}× plain beside the service`,
+    );
+}
 
 async function main(): Promise<void> {
   execFileSync('npm', ['run', 'build'], { cwd: path.resolve(__dirname, '..'), stdio: 'ignore' });
-  await withDatabase(async (databaseUrl) => {
-    const service = await spawnService({ DATABASE_URL: databaseUrl, LOG_LEVEL: 'warn' }, FROM_BUILD);
-    try {
-      const result = await runBullmqEndToEnd(service.url, Number(process.env.BENCH_E2E_JOBS ?? 20_000), Number(process.env.BENCH_E2E_ROUNDS ?? 3));
-      console.log(JSON.stringify(result, null, 2));
-      for (const at of result.byConcurrency)
-        console.log(
-          `BullMQ end to end, concurrency ${at.concurrency}: plain ${at.plainPerSecond.toFixed(0)} jobs/s, with rollcallProcessor ${at.rollcallPerSecond.toFixed(0)} jobs/s: ${at.ratio.toFixed(2)}× (target ≥ 0.8×)`,
+  const results: Array<[string, BullmqEndToEndResult]> = [];
+  for (const store of STORES)
+    await store.withDatabase(async (databaseUrl) => {
+      const service = await spawnService({ DATABASE_URL: databaseUrl, LOG_LEVEL: 'warn' }, FROM_BUILD);
+      try {
+        const result = await runBullmqEndToEnd(
+          service.url,
+          Number(process.env.BENCH_E2E_JOBS ?? 20_000),
+          Number(process.env.BENCH_E2E_ROUNDS ?? 3),
+          store.extras,
         );
-      const best = result.best;
-      console.log(
-        `BullMQ end to end, each side at its fastest concurrency, measured again: plain ${best.plainPerSecond.toFixed(0)} jobs/s (${best.plainConcurrency}), with rollcallProcessor ${best.rollcallPerSecond.toFixed(0)} jobs/s (${best.rollcallConcurrency}): ${best.ratio.toFixed(2)}× (rounds: ${best.rounds.map((r) => (r.rollcall / r.plain).toFixed(2)).join(', ')}; the choosing rounds' own medians: ${best.selected.ratio.toFixed(2)}×) (target ≥ 0.8×)`,
-      );
-      const instant = result.instant;
-      for (const at of instant.byConcurrency)
-        console.log(
-          `BullMQ end to end against an ack endpoint that commits nothing (no commit wait, no service CPU), concurrency ${at.concurrency}: plain ${at.plainPerSecond.toFixed(0)} jobs/s, with rollcallProcessor ${at.rollcallPerSecond.toFixed(0)} jobs/s: ${at.ratio.toFixed(2)}× (${at.ackCallsPerJob.toFixed(3)} ack calls per job, median call ${at.ackCallMedianMs.toFixed(1)} ms)`,
-        );
-      console.log(
-        `BullMQ end to end against an ack endpoint that commits nothing, each side at its fastest, measured again: plain ${instant.best.plainPerSecond.toFixed(0)} jobs/s (${instant.best.plainConcurrency}), with rollcallProcessor ${instant.best.rollcallPerSecond.toFixed(0)} jobs/s (${instant.best.rollcallConcurrency}): ${instant.best.ratio.toFixed(2)}× (rounds: ${instant.best.rounds.map((r) => (r.rollcall / r.plain).toFixed(2)).join(', ')}; the choosing rounds' own medians: ${instant.best.selected.ratio.toFixed(2)}×)`,
-      );
-      const beside = result.beside;
-      console.log(
-        `BullMQ end to end, plain at concurrency ${beside.concurrency} beside the service acked at the rollcall rounds' rate by another process (${beside.callsPerSecond.toFixed(0)} calls/s of ${beside.idsPerCall} IDs): ${beside.besidePerSecond.toFixed(0)} jobs/s, alone ${beside.alonePerSecond.toFixed(0)}: ${beside.ratio.toFixed(2)}× (rounds: ${beside.rounds.map((r) => (r.beside / r.alone).toFixed(2)).join(', ')}); with rollcallProcessor there ${beside.rollcallPerSecond.toFixed(0)} jobs/s: ${beside.rollcallToBeside.toFixed(2)}× plain beside the service`,
-      );
-    } finally {
-      await service.stop();
-    }
-  });
+        console.log(JSON.stringify({ store: store.name, ...result }, null, 2));
+        results.push([store.name, result]);
+      } finally {
+        await service.stop();
+      }
+    });
+  for (const [store, result] of results) report(store, result);
 }
 
 main().then(

@@ -7,23 +7,21 @@
  * BENCH_PG=off to measure MariaDB alone.
  */
 import { execFileSync, spawn } from 'node:child_process';
-import { randomBytes } from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 import readline from 'node:readline';
 
-import knex, { Knex } from 'knex';
+import { Knex } from 'knex';
 
 import { call, FROM_BUILD, ServiceProcess, spawnService } from '../test/helpers/processes';
-import { runBullmqEndToEnd } from './lib/bullmqEndToEnd';
+import { BullmqEndToEndResult, runBullmqEndToEnd } from './lib/bullmqEndToEnd';
 import { BULLMQ_VERSION, runBullmq } from './lib/bullmqPeer';
+import { withMariadbDatabase, withPostgresDatabase } from './lib/database';
 import { sequentialLatency } from './lib/latency';
 import { load, LoadResult } from './lib/load';
 import { describeMachine, peakRssMiB } from './lib/machine';
 
 const ROOT = path.resolve(__dirname, '..');
-const MYSQL_URL = process.env.BENCH_MYSQL_URL ?? 'mysql://root@127.0.0.1:3306/test';
-const PG_URL = process.env.BENCH_PG_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres';
 const BATCHED_ITEMS = Number(process.env.BENCH_BATCHED_ITEMS ?? 2_000_000);
 const BULLMQ_E2E_JOBS = Number(process.env.BENCH_E2E_JOBS ?? 20_000);
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 10);
@@ -94,21 +92,7 @@ interface BenchDatabase {
 
 const mariadb: BenchDatabase = {
   name: 'MariaDB',
-  async withDatabase(work) {
-    const name = `rollcall_bench_${randomBytes(4).toString('hex')}`;
-    const admin = knex({ client: 'mysql2', connection: { uri: MYSQL_URL } as never, pool: { min: 0, max: 1 } });
-    await admin.raw('CREATE DATABASE ??', [name]);
-    const url = new URL(MYSQL_URL);
-    url.pathname = `/${name}`;
-    const db = knex({ client: 'mysql2', connection: { uri: url.toString() } as never, pool: { min: 0, max: 2 } });
-    try {
-      return await work(url.toString(), db);
-    } finally {
-      await db.destroy();
-      await admin.raw('DROP DATABASE ??', [name]);
-      await admin.destroy();
-    }
-  },
+  withDatabase: withMariadbDatabase,
   async version(db) {
     return String(((await db.raw('SELECT VERSION() v')) as Array<Array<{ v: string }>>)[0]![0]!.v);
   },
@@ -123,21 +107,7 @@ const mariadb: BenchDatabase = {
 
 const postgres: BenchDatabase = {
   name: 'PostgreSQL',
-  async withDatabase(work) {
-    const name = `rollcall_bench_${randomBytes(4).toString('hex')}`;
-    const admin = knex({ client: 'pg', connection: { connectionString: PG_URL }, pool: { min: 0, max: 1 } });
-    await admin.raw('CREATE DATABASE ??', [name]);
-    const url = new URL(PG_URL);
-    url.pathname = `/${name}`;
-    const db = knex({ client: 'pg', connection: { connectionString: url.toString() }, pool: { min: 0, max: 2 } });
-    try {
-      return await work(url.toString(), db);
-    } finally {
-      await db.destroy();
-      await admin.raw('DROP DATABASE ?? WITH (FORCE)', [name]);
-      await admin.destroy();
-    }
-  },
+  withDatabase: withPostgresDatabase,
   async version(db) {
     return String(((await db.raw('SHOW server_version')) as { rows: Array<{ server_version: string }> }).rows[0]!.server_version);
   },
@@ -168,7 +138,7 @@ interface Figures {
   rounds: Array<{ rollcall: LoadResult; noop: LoadResult; servedAlike: LoadResult }>;
   status: Latency;
   /** BullMQ end to end against this database's service (MariaDB only: it measures the integration, not the database). */
-  endToEnd?: Awaited<ReturnType<typeof runBullmqEndToEnd>>;
+  endToEnd?: BullmqEndToEndResult;
   health: Latency;
   mergeFactor: number;
   rssMiB: number;
@@ -319,7 +289,9 @@ async function measureOn(database: BenchDatabase, noop: NoopServer, servedAlike:
       const mergeFactor = metric('rollcall_group_commit_calls_sum') / metric('rollcall_group_commit_calls_count');
       const rssMiB = peakRssMiB(pid);
       // BullMQ end to end: a no-op worker, plain and wrapped in rollcallProcessor (also alone: npm run bench:bullmq).
-      const endToEnd = database === DATABASES[0] ? await runBullmqEndToEnd(url, BULLMQ_E2E_JOBS) : undefined;
+      // The instant-endpoint and beside rounds do not depend on the store: with the first database only.
+      const first = database === DATABASES[0];
+      const endToEnd = await runBullmqEndToEnd(url, BULLMQ_E2E_JOBS, undefined, { instant: first, beside: first });
       const { big: _big, ...addFigures } = adds;
       return { database: database.name, version, ...addFigures, ...storage, ...batched, rounds, status, health, mergeFactor, rssMiB, endToEnd };
     } finally {
@@ -400,7 +372,7 @@ function endToEndRows(f: Figures): Row[] {
   const e = f.endToEnd;
   if (!e) return [];
   const best: Row = [
-    `   BullMQ end to end, each side at its fastest of those concurrencies, measured again (median of ${e.best.rounds.length} alternating rounds)`,
+    `   BullMQ end to end, each side at its fastest of those concurrencies, measured again (median of ${e.best.rounds.length} alternating rounds) — ${f.database}`,
     `${fmt(e.best.rollcallPerSecond)} (concurrency ${e.best.rollcallConcurrency})`,
     `plain BullMQ: ${fmt(e.best.plainPerSecond)} jobs/s (concurrency ${e.best.plainConcurrency})`,
     `${fmt(e.best.ratio, 2)}× (rounds: ${e.best.rounds.map((r) => fmt(r.rollcall / r.plain, 2)).join(', ')}; the choosing rounds' own medians: ${fmt(e.best.selected.ratio, 2)}×) (target ≥ 0.8×)`,
@@ -411,21 +383,29 @@ function endToEndRows(f: Figures): Row[] {
     `plain BullMQ ${e.bullmqVersion}: ${fmt(at.plainPerSecond)} jobs/s`,
     `${fmt(at.ratio, 2)}× (rounds: ${at.rounds.map((r) => fmt(r.rollcall / r.plain, 2)).join(', ')}; ${fmt(at.ackCallsPerJob, 3)} ack calls per job, median call ${fmt(at.ackCallMedianMs, 1)} ms) (target ≥ 0.8×)`,
   ]);
-  const b = e.beside;
+  return [...rows, best, ...besideRows(e.beside), ...instantRows(e.instant)];
+}
+
+function besideRows(b: BullmqEndToEndResult['beside']): Row[] {
+  if (!b) return [];
   const beside: Row = [
     `   plain BullMQ at concurrency ${b.concurrency} beside the service, which another process acks at the rollcall rounds' rate (${fmt(b.callsPerSecond)} calls/s of ${b.idsPerCall} IDs), median of ${b.rounds.length} alternating rounds`,
     fmt(b.besidePerSecond),
     `plain BullMQ alone: ${fmt(b.alonePerSecond)} jobs/s; with rollcallProcessor there: ${fmt(b.rollcallPerSecond)} jobs/s (${fmt(b.rollcallToBeside, 2)}× plain beside the service)`,
     `${fmt(b.ratio, 2)}× of alone (rounds: ${b.rounds.map((r) => fmt(r.beside / r.alone, 2)).join(', ')}): what sharing the machine with the service costs BullMQ itself`,
   ];
-  const i = e.instant;
+  return [beside];
+}
+
+function instantRows(i: BullmqEndToEndResult['instant']): Row[] {
+  if (!i) return [];
   const instant: Row = [
     `   rollcallProcessor against an ack endpoint that answers at once and commits nothing (another process), each side at its fastest, measured again (median of ${i.best.rounds.length} alternating rounds): no commit to wait for, no service CPU`,
     `${fmt(i.best.rollcallPerSecond)} (concurrency ${i.best.rollcallConcurrency})`,
     `plain BullMQ: ${fmt(i.best.plainPerSecond)} jobs/s (concurrency ${i.best.plainConcurrency})`,
     `${fmt(i.best.ratio, 2)}× (rounds: ${i.best.rounds.map((r) => fmt(r.rollcall / r.plain, 2)).join(', ')}; by concurrency ${i.byConcurrency.map((at) => `${at.concurrency}: ${fmt(at.ratio, 2)}×, median call ${fmt(at.ackCallMedianMs, 1)} ms`).join('; ')})`,
   ];
-  return [...rows, best, beside, instant];
+  return [instant];
 }
 
 /** Which databases to measure: MariaDB always, PostgreSQL unless BENCH_PG=off. */

@@ -11,17 +11,20 @@ import { openBatch } from '../../src/integrations/producer';
 const connection = { host: '127.0.0.1', port: 6379, maxRetriesPerRequest: null };
 /**
  * Worker concurrencies measured, each the same for both sides. Plain BullMQ's no-op worker is bound
- * by its own CPU from about 25 slots up and loses ~20 % at 1,000 (more active jobs to keep); a
- * rollcall job holds its slot for one ack round trip, so its rate grows with the slots until the
- * CPU bounds it too. Hence also `best`: each side at the concurrency where it was fastest.
+ * by its own CPU from about 25 slots up and, on some machines, loses ~20 % at 1,000 (more active jobs
+ * to keep); a rollcall job holds its slot for one ack round trip, so its rate grows with the slots
+ * until the CPU bounds it too. Hence also `best`: each side at the concurrency where it was fastest.
+ * Where that is moved from machine to machine (plain BullMQ's at 100–300 on some, 500–1,000 on
+ * others; rollcall's at 300–1,000), so the grid has points between: with only 100, 300 and 1,000,
+ * a side whose best lay near 500 was measured at 300 or 1,000 instead.
  */
-const CONCURRENCIES = (process.env.BENCH_E2E_CONCURRENCY ?? '100,300,1000').split(',').map(Number);
+const CONCURRENCIES = (process.env.BENCH_E2E_CONCURRENCY ?? '100,200,300,500,700,1000').split(',').map(Number);
 /** Ack calls sent to the service before any round: a fresh process runs its code cold (see warmUp). */
 const WARM_UP_ACK_CALLS = 4000;
 const WARM_UP_IDS_PER_CALL = 50;
 const WARM_UP_JOBS = 5000;
 /** Rounds that measure each side again at its fastest concurrency (see confirmBest). */
-const CONFIRM_ROUNDS = Number(process.env.BENCH_E2E_CONFIRM_ROUNDS ?? 5);
+const CONFIRM_ROUNDS = Number(process.env.BENCH_E2E_CONFIRM_ROUNDS ?? 9);
 /** Rounds of plain BullMQ alone and beside the service under rollcall's ack load (see besideAckLoad). */
 const BESIDE_ROUNDS = Number(process.env.BENCH_E2E_BESIDE_ROUNDS ?? 3);
 /** Rounds per concurrency, and at each side's fastest, against the ack endpoint that commits nothing (see instantAcks). */
@@ -73,13 +76,13 @@ export interface BullmqEndToEndResult {
    * machine's cores — both at once, so it does not tell the two apart. Confirmed with
    * INSTANT_ROUNDS rounds (3), fewer than `best`'s: the noisier figure.
    */
-  instant: { byConcurrency: EndToEndAtConcurrency[]; best: EndToEndBest };
+  instant?: { byConcurrency: EndToEndAtConcurrency[]; best: EndToEndBest };
   /**
    * Plain BullMQ at its fastest concurrency, alone and beside the same service while another
    * process acks at the rate (calls/s, IDs per call) the rollcall rounds had there: what running the
    * service and its database on the worker's machine costs plain BullMQ, apart from the integration.
    */
-  beside: {
+  beside?: {
     concurrency: number;
     callsPerSecond: number;
     idsPerCall: number;
@@ -92,6 +95,16 @@ export interface BullmqEndToEndResult {
     rollcallPerSecond: number;
     rollcallToBeside: number;
   };
+}
+
+/**
+ * The measures beside the comparison itself. Neither depends on the service's store (the instant
+ * endpoint commits nothing; the beside rounds are a property of the machine), so a run over several
+ * stores takes them with one.
+ */
+export interface EndToEndExtras {
+  instant: boolean;
+  beside: boolean;
 }
 
 /** Each side's median rate at the concurrency where that median was highest. */
@@ -170,7 +183,12 @@ async function warmUpService(client: RollcallClient): Promise<void> {
  * service's ack path, warmUpService); then rounds alternate, and so does which side goes first in
  * a round, as the machine's speed drifts.
  */
-export async function runBullmqEndToEnd(url: string, jobs = 20_000, roundCount = 3): Promise<BullmqEndToEndResult> {
+export async function runBullmqEndToEnd(
+  url: string,
+  jobs = 20_000,
+  roundCount = 3,
+  extras: EndToEndExtras = { instant: true, beside: true },
+): Promise<BullmqEndToEndResult> {
   let counting = false;
   let ackCalls = 0;
   let callMs: number[] = [];
@@ -256,15 +274,17 @@ export async function runBullmqEndToEnd(url: string, jobs = 20_000, roundCount =
   const byConcurrency = await atEachConcurrency(timeRollcall, roundCount);
   const best = await confirmBest(fastestOfEach(byConcurrency), (concurrency) => plain(jobs, concurrency), timeRollcall);
   const atPlainBest = byConcurrency.find((at) => at.concurrency === best.plainConcurrency)!;
-  const beside = await besideAckLoad(url, atPlainBest, () => plain(jobs, atPlainBest.concurrency));
-  const instant = await withInstantAcks(url, async (instantUrl) => {
-    const instantClient = clientOf(instantUrl);
-    await withRollcall(instantClient)(WARM_UP_JOBS, CONCURRENCIES[0]!); // untimed, as for the service above
-    const timeInstant = timed(withRollcall(instantClient));
-    const instantByConcurrency = await atEachConcurrency(timeInstant, INSTANT_ROUNDS);
-    const instantBest = await confirmBest(fastestOfEach(instantByConcurrency), (concurrency) => plain(jobs, concurrency), timeInstant, INSTANT_ROUNDS);
-    return { byConcurrency: instantByConcurrency, best: instantBest };
-  });
+  const beside = extras.beside ? await besideAckLoad(url, atPlainBest, () => plain(jobs, atPlainBest.concurrency)) : undefined;
+  const instant = !extras.instant
+    ? undefined
+    : await withInstantAcks(url, async (instantUrl) => {
+        const instantClient = clientOf(instantUrl);
+        await withRollcall(instantClient)(WARM_UP_JOBS, CONCURRENCIES[0]!); // untimed, as for the service above
+        const timeInstant = timed(withRollcall(instantClient));
+        const instantByConcurrency = await atEachConcurrency(timeInstant, INSTANT_ROUNDS);
+        const instantBest = await confirmBest(fastestOfEach(instantByConcurrency), (concurrency) => plain(jobs, concurrency), timeInstant, INSTANT_ROUNDS);
+        return { byConcurrency: instantByConcurrency, best: instantBest };
+      });
   return {
     jobs,
     // eslint-disable-next-line @typescript-eslint/no-require-imports -- a package's own version, read once
@@ -278,7 +298,7 @@ export async function runBullmqEndToEnd(url: string, jobs = 20_000, roundCount =
 }
 
 /** Runs `plain` with, beside it, an ack load on the service as the rollcall rounds at `at` made it. */
-async function besideAckLoad(url: string, at: EndToEndAtConcurrency, plain: () => Promise<number>): Promise<BullmqEndToEndResult['beside']> {
+async function besideAckLoad(url: string, at: EndToEndAtConcurrency, plain: () => Promise<number>): Promise<NonNullable<BullmqEndToEndResult['beside']>> {
   const callsPerSecond = at.rollcallPerSecond * at.ackCallsPerJob;
   const idsPerCall = Math.max(1, Math.round(1 / at.ackCallsPerJob));
   const pairs = await alternating(BESIDE_ROUNDS, plain, () => withAckLoad(url, idsPerCall, callsPerSecond, plain));
