@@ -2,11 +2,11 @@
  * `npm run bench:bullmq`: only the BullMQ end-to-end comparison of `npm run bench` — jobs/s of plain
  * BullMQ vs BullMQ with rollcallProcessor, against one rollcall process (the build) on MariaDB, then
  * on PostgreSQL (BENCH_PG=off: MariaDB alone); the instant-endpoint and beside rounds with MariaDB's.
- * Environment: BENCH_MYSQL_URL, BENCH_E2E_JOBS (default 20,000), BENCH_E2E_ROUNDS (default 3),
+ * Environment: BENCH_MYSQL_URL, BENCH_E2E_JOBS (default 20,000), BENCH_E2E_ROUNDS (default 4),
  * BENCH_E2E_CONCURRENCY (worker concurrencies, the same for both sides; default 100,200,300,500,700,1000),
- * BENCH_E2E_CONFIRM_ROUNDS (rounds at each side's fastest concurrency, measured again; default 9: a pair of rounds moved by up to ±20 % on this machine),
- * BENCH_E2E_BESIDE_ROUNDS (rounds of plain BullMQ alone and beside the service under rollcall's ack load; default 3),
- * BENCH_E2E_INSTANT_ROUNDS (rounds per concurrency, and at each side's fastest, with an ack endpoint that commits nothing; default 3),
+ * BENCH_E2E_CONFIRM_ROUNDS (rounds at each side's fastest concurrency, measured again; default 10: single rounds moved by a third either way on this machine),
+ * BENCH_E2E_BESIDE_ROUNDS (rounds of plain BullMQ alone and beside the service under rollcall's ack load; default 4),
+ * BENCH_E2E_INSTANT_ROUNDS (rounds per concurrency, and at each side's fastest, with an ack endpoint that commits nothing; default 4),
  * BENCH_E2E_INSTANT_DELAY_MS (how long that endpoint holds each answer, spending no CPU; default 0).
  */
 import { execFileSync } from 'node:child_process';
@@ -57,7 +57,6 @@ function report(store: string, result: BullmqEndToEndResult): void {
 
 async function main(): Promise<void> {
   execFileSync('npm', ['run', 'build'], { cwd: path.resolve(__dirname, '..'), stdio: 'ignore' });
-  const results: Array<[string, BullmqEndToEndResult]> = [];
   for (const store of STORES)
     await store.withDatabase(async (databaseUrl) => {
       const service = await spawnService({ DATABASE_URL: databaseUrl, LOG_LEVEL: 'warn' }, FROM_BUILD);
@@ -65,16 +64,15 @@ async function main(): Promise<void> {
         const result = await runBullmqEndToEnd(
           service.url,
           Number(process.env.BENCH_E2E_JOBS ?? 20_000),
-          Number(process.env.BENCH_E2E_ROUNDS ?? 3),
+          Number(process.env.BENCH_E2E_ROUNDS ?? 4),
           store.extras,
         );
         console.log(JSON.stringify({ store: store.name, ...result }, null, 2));
-        results.push([store.name, result]);
+        report(store.name, result); // now, so a later store that fails takes nothing of it away
       } finally {
         await service.stop();
       }
     });
-  for (const [store, result] of results) report(store, result);
 }
 
 main().then(

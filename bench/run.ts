@@ -137,7 +137,7 @@ interface Figures {
   itemAcksPerSecond: number;
   rounds: Array<{ rollcall: LoadResult; noop: LoadResult; servedAlike: LoadResult }>;
   status: Latency;
-  /** BullMQ end to end against this database's service (MariaDB only: it measures the integration, not the database). */
+  /** BullMQ end to end against this database's service; its instant-endpoint and beside rounds with the first database only. */
   endToEnd?: BullmqEndToEndResult;
   health: Latency;
   mergeFactor: number;

@@ -24,17 +24,17 @@ const WARM_UP_ACK_CALLS = 4000;
 const WARM_UP_IDS_PER_CALL = 50;
 const WARM_UP_JOBS = 5000;
 /** Rounds that measure each side again at its fastest concurrency (see confirmBest). */
-const CONFIRM_ROUNDS = Number(process.env.BENCH_E2E_CONFIRM_ROUNDS ?? 9);
+const CONFIRM_ROUNDS = Number(process.env.BENCH_E2E_CONFIRM_ROUNDS ?? 10);
 /** Rounds of plain BullMQ alone and beside the service under rollcall's ack load (see besideAckLoad). */
-const BESIDE_ROUNDS = Number(process.env.BENCH_E2E_BESIDE_ROUNDS ?? 3);
+const BESIDE_ROUNDS = Number(process.env.BENCH_E2E_BESIDE_ROUNDS ?? 4);
 /** Rounds per concurrency, and at each side's fastest, against the ack endpoint that commits nothing (see instantAcks). */
-const INSTANT_ROUNDS = Number(process.env.BENCH_E2E_INSTANT_ROUNDS ?? 3);
+const INSTANT_ROUNDS = Number(process.env.BENCH_E2E_INSTANT_ROUNDS ?? 4);
 
 export interface EndToEndAtConcurrency {
   concurrency: number;
-  /** Jobs/s of a no-op worker, plain BullMQ: the median round. */
+  /** Jobs/s of a no-op worker, plain BullMQ: the median of the rounds. */
   plainPerSecond: number;
-  /** Jobs/s of the same worker wrapped in rollcallProcessor, acking a sealed batch: the median round. */
+  /** Jobs/s of the same worker wrapped in rollcallProcessor, acking a sealed batch: the median of the rounds. */
   rollcallPerSecond: number;
   /** Median of the rounds' ratios (rollcall / plain). */
   ratio: number;
@@ -74,7 +74,7 @@ export interface BullmqEndToEndResult {
    * commits nothing (bench/lib/instantAcks.ts, another process): the worker does all of the
    * integration's work, while no ack waits for a commit and no service or database takes the
    * machine's cores — both at once, so it does not tell the two apart. Confirmed with
-   * INSTANT_ROUNDS rounds (3), fewer than `best`'s: the noisier figure.
+   * INSTANT_ROUNDS rounds (4), fewer than `best`'s: the noisier figure.
    */
   instant?: { byConcurrency: EndToEndAtConcurrency[]; best: EndToEndBest };
   /**
@@ -111,7 +111,7 @@ export interface EndToEndExtras {
 function fastestOfEach(byConcurrency: EndToEndAtConcurrency[]) {
   const side = (rate: (r: { plain: number; rollcall: number }) => number) =>
     byConcurrency
-      .map((at) => ({ concurrency: at.concurrency, perSecond: rate(median(at.rounds, rate)) }))
+      .map((at) => ({ concurrency: at.concurrency, perSecond: medianOf(at.rounds.map(rate)) }))
       .reduce((a, b) => (b.perSecond > a.perSecond ? b : a));
   const plain = side((r) => r.plain);
   const rollcall = side((r) => r.rollcall);
@@ -149,7 +149,21 @@ async function addJobs(queue: Queue, datas: Array<Record<string, unknown>>): Pro
   await queue.addBulk(datas.map((data) => ({ name: 'job', data, opts: { removeOnComplete: true } })));
 }
 
-const median = <T>(items: T[], by: (t: T) => number): T => [...items].sort((a, b) => by(a) - by(b))[Math.floor(items.length / 2)]!;
+/** The median; of an even count, the mean of the two middle values. */
+function medianOf(values: number[]): number {
+  const sorted = [...values].sort((a, b) => a - b);
+  const half = Math.floor(sorted.length / 2);
+  return sorted.length % 2 === 1 ? sorted[half]! : (sorted[half - 1]! + sorted[half]!) / 2;
+}
+
+/** Each side's median rate, and the median of the rounds' ratios (rollcall / plain). */
+function mediansOf(rounds: Array<{ plain: number; rollcall: number }>) {
+  return {
+    plainPerSecond: medianOf(rounds.map((r) => r.plain)),
+    rollcallPerSecond: medianOf(rounds.map((r) => r.rollcall)),
+    ratio: medianOf(rounds.map((r) => r.rollcall / r.plain)),
+  };
+}
 
 /**
  * A fresh rollcall process runs its ack path unoptimised for its first few thousand calls (CPU per
@@ -186,7 +200,7 @@ async function warmUpService(client: RollcallClient): Promise<void> {
 export async function runBullmqEndToEnd(
   url: string,
   jobs = 20_000,
-  roundCount = 3,
+  roundCount = 4,
   extras: EndToEndExtras = { instant: true, beside: true },
 ): Promise<BullmqEndToEndResult> {
   let counting = false;
@@ -252,15 +266,12 @@ export async function runBullmqEndToEnd(
         () => plain(jobs, concurrency),
         () => rollcall(concurrency),
       );
-      const middle = median(measured, (r) => r.rollcall / r.plain);
       byConcurrency.push({
         concurrency,
-        plainPerSecond: middle.plain,
-        rollcallPerSecond: middle.rollcall,
-        ratio: middle.rollcall / middle.plain,
+        ...mediansOf(measured),
         rounds: measured,
         ackCallsPerJob: ackCalls / (jobs * rounds),
-        ackCallMedianMs: median(callMs, (ms) => ms),
+        ackCallMedianMs: medianOf(callMs),
       });
     }
     return byConcurrency;
@@ -303,17 +314,17 @@ async function besideAckLoad(url: string, at: EndToEndAtConcurrency, plain: () =
   const idsPerCall = Math.max(1, Math.round(1 / at.ackCallsPerJob));
   const pairs = await alternating(BESIDE_ROUNDS, plain, () => withAckLoad(url, idsPerCall, callsPerSecond, plain));
   const rounds = pairs.map((r) => ({ alone: r.plain, beside: r.rollcall }));
-  const middle = median(rounds, (r) => r.beside / r.alone);
+  const medians = mediansOf(pairs);
   return {
     concurrency: at.concurrency,
     callsPerSecond,
     idsPerCall,
-    alonePerSecond: middle.alone,
-    besidePerSecond: middle.beside,
-    ratio: middle.beside / middle.alone,
+    alonePerSecond: medians.plainPerSecond,
+    besidePerSecond: medians.rollcallPerSecond,
+    ratio: medians.ratio,
     rounds,
     rollcallPerSecond: at.rollcallPerSecond,
-    rollcallToBeside: at.rollcallPerSecond / middle.beside,
+    rollcallToBeside: at.rollcallPerSecond / medians.rollcallPerSecond,
   };
 }
 
@@ -365,8 +376,15 @@ async function withBenchProcess<T>(
   }
 }
 
-/** `count` rounds of both sides; which side goes first alternates, as the machine's speed drifts. */
+/**
+ * `count` rounds of both sides; which side goes first alternates, as the machine's speed drifts.
+ * The count must be even, so each side goes first equally often: with an odd count the side that
+ * goes first in the first round goes first once more, and the order may matter (in round 2's seventh
+ * session, rounds in which plain BullMQ went first gave a ratio 1.6 % higher on average, in 31 of 56
+ * sets of rounds: within the noise, but not for an odd count to decide).
+ */
 async function alternating(count: number, plain: () => Promise<number>, rollcall: () => Promise<number>): Promise<Array<{ plain: number; rollcall: number }>> {
+  if (count % 2 !== 0) throw new Error(`an even number of alternating rounds, so each side goes first as often (got ${count})`);
   const rounds: Array<{ plain: number; rollcall: number }> = [];
   for (let round = 0; round < count; round++) {
     if (round % 2 === 0) {
@@ -398,13 +416,13 @@ async function confirmBest(
     () => plain(selected.plainConcurrency),
     () => rollcall(selected.rollcallConcurrency),
   );
-  const middle = median(rounds, (r) => r.rollcall / r.plain);
+  const medians = mediansOf(rounds);
   return {
-    plainPerSecond: middle.plain,
+    plainPerSecond: medians.plainPerSecond,
     plainConcurrency: selected.plainConcurrency,
-    rollcallPerSecond: middle.rollcall,
+    rollcallPerSecond: medians.rollcallPerSecond,
     rollcallConcurrency: selected.rollcallConcurrency,
-    ratio: middle.rollcall / middle.plain,
+    ratio: medians.ratio,
     rounds,
     selected: { plainPerSecond: selected.plainPerSecond, rollcallPerSecond: selected.rollcallPerSecond, ratio: selected.ratio },
   };

@@ -39,9 +39,11 @@ async function withFreshDatabase<T>(server: Server, work: (url: string, db: Knex
   try {
     return await work(url.toString(), db);
   } finally {
-    await db.destroy();
-    await admin.raw(server.drop, [name]);
-    await admin.destroy();
+    try {
+      await db.destroy();
+    } finally {
+      await admin.raw(server.drop, [name]).finally(() => admin.destroy());
+    }
   }
 }
 
