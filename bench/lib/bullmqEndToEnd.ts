@@ -14,9 +14,10 @@ const connection = { host: '127.0.0.1', port: 6379, maxRetriesPerRequest: null }
  * by its own CPU from about 25 slots up and, on some machines, loses ~20 % at 1,000 (more active jobs
  * to keep); a rollcall job holds its slot for one ack round trip, so its rate grows with the slots
  * until the CPU bounds it too. Hence also `best`: each side at the concurrency where it was fastest.
- * Where that is moved from machine to machine (plain BullMQ's at 100–300 on some, 500–1,000 on
- * others; rollcall's at 300–1,000), so the grid has points between: with only 100, 300 and 1,000,
- * a side whose best lay near 500 was measured at 300 or 1,000 instead.
+ * Where that is moved from run to run (plain BullMQ's at 100, 200, 300, 500 or 700 in round 2's
+ * seventh session, rollcall's at 300, 500 or 700), so the grid has points between: with only 100, 300
+ * and 1,000, a side whose best lay near 200, 500 or 700 was measured away from it. (Picked from the
+ * same rounds, the old grid gave about the same ratios: docs/benchmarks.md.)
  */
 const CONCURRENCIES = (process.env.BENCH_E2E_CONCURRENCY ?? '100,200,300,500,700,1000').split(',').map(Number);
 /** Ack calls sent to the service before any round: a fresh process runs its code cold (see warmUp). */
