@@ -15,18 +15,23 @@ import path from 'node:path';
 import { Knex } from 'knex';
 
 import { FROM_BUILD, spawnService } from '../test/helpers/processes';
-import { BullmqEndToEndResult, EndToEndExtras, runBullmqEndToEnd } from './lib/bullmqEndToEnd';
-import { withMariadbDatabase, withPostgresDatabase } from './lib/database';
+import { BullmqEndToEndResult, describeCpu, EndToEndExtras, runBullmqEndToEnd } from './lib/bullmqEndToEnd';
+import { Accounted } from './lib/cpu';
+import { MARIADB_SERVER, POSTGRES_SERVER, withMariadbDatabase, withPostgresDatabase } from './lib/database';
 
 interface Store {
   name: string;
   withDatabase: (work: (url: string, db: Knex) => Promise<void>) => Promise<void>;
   extras: EndToEndExtras;
+  /** The database server's processes, whose CPU the rounds at each side's fastest account for. */
+  server: Accounted;
 }
 
 const STORES: Store[] = [
-  { name: 'MariaDB', withDatabase: withMariadbDatabase, extras: { instant: true, beside: true } },
-  ...(process.env.BENCH_PG === 'off' ? [] : [{ name: 'PostgreSQL', withDatabase: withPostgresDatabase, extras: { instant: false, beside: false } }]),
+  { name: 'MariaDB', withDatabase: withMariadbDatabase, extras: { instant: true, beside: true }, server: MARIADB_SERVER },
+  ...(process.env.BENCH_PG === 'off'
+    ? []
+    : [{ name: 'PostgreSQL', withDatabase: withPostgresDatabase, extras: { instant: false, beside: false }, server: POSTGRES_SERVER }]),
 ];
 
 function report(store: string, result: BullmqEndToEndResult): void {
@@ -38,6 +43,7 @@ function report(store: string, result: BullmqEndToEndResult): void {
   console.log(
     `BullMQ end to end (${store}), each side at its fastest concurrency, measured again: plain ${best.plainPerSecond.toFixed(0)} jobs/s (${best.plainConcurrency}), with rollcallProcessor ${best.rollcallPerSecond.toFixed(0)} jobs/s (${best.rollcallConcurrency}): ${best.ratio.toFixed(2)}× (rounds: ${best.rounds.map((r) => (r.rollcall / r.plain).toFixed(2)).join(', ')}; the choosing rounds' own medians: ${best.selected.ratio.toFixed(2)}×) (target ≥ 0.8×)`,
   );
+  if (best.cpu) console.log(`BullMQ end to end (${store}), each side at its fastest: ${describeCpu(best.cpu)}`);
   const instant = result.instant;
   if (instant) {
     for (const at of instant.byConcurrency)
@@ -66,6 +72,7 @@ async function main(): Promise<void> {
           Number(process.env.BENCH_E2E_JOBS ?? 20_000),
           Number(process.env.BENCH_E2E_ROUNDS ?? 4),
           store.extras,
+          [{ name: 'service', pids: () => [service.child.pid!] }, store.server],
         );
         console.log(JSON.stringify({ store: store.name, ...result }, null, 2));
         report(store.name, result); // now, so a later store that fails takes nothing of it away

@@ -14,9 +14,10 @@ import readline from 'node:readline';
 import { Knex } from 'knex';
 
 import { call, FROM_BUILD, ServiceProcess, spawnService } from '../test/helpers/processes';
-import { BullmqEndToEndResult, runBullmqEndToEnd } from './lib/bullmqEndToEnd';
+import { BullmqEndToEndResult, describeCpu, runBullmqEndToEnd } from './lib/bullmqEndToEnd';
 import { BULLMQ_VERSION, runBullmq } from './lib/bullmqPeer';
-import { withMariadbDatabase, withPostgresDatabase } from './lib/database';
+import { Accounted } from './lib/cpu';
+import { MARIADB_SERVER, POSTGRES_SERVER, withMariadbDatabase, withPostgresDatabase } from './lib/database';
 import { sequentialLatency } from './lib/latency';
 import { load, LoadResult } from './lib/load';
 import { describeMachine, peakRssMiB } from './lib/machine';
@@ -88,11 +89,14 @@ interface BenchDatabase {
   version(db: Knex): Promise<string>;
   /** Bytes the item_groups table takes on disk (rows, pages, indexes), after the server's own upkeep. */
   tableBytes(db: Knex): Promise<number>;
+  /** The server's processes, whose CPU the BullMQ rounds at each side's fastest account for. */
+  server: Accounted;
 }
 
 const mariadb: BenchDatabase = {
   name: 'MariaDB',
   withDatabase: withMariadbDatabase,
+  server: MARIADB_SERVER,
   async version(db) {
     return String(((await db.raw('SELECT VERSION() v')) as Array<Array<{ v: string }>>)[0]![0]!.v);
   },
@@ -108,6 +112,7 @@ const mariadb: BenchDatabase = {
 const postgres: BenchDatabase = {
   name: 'PostgreSQL',
   withDatabase: withPostgresDatabase,
+  server: POSTGRES_SERVER,
   async version(db) {
     return String(((await db.raw('SHOW server_version')) as { rows: Array<{ server_version: string }> }).rows[0]!.server_version);
   },
@@ -291,7 +296,10 @@ async function measureOn(database: BenchDatabase, noop: NoopServer, servedAlike:
       // BullMQ end to end: a no-op worker, plain and wrapped in rollcallProcessor (also alone: npm run bench:bullmq).
       // The instant-endpoint and beside rounds do not depend on the store: with the first database only.
       const first = database === DATABASES[0];
-      const endToEnd = await runBullmqEndToEnd(url, BULLMQ_E2E_JOBS, undefined, { instant: first, beside: first });
+      const endToEnd = await runBullmqEndToEnd(url, BULLMQ_E2E_JOBS, undefined, { instant: first, beside: first }, [
+        { name: 'service', pids: () => [pid] },
+        database.server,
+      ]);
       const { big: _big, ...addFigures } = adds;
       return { database: database.name, version, ...addFigures, ...storage, ...batched, rounds, status, health, mergeFactor, rssMiB, endToEnd };
     } finally {
@@ -383,7 +391,17 @@ function endToEndRows(f: Figures): Row[] {
     `plain BullMQ ${e.bullmqVersion}: ${fmt(at.plainPerSecond)} jobs/s`,
     `${fmt(at.ratio, 2)}× (rounds: ${at.rounds.map((r) => fmt(r.rollcall / r.plain, 2)).join(', ')}; ${fmt(at.ackCallsPerJob, 3)} ack calls per job, median call ${fmt(at.ackCallMedianMs, 1)} ms) (target ≥ 0.8×)`,
   ]);
-  return [...rows, best, ...besideRows(e.beside), ...instantRows(e.instant)];
+  const cpu: Row[] = e.best.cpu
+    ? [
+        [
+          `   the same rounds: CPU per job of the worker, Redis, the service and the database (medians of the rounds) — ${f.database}`,
+          '',
+          '',
+          describeCpu(e.best.cpu),
+        ],
+      ]
+    : [];
+  return [...rows, best, ...cpu, ...besideRows(e.beside), ...instantRows(e.instant)];
 }
 
 function besideRows(b: BullmqEndToEndResult['beside']): Row[] {

@@ -7,6 +7,7 @@ import { Processor, Queue, Worker } from 'bullmq';
 import { HttpSend, httpSend, RollcallClient } from '../../src/client';
 import { rollcallProcessor } from '../../src/integrations/bullmq';
 import { openBatch } from '../../src/integrations/producer';
+import { Accounted, cpuMeter, CpuUse, processesNamed } from './cpu';
 
 const connection = { host: '127.0.0.1', port: 6379, maxRetriesPerRequest: null };
 /**
@@ -46,6 +47,14 @@ export interface EndToEndAtConcurrency {
   ackCallMedianMs: number;
 }
 
+/** What one side's rounds cost each process (medians of the rounds; see CpuAccount). */
+export interface CpuPerJob {
+  /** µs of CPU per job by process: the worker (this process), Redis, and those the caller named. */
+  microsPerJob: Record<string, number>;
+  /** CPU of all of them over the round's wall time: how many of the machine's cores they kept busy. */
+  coresBusy: number;
+}
+
 /** Each side at its fastest concurrency, measured again (see confirmBest). */
 export interface EndToEndBest {
   plainPerSecond: number;
@@ -56,6 +65,8 @@ export interface EndToEndBest {
   rounds: Array<{ plain: number; rollcall: number }>;
   /** The choice itself: each side's highest median, whose ratio is biased (see confirmBest). */
   selected: { plainPerSecond: number; rollcallPerSecond: number; ratio: number };
+  /** CPU per job of each process in these rounds (with the service only; Linux's /proc). */
+  cpu?: { plain: CpuPerJob; rollcall: CpuPerJob };
 }
 
 export interface BullmqEndToEndResult {
@@ -125,12 +136,26 @@ function fastestOfEach(byConcurrency: EndToEndAtConcurrency[]) {
   };
 }
 
+/** Where a timed round reports the CPU its processes used while its clock ran. */
+interface CpuAccount {
+  accounted: Accounted[];
+  record(use: CpuUse): void;
+}
+
 /** Queues `jobs` jobs, then times one worker from start until the last completion. */
-async function timeWorker(jobs: number, concurrency: number, enqueue: (queue: Queue) => Promise<void>, processor: Processor): Promise<number> {
+async function timeWorker(
+  jobs: number,
+  concurrency: number,
+  enqueue: (queue: Queue) => Promise<void>,
+  processor: Processor,
+  cpu?: CpuAccount,
+): Promise<number> {
   const queue = new Queue(`rollcall-bench-e2e-${Date.now().toString(36)}-${Math.random().toString(36).slice(2, 6)}`, { connection });
   try {
     await enqueue(queue);
+    const meter = cpu && cpuMeter(cpu.accounted);
     let completed = 0;
+    meter?.start();
     const started = process.hrtime.bigint();
     await new Promise<void>((resolve, reject) => {
       const worker = new Worker(queue.name, processor, { connection, concurrency });
@@ -139,7 +164,9 @@ async function timeWorker(jobs: number, concurrency: number, enqueue: (queue: Qu
         if (++completed === jobs) void worker.close().then(resolve);
       });
     });
-    return jobs / (Number(process.hrtime.bigint() - started) / 1e9);
+    const perSecond = jobs / (Number(process.hrtime.bigint() - started) / 1e9);
+    if (meter) cpu.record(meter.stop());
+    return perSecond;
   } finally {
     await queue.obliterate({ force: true });
     await queue.close();
@@ -155,6 +182,34 @@ function medianOf(values: number[]): number {
   const sorted = [...values].sort((a, b) => a - b);
   const half = Math.floor(sorted.length / 2);
   return sorted.length % 2 === 1 ? sorted[half]! : (sorted[half - 1]! + sorted[half]!) / 2;
+}
+
+/** Each process's CPU per job (µs) and the cores all of them kept busy, as medians of the rounds. */
+function cpuPerJob(uses: CpuUse[], jobs: number): CpuPerJob {
+  const names = Object.keys(uses[0]?.seconds ?? {});
+  const total = (use: CpuUse) => Object.values(use.seconds).reduce((a, b) => a + b, 0);
+  return {
+    microsPerJob: Object.fromEntries(names.map((name) => [name, medianOf(uses.map((use) => ((use.seconds[name] ?? 0) * 1e6) / jobs))])),
+    coresBusy: medianOf(uses.map((use) => total(use) / use.wallSeconds)),
+  };
+}
+
+/**
+ * One line on what each side's rounds at its fastest cost the machine, per job. A round's jobs/s is
+ * the cores its processes kept busy over their CPU per job, so the ratio of the two sides' jobs/s is
+ * the ratio of their CPU per job (plain's / rollcall's: what the integration, the service and its
+ * database add) times that of the cores they kept busy (rollcall's / plain's: below 1 where its
+ * jobs wait for their acks with cores idle); of medians, about so.
+ */
+export function describeCpu(cpu: NonNullable<EndToEndBest['cpu']>): string {
+  const total = (side: CpuPerJob) => Object.values(side.microsPerJob).reduce((a, b) => a + b, 0);
+  const side = (figures: CpuPerJob) =>
+    `${Object.entries(figures.microsPerJob)
+      .map(([name, micros]) => `${name} ${micros.toFixed(1)}`)
+      .join(', ')} (${total(figures).toFixed(1)} in all; ${figures.coresBusy.toFixed(2)} cores busy)`;
+  const perJob = total(cpu.plain) / total(cpu.rollcall);
+  const busy = cpu.rollcall.coresBusy / cpu.plain.coresBusy;
+  return `CPU µs per job: plain ${side(cpu.plain)}; with rollcallProcessor ${side(cpu.rollcall)}; jobs/s ratio ≈ CPU per job, plain's / rollcall's, ${perJob.toFixed(2)} × cores busy, rollcall's / plain's, ${busy.toFixed(2)} = ${(perJob * busy).toFixed(2)}`;
 }
 
 /** Each side's median rate, and the median of the rounds' ratios (rollcall / plain). */
@@ -196,13 +251,15 @@ async function warmUpService(client: RollcallClient): Promise<void> {
  * and wrapped in rollcallProcessor (which acks every job's item at the rollcall service at `url`
  * before the job completes), at each of CONCURRENCIES. Both sides first run untimed (as does the
  * service's ack path, warmUpService); then rounds alternate, and so does which side goes first in
- * a round, as the machine's speed drifts.
+ * a round, as the machine's speed drifts. The rounds at each side's fastest also account for the
+ * CPU of this process, Redis and `accounted` (the service and its database, where they run here).
  */
 export async function runBullmqEndToEnd(
   url: string,
   jobs = 20_000,
   roundCount = 4,
   extras: EndToEndExtras = { instant: true, beside: true },
+  accounted: Accounted[] = [],
 ): Promise<BullmqEndToEndResult> {
   let counting = false;
   let ackCalls = 0;
@@ -218,7 +275,7 @@ export async function runBullmqEndToEnd(
   };
   const clientOf = (baseUrl: string) => new RollcallClient({ baseUrl, fetch: countingSend });
   const client = clientOf(url);
-  const plain = (count: number, concurrency: number) =>
+  const plain = (count: number, concurrency: number, cpu?: CpuAccount) =>
     timeWorker(
       count,
       concurrency,
@@ -230,8 +287,9 @@ export async function runBullmqEndToEnd(
           );
       },
       async () => undefined,
+      cpu,
     );
-  const withRollcall = (acking: RollcallClient) => (count: number, concurrency: number) =>
+  const withRollcall = (acking: RollcallClient) => (count: number, concurrency: number, cpu?: CpuAccount) =>
     timeWorker(
       count,
       concurrency,
@@ -246,11 +304,12 @@ export async function runBullmqEndToEnd(
         });
       },
       rollcallProcessor(acking, async () => undefined),
+      cpu,
     );
-  const timed = (rollcall: (count: number, concurrency: number) => Promise<number>) => async (concurrency: number) => {
+  const timed = (rollcall: (count: number, concurrency: number, cpu?: CpuAccount) => Promise<number>) => async (concurrency: number, cpu?: CpuAccount) => {
     counting = true;
     try {
-      return await rollcall(jobs, concurrency);
+      return await rollcall(jobs, concurrency, cpu);
     } finally {
       counting = false;
     }
@@ -284,7 +343,17 @@ export async function runBullmqEndToEnd(
 
   const timeRollcall = timed(withRollcall(client));
   const byConcurrency = await atEachConcurrency(timeRollcall, roundCount);
-  const best = await confirmBest(fastestOfEach(byConcurrency), (concurrency) => plain(jobs, concurrency), timeRollcall);
+  const cpuUses = { plain: [] as CpuUse[], rollcall: [] as CpuUse[] };
+  const account = (side: keyof typeof cpuUses): CpuAccount => ({
+    accounted: [processesNamed('Redis', 'redis-server'), ...accounted],
+    record: (use) => cpuUses[side].push(use),
+  });
+  const best = await confirmBest(
+    fastestOfEach(byConcurrency),
+    (concurrency) => plain(jobs, concurrency, account('plain')),
+    (concurrency) => timeRollcall(concurrency, account('rollcall')),
+  );
+  best.cpu = { plain: cpuPerJob(cpuUses.plain, jobs), rollcall: cpuPerJob(cpuUses.rollcall, jobs) };
   const atPlainBest = byConcurrency.find((at) => at.concurrency === best.plainConcurrency)!;
   const beside = extras.beside ? await besideAckLoad(url, atPlainBest, () => plain(jobs, atPlainBest.concurrency)) : undefined;
   const instant = !extras.instant

@@ -2,6 +2,8 @@ import { randomBytes } from 'node:crypto';
 
 import knex, { Knex } from 'knex';
 
+import { processesNamed } from './cpu';
+
 export const MYSQL_URL = process.env.BENCH_MYSQL_URL ?? 'mysql://root@127.0.0.1:3306/test';
 export const PG_URL = process.env.BENCH_PG_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres';
 
@@ -46,6 +48,10 @@ async function withFreshDatabase<T>(server: Server, work: (url: string, db: Knex
     }
   }
 }
+
+/** The database servers' processes on this machine, for the CPU the BullMQ rounds account for. */
+export const MARIADB_SERVER = processesNamed('MariaDB', 'mariadbd|mysqld');
+export const POSTGRES_SERVER = processesNamed('PostgreSQL', 'postgres');
 
 /** A fresh MariaDB database (BENCH_MYSQL_URL) for one run, dropped afterwards. */
 export const withMariadbDatabase = <T>(work: (url: string, db: Knex) => Promise<T>): Promise<T> => withFreshDatabase(MARIADB, work);
