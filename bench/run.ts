@@ -394,7 +394,7 @@ function endToEndRows(f: Figures): Row[] {
   const cpu: Row[] = e.best.cpu
     ? [
         [
-          `   the same rounds: CPU per job of the worker, Redis, the service and the database (medians of the rounds) — ${f.database}`,
+          `   the same rounds: CPU per job of the worker, Redis, the service and the database (all the rounds together) — ${f.database}`,
           '',
           '',
           describeCpu(e.best.cpu),

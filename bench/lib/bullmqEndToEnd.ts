@@ -47,12 +47,14 @@ export interface EndToEndAtConcurrency {
   ackCallMedianMs: number;
 }
 
-/** What one side's rounds cost each process (medians of the rounds; see CpuAccount). */
+/** What one side's rounds cost each process, over all its rounds together (see CpuAccount). */
 export interface CpuPerJob {
   /** µs of CPU per job by process: the worker (this process), Redis, and those the caller named. */
   microsPerJob: Record<string, number>;
-  /** CPU of all of them over the round's wall time: how many of the machine's cores they kept busy. */
+  /** CPU of all of them over the rounds' wall time: how many of the machine's cores they kept busy. */
   coresBusy: number;
+  /** Jobs over the rounds' wall time: the side's jobs/s over all its rounds together. */
+  perSecond: number;
 }
 
 /** Each side at its fastest concurrency, measured again (see confirmBest). */
@@ -184,22 +186,30 @@ function medianOf(values: number[]): number {
   return sorted.length % 2 === 1 ? sorted[half]! : (sorted[half - 1]! + sorted[half]!) / 2;
 }
 
-/** Each process's CPU per job (µs) and the cores all of them kept busy, as medians of the rounds. */
+/**
+ * Each process's CPU per job (µs) and the cores all of them kept busy, over the rounds together
+ * (sums, not medians, so that jobs/s = cores busy / CPU per job holds exactly; see describeCpu).
+ */
 function cpuPerJob(uses: CpuUse[], jobs: number): CpuPerJob {
-  const names = Object.keys(uses[0]?.seconds ?? {});
-  const total = (use: CpuUse) => Object.values(use.seconds).reduce((a, b) => a + b, 0);
+  const names = [...new Set(uses.flatMap((use) => Object.keys(use.seconds)))];
+  const sum = (of: (use: CpuUse) => number) => uses.reduce((total, use) => total + of(use), 0);
+  const allJobs = jobs * uses.length;
+  const wallSeconds = sum((use) => use.wallSeconds);
+  const cpuSeconds = sum((use) => Object.values(use.seconds).reduce((a, b) => a + b, 0));
   return {
-    microsPerJob: Object.fromEntries(names.map((name) => [name, medianOf(uses.map((use) => ((use.seconds[name] ?? 0) * 1e6) / jobs))])),
-    coresBusy: medianOf(uses.map((use) => total(use) / use.wallSeconds)),
+    microsPerJob: Object.fromEntries(names.map((name) => [name, (sum((use) => use.seconds[name] ?? 0) * 1e6) / allJobs])),
+    coresBusy: cpuSeconds / wallSeconds,
+    perSecond: allJobs / wallSeconds,
   };
 }
 
 /**
- * One line on what each side's rounds at its fastest cost the machine, per job. A round's jobs/s is
- * the cores its processes kept busy over their CPU per job, so the ratio of the two sides' jobs/s is
- * the ratio of their CPU per job (plain's / rollcall's: what the integration, the service and its
- * database add) times that of the cores they kept busy (rollcall's / plain's: below 1 where its
- * jobs wait for their acks with cores idle); of medians, about so.
+ * One line on what each side's rounds at its fastest cost the accounted processes, per job. Jobs/s
+ * is the cores they kept busy over their CPU per job, so the ratio of the two sides' jobs/s (over
+ * all their rounds together) is the ratio of their CPU per job (plain's / rollcall's: what the
+ * integration, the service and its database add to these processes) times that of their busy cores
+ * (rollcall's / plain's: below 1 where less of the machine is kept busy — by jobs waiting for their
+ * acks, or by work outside these processes, such as the kernel's for the commits' fsync).
  */
 export function describeCpu(cpu: NonNullable<EndToEndBest['cpu']>): string {
   const total = (side: CpuPerJob) => Object.values(side.microsPerJob).reduce((a, b) => a + b, 0);
@@ -209,7 +219,7 @@ export function describeCpu(cpu: NonNullable<EndToEndBest['cpu']>): string {
       .join(', ')} (${total(figures).toFixed(1)} in all; ${figures.coresBusy.toFixed(2)} cores busy)`;
   const perJob = total(cpu.plain) / total(cpu.rollcall);
   const busy = cpu.rollcall.coresBusy / cpu.plain.coresBusy;
-  return `CPU µs per job: plain ${side(cpu.plain)}; with rollcallProcessor ${side(cpu.rollcall)}; jobs/s ratio ≈ CPU per job, plain's / rollcall's, ${perJob.toFixed(2)} × cores busy, rollcall's / plain's, ${busy.toFixed(2)} = ${(perJob * busy).toFixed(2)}`;
+  return `CPU µs per job: plain ${side(cpu.plain)}; with rollcallProcessor ${side(cpu.rollcall)}; the rounds together, jobs/s ${(cpu.rollcall.perSecond / cpu.plain.perSecond).toFixed(2)}× = CPU per job, plain's / rollcall's, ${perJob.toFixed(2)} × cores busy, rollcall's / plain's, ${busy.toFixed(2)}`;
 }
 
 /** Each side's median rate, and the median of the rounds' ratios (rollcall / plain). */

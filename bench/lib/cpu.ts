@@ -9,7 +9,7 @@ export interface Accounted {
 
 /** CPU time of each accounted process over a timed round, and the round's wall time. */
 export interface CpuUse {
-  /** Seconds of CPU (user and system, all threads) by accounted name. */
+  /** Seconds of CPU (user and system, all threads) by accounted name; a name none of whose processes could be read is absent. */
   seconds: Record<string, number>;
   wallSeconds: number;
 }
@@ -42,11 +42,27 @@ export function processesNamed(name: string, comm: string): Accounted {
   };
 }
 
-/** CPU seconds a process has used so far, from /proc (Linux); undefined once it has exited. */
+/**
+ * CPU seconds a process has used so far (Linux's /proc); undefined once it has exited, or where
+ * there is no /proc. Each thread's scheduler time in ns where the kernel keeps it: /proc/<pid>/stat
+ * counts in clock ticks (10 ms), half a µs a job in a round of 20,000 jobs that lasts a second.
+ */
 function cpuSecondsOf(pid: number): number | undefined {
   try {
-    // Fields after "pid (comm) ": utime and stime are the 12th and 13th, in clock ticks.
-    const fields = fs.readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
+    let nanoseconds = 0;
+    for (const task of fs.readdirSync(`/proc/${pid}/task`)) nanoseconds += Number(fs.readFileSync(`/proc/${pid}/task/${task}/schedstat`, 'utf8').split(' ')[0]);
+    return nanoseconds / 1e9;
+  } catch {
+    return statSecondsOf(pid);
+  }
+}
+
+/** The same from /proc/<pid>/stat, in clock ticks; it also counts threads that have exited. */
+function statSecondsOf(pid: number): number | undefined {
+  try {
+    const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
+    // Fields after "pid (comm) " (comm may hold ") "): utime and stime are the 12th and 13th.
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
     return (Number(fields[11]) + Number(fields[12])) / CLOCK_TICKS_PER_SECOND;
   } catch {
     return undefined;
@@ -55,31 +71,34 @@ function cpuSecondsOf(pid: number): number | undefined {
 
 /**
  * A meter for one round: this process (the worker) through `process.cpuUsage`, the others through
- * /proc. Their pids are looked up now, before the round's clock starts (each lookup forks pgrep), so
- * start and stop only read files. A process that exits during the round loses its share.
+ * /proc. Their pids are looked up before the round's clock starts and again after it stops (each
+ * lookup forks pgrep), so start and stop themselves only read files; a process that starts during
+ * the round (a new PostgreSQL backend) counts from 0, one that exits during it loses its share.
  */
 export function cpuMeter(accounted: Accounted[]): CpuMeter {
-  const pids = accounted.map((a) => ({ name: a.name, pids: a.pids() }));
-  const read = () => pids.map(({ pids: list }) => new Map(list.map((pid) => [pid, cpuSecondsOf(pid)])));
+  const pidsBefore = accounted.map((a) => a.pids());
+  const read = (pids: number[]) => new Map(pids.map((pid) => [pid, cpuSecondsOf(pid)]));
   let before: Array<Map<number, number | undefined>> = [];
   let workerBefore = process.cpuUsage();
   let startedAt = 0;
   return {
     start() {
-      before = read();
+      before = pidsBefore.map(read);
       workerBefore = process.cpuUsage();
       startedAt = performance.now();
     },
     stop() {
       const worker = process.cpuUsage(workerBefore);
       const wallSeconds = (performance.now() - startedAt) / 1000;
-      const after = read();
       const seconds: Record<string, number> = { worker: (worker.user + worker.system) / 1e6 };
-      pids.forEach(({ name, pids: list }, i) => {
-        if (list.length === 0) return; // not on this machine (a remote database): nothing to account
-        let used = 0;
-        for (const [pid, now] of after[i]!) if (now !== undefined) used += now - (before[i]!.get(pid) ?? 0);
-        seconds[name] = used;
+      const known = before.map((was) => [...was.keys()]).map(read);
+      accounted.forEach(({ name, pids }, i) => {
+        const was = before[i]!;
+        const used = [...known[i]!].filter(([pid, now]) => now !== undefined && was.get(pid) !== undefined).map(([pid, now]) => now! - was.get(pid)!);
+        const started = read(pids().filter((pid) => !was.has(pid))); // since the clock started: from 0
+        for (const now of started.values()) if (now !== undefined) used.push(now);
+        // None readable: not on this machine (a remote database) or no /proc. Left out, not counted as 0.
+        if (used.length > 0) seconds[name] = used.reduce((a, b) => a + b, 0);
       });
       return { seconds, wallSeconds };
     },
