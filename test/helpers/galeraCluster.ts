@@ -1,10 +1,11 @@
 import { ChildProcess, execFileSync, spawn } from 'node:child_process';
 import fs from 'node:fs';
-import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 
 import mysql from 'mysql2/promise';
+
+import { freePorts } from './ports';
 
 /**
  * A MariaDB Galera cluster of a test's own: `mariadbd` processes on private ports with their own
@@ -14,20 +15,6 @@ import mysql from 'mysql2/promise';
  */
 export const GALERA_PROVIDER = '/usr/lib/galera/libgalera_smm.so';
 const MARIADBD = '/usr/sbin/mariadbd';
-
-/** `count` distinct free ports: all held open until every one is picked, so none comes back twice. */
-async function freePorts(count: number): Promise<number[]> {
-  const servers = await Promise.all(
-    Array.from({ length: count }, async () => {
-      const server = net.createServer();
-      await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-      return server;
-    }),
-  );
-  const ports = servers.map((server) => (server.address() as net.AddressInfo).port);
-  await Promise.all(servers.map((server) => new Promise<void>((resolve) => server.close(() => resolve()))));
-  return ports;
-}
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
@@ -135,8 +122,8 @@ export class GaleraCluster {
 
   /**
    * Starts `size` nodes: the first bootstraps the cluster, the others join it one by one (rsync SST).
-   * Tries again from scratch once (new datadirs and ports): a port picked free can be taken by another
-   * process of the machine before the node binds it.
+   * Tries again from scratch once (new datadirs and ports): a port picked free (ports.ts) can still be
+   * taken by another process of the machine before the node binds it.
    */
   async start(size = 3): Promise<void> {
     try {

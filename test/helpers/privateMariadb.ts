@@ -1,28 +1,13 @@
 import { ChildProcess, execFileSync, spawn } from 'node:child_process';
 import fs from 'node:fs';
-import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
+
+import { accepting, freePorts } from './ports';
 
 const MARIADBD = '/usr/sbin/mariadbd';
 
 export const privateMariadbAvailable = () => fs.existsSync(MARIADBD) && fs.existsSync('/usr/bin/mariadb-install-db');
-
-async function freePort(): Promise<number> {
-  const server = net.createServer();
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const port = (server.address() as net.AddressInfo).port;
-  await new Promise<void>((resolve) => server.close(() => resolve()));
-  return port;
-}
-
-async function accepting(port: number): Promise<boolean> {
-  return new Promise((resolve) => {
-    const socket = net.connect(port, '127.0.0.1');
-    socket.once('connect', () => (socket.destroy(), resolve(true)));
-    socket.once('error', () => resolve(false));
-  });
-}
 
 /**
  * A MariaDB server of a test's own (own datadir and port, no grant tables), so the test can stop
@@ -40,7 +25,7 @@ export class PrivateMariadb {
   async start(): Promise<void> {
     if (!fs.existsSync(path.join(this.dir, 'data'))) {
       execFileSync('mariadb-install-db', ['--no-defaults', `--datadir=${this.dir}/data`, '--user=root', '--skip-test-db'], { stdio: 'ignore' });
-      this.port = await freePort();
+      [this.port] = (await freePorts(1)) as [number];
     }
     this.child = spawn(
       MARIADBD,

@@ -1,8 +1,9 @@
 import { ChildProcess, execFileSync, spawn } from 'node:child_process';
 import fs from 'node:fs';
-import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
+
+import { accepting, freePorts } from './ports';
 
 const BIN = '/usr/lib/postgresql/15/bin';
 
@@ -11,22 +12,6 @@ export const privatePostgresAvailable = () => fs.existsSync(path.join(BIN, 'post
 /** PostgreSQL refuses to run as root: as root, its programs run as the postgres user. */
 const asPostgres = (program: string, args: string[]): [string, string[]] =>
   process.getuid?.() === 0 ? ['runuser', ['-u', 'postgres', '--', path.join(BIN, program), ...args]] : [path.join(BIN, program), args];
-
-async function freePort(): Promise<number> {
-  const server = net.createServer();
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const port = (server.address() as net.AddressInfo).port;
-  await new Promise<void>((resolve) => server.close(() => resolve()));
-  return port;
-}
-
-async function accepting(port: number): Promise<boolean> {
-  return new Promise((resolve) => {
-    const socket = net.connect(port, '127.0.0.1');
-    socket.once('connect', () => (socket.destroy(), resolve(true)));
-    socket.once('error', () => resolve(false));
-  });
-}
 
 /**
  * A PostgreSQL cluster of a test's own (own data directory and port, trust auth), so the test can
@@ -47,7 +32,7 @@ export class PrivatePostgres {
       if (process.getuid?.() === 0) execFileSync('chown', ['postgres:postgres', this.dir]);
       const [cmd, args] = asPostgres('initdb', ['-D', data, '-U', 'postgres', '--auth=trust', '--no-sync']);
       execFileSync(cmd, args, { stdio: 'ignore' });
-      this.port = await freePort();
+      [this.port] = (await freePorts(1)) as [number];
     }
     const [cmd, args] = asPostgres('postgres', [
       '-D',
