@@ -1,7 +1,9 @@
 /**
  * `npm run bench:bullmq`: only the BullMQ end-to-end comparison of `npm run bench` — jobs/s of plain
  * BullMQ vs BullMQ with rollcallProcessor, against one rollcall process (the build) on MariaDB, then
- * on PostgreSQL (BENCH_PG=off: MariaDB alone); the instant-endpoint and beside rounds with MariaDB's.
+ * on PostgreSQL (BENCH_PG=off: MariaDB alone), with what each side's rounds at its fastest cost the
+ * worker, Redis, the service and the database in CPU per job; the instant-endpoint and beside rounds
+ * with MariaDB's.
  * Environment: BENCH_MYSQL_URL, BENCH_E2E_JOBS (default 20,000), BENCH_E2E_ROUNDS (default 4),
  * BENCH_E2E_CONCURRENCY (worker concurrencies, the same for both sides; default 100,200,300,500,700,1000),
  * BENCH_E2E_CONFIRM_ROUNDS (rounds at each side's fastest concurrency, measured again; default 10: single rounds moved by a third either way on this machine),
