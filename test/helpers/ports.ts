@@ -32,7 +32,8 @@ function bound(port: number): Promise<net.Server | null> {
  * for port 0 it also picks for outgoing connections, and in the seconds between our closing it and
  * the server binding it (a Galera joiner binds its SST port only once it has joined; a restarted
  * private server binds its old port again) one of the many connections a parallel test run opens
- * could take it. In CI that made a Galera joiner's rsync fail to bind twice in a row.
+ * could take it. That is the likeliest reason a Galera joiner's rsync daemon exited before listening
+ * in both attempts of one CI run (its log was gone, so not shown).
  */
 export async function freePorts(count: number): Promise<number[]> {
   const [low] = ephemeralRange();
