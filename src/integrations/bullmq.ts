@@ -48,9 +48,11 @@ export class RollcallJobError extends UnrecoverableError {
 
 /**
  * Errors a handler throws to steer BullMQ, not because the job failed: BullMQ moves the job without
- * counting an attempt (worker.ts `handleFailed`), so rollcall must not hear of them either.
+ * counting an attempt (worker.ts `handleFailed`), so rollcall must not hear of them either. BullMQ
+ * tells them as this does: the rate limit by its message alone (an error of another message, even
+ * one named `RateLimitError`, fails the job like any other), the others by name.
  */
-const STEERING_ERRORS = new Set(['DelayedError', 'WaitingError', 'WaitingChildrenError', 'RateLimitError']);
+const STEERING_ERRORS = new Set(['DelayedError', 'WaitingError', 'WaitingChildrenError']);
 const RATE_LIMIT_MESSAGE = 'bullmq:rateLimitExceeded';
 
 function steersBullmq(error: Error): boolean {

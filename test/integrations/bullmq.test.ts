@@ -166,6 +166,36 @@ describeWith(redisUrl).each(backends())('rollcall/bullmq on a real Redis and a r
     expect(await queue.getJobCounts('completed', 'failed')).toEqual({ completed: 1000, failed: 0 });
   });
 
+  it("when a job throws BullMQ's rate-limit error, then it reruns unrecorded; an SDK's RateLimitError fails it for good", async () => {
+    const queue = newQueue();
+    let n = 0;
+    const batch = await openBatch(client, {
+      count: 20,
+      enqueue: (ids) => queue.addBulk(ids.map((id) => ({ name: 'item', data: { rollcallItemId: id, n: n++ }, opts: { attempts: 1 } }))).then(() => undefined),
+    });
+    /** What an API client library might throw: BullMQ fails the job like any other error (its message is not BullMQ's). */
+    class RateLimitError extends Error {
+      override name = 'RateLimitError';
+    }
+    const limited = new Set<number>();
+    const worker: Worker<TestJobData> = new Worker<TestJobData>(
+      queue.name,
+      rollcallProcessor(client, async (job: Job<TestJobData>) => {
+        if (job.data.n % 2 === 1) throw new RateLimitError(`429 from the API for job ${job.data.n}`);
+        if (limited.has(job.data.n)) return job.data.n;
+        limited.add(job.data.n);
+        await worker.rateLimit(50);
+        throw Worker.RateLimitError(); // BullMQ puts the job back without counting an attempt
+      }),
+      { connection, prefix, concurrency: 5 },
+    );
+    workers.push(worker);
+    const done = await client.waitForCompletion(batch.id, { timeoutMs: 30_000 });
+    expect(done).toMatchObject({ state: 'complete', succeeded: 10, failed: 10, pending: 0 });
+    const failures = (await client.failures(batch.id, { limit: 100 })).failures.map((f) => f.error).sort();
+    expect(failures).toEqual([1, 3, 5, 7, 9, 11, 13, 15, 17, 19].map((k) => `429 from the API for job ${k}`).sort());
+  });
+
   it("when the handler takes BullMQ's abort signal, then it gets it; when it does not, BullMQ makes none", async () => {
     const queue = newQueue();
     const batch = await produce(queue, 20);
