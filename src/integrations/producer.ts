@@ -5,7 +5,7 @@
 import { randomUUID } from 'node:crypto';
 
 import type { Batch, RollcallClient } from '../client';
-import { RollcallIntegrationError } from './errors';
+import { IntegrationErrorCode, RollcallIntegrationError } from './errors';
 import { withRetries } from './retry';
 
 /** The most item IDs handed to `enqueue` at once. */
@@ -30,24 +30,31 @@ export interface OpenBatchInput {
  * - IDs are made as they are enqueued: a batch of millions never sits in memory as strings.
  * - Every add carries an Idempotency-Key and is retried on network errors and `5xx`: a retry whose
  *   first try was committed makes nothing twice.
- * - When `enqueue` throws, the batch is not sealed, so it cannot complete: the error
- *   (`RollcallIntegrationError`, code `enqueue_failed`, with `batchId`) lets the caller delete or
- *   cancel it; otherwise the service sweeps it after `OPEN_BATCH_TTL`.
+ * - When an add, `enqueue` or the seal fails once the batch is open, the batch is not sealed, so it
+ *   cannot complete: the error (`RollcallIntegrationError`, code `add_failed`, `enqueue_failed` or
+ *   `seal_failed`, with `batchId` and the failure as `cause`) lets the caller seal it again, delete
+ *   or cancel it; otherwise the service sweeps it after `OPEN_BATCH_TTL`.
  */
 export async function openBatch(client: RollcallClient, input: OpenBatchInput): Promise<Batch> {
   const { count, enqueue, ...details } = input;
   if (!Number.isSafeInteger(count) || count < 0) throw new RangeError(`count must be a whole number ≥ 0, not ${count}`);
   const batch = await client.open(details);
+  /** Runs one step on the open batch; its failure names the batch, or the caller could not reach it. */
+  const step = async <T>(code: IntegrationErrorCode, what: string, work: () => Promise<T>): Promise<T> => {
+    try {
+      return await work();
+    } catch (error) {
+      throw new RollcallIntegrationError(code, `${what} failed; batch ${batch.id} is left open`, { cause: error, batchId: batch.id });
+    }
+  };
   for (let left = count; left > 0; left -= MAX_ITEMS_PER_ADD) {
     const idempotencyKey = randomUUID();
-    const added = await withRetries(() => client.addItems(batch.id, Math.min(left, MAX_ITEMS_PER_ADD), { idempotencyKey }));
-    try {
-      await enqueueInChunks(added.itemIds(), enqueue);
-    } catch (error) {
-      throw new RollcallIntegrationError('enqueue_failed', `enqueue failed; batch ${batch.id} is left open`, { cause: error, batchId: batch.id });
-    }
+    const added = await step('add_failed', 'adding items', () =>
+      withRetries(() => client.addItems(batch.id, Math.min(left, MAX_ITEMS_PER_ADD), { idempotencyKey })),
+    );
+    await step('enqueue_failed', 'enqueue', () => enqueueInChunks(added.itemIds(), enqueue));
   }
-  return withRetries(() => client.seal(batch.id, { expectedItems: count }));
+  return step('seal_failed', 'the seal', () => withRetries(() => client.seal(batch.id, { expectedItems: count })));
 }
 
 async function enqueueInChunks(ids: Iterator<string>, enqueue: (itemIds: string[]) => Promise<void>): Promise<void> {

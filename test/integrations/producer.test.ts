@@ -78,6 +78,34 @@ describe.each(backends())('rollcall/producer openBatch (%s)', (_name, backend) =
     expect((await client.status(batchId)).state).toBe('open');
   });
 
+  it('when the add is refused once the batch is open, then the error names the batch', async () => {
+    // Someone cancels the batch between its open and its add: the service refuses the add (409).
+    const cancelling: typeof fetch = async (input, init) => {
+      const match = /\/v1\/batches\/([^/]+)\/items$/.exec(String(input));
+      if (match) await client.cancel(match[1]!);
+      return fetch(input, init);
+    };
+    const error = await openBatch(new RollcallClient({ baseUrl: svc.url, fetch: cancelling }), { count: 10, enqueue: async () => undefined }).catch(
+      (e: unknown) => e,
+    );
+    expect(error).toBeInstanceOf(RollcallIntegrationError);
+    expect(error).toMatchObject({ code: 'add_failed', cause: { status: 409 } });
+    expect((await client.status((error as RollcallIntegrationError).batchId!)).state).toBe('cancelled');
+  });
+
+  it('when the seal is refused after every item was enqueued, then the error names the batch', async () => {
+    let batchId = '';
+    const error = await openBatch(client, {
+      count: 1500,
+      enqueue: async (ids) => {
+        batchId = ids[0]!.slice(0, 36);
+        if (ids.length < 1000) await client.cancel(batchId); // the last chunk: the seal then meets a cancelled batch
+      },
+    }).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(RollcallIntegrationError);
+    expect(error).toMatchObject({ code: 'seal_failed', batchId, cause: { status: 409 } });
+  });
+
   it('when the count is 0, then the batch is complete at once and enqueue is never called', async () => {
     let calls = 0;
     expect((await openBatch(client, { count: 0, enqueue: async () => void calls++ })).state).toBe('complete');
