@@ -19,6 +19,7 @@ export const DELIVERY_COUNT_HEADER = 'x-delivery-count';
 export interface AckingChannel {
   ack(message: ConsumeMessage): void;
   nack(message: ConsumeMessage, allUpTo?: boolean, requeue?: boolean): void;
+  reject(message: ConsumeMessage, requeue?: boolean): void;
 }
 
 export interface RollcallConsumerOptions extends AckCoalescingOptions, CancelCheckOptions {
@@ -60,7 +61,7 @@ export function previousDeliveries(message: ConsumeMessage): number {
  * (with `noAck: false`, the default). For each message:
  * - its batch is cancelled: the message is acked, the handler not run;
  * - the handler succeeds: rollcall is acked `succeeded`, then the message is acked;
- * - the handler throws before the last delivery: the message is nacked and requeued;
+ * - the handler throws before the last delivery: the message is rejected and requeued;
  * - the handler throws on the last delivery: rollcall is acked `failed` with the error's message,
  *   then the message is acked.
  * rollcall is always told first: a consumer that dies between the two acks gets the message again,
@@ -78,12 +79,25 @@ export function rollcallConsumer(
   const cancelled = new CancelledBatches(client, options);
   const itemIdOf = options.itemIdOf ?? defaultItemIdOf;
   const maxDeliveries = options.maxDeliveries ?? 3;
-  const report = (error: Error, message: ConsumeMessage) => options.onError?.(error, message);
+  const report = (error: Error, message: ConsumeMessage) => {
+    try {
+      options.onError?.(error, message);
+    } catch {
+      // an onError that throws must not keep its message from being settled
+    }
+  };
 
-  // After a dropped connection the channel is closed and acking throws; RabbitMQ redelivers the message.
-  const settleMessage = (message: ConsumeMessage, how: 'ack' | 'requeue' | 'drop') => {
+  /**
+   * How a message leaves this consumer. A failed run is returned with basic.reject, which counts a
+   * delivery on every RabbitMQ version; a run rollcall could not hear of is returned with
+   * basic.nack, which from RabbitMQ 4.3 on does not count one (the handler did not fail), and
+   * before 4.3 counts one as every return did.
+   * After a dropped connection the channel is closed and acking throws; RabbitMQ redelivers the message.
+   */
+  const settleMessage = (message: ConsumeMessage, how: 'ack' | 'retry' | 'requeue' | 'drop') => {
     try {
       if (how === 'ack') channel.ack(message);
+      else if (how === 'retry') channel.reject(message, true);
       else channel.nack(message, false, how === 'requeue');
     } catch {
       // nothing to do: the broker already took the message back
@@ -105,7 +119,13 @@ export function rollcallConsumer(
   };
 
   const consume = async (message: ConsumeMessage) => {
-    const itemId = itemIdOf(message);
+    let itemId: string | undefined;
+    try {
+      itemId = itemIdOf(message);
+    } catch (thrown) {
+      report(asError(thrown), message); // a message none can read goes where a message without an ID goes
+      return settleMessage(message, 'drop');
+    }
     if (!itemId) {
       report(new RollcallIntegrationError('missing_item_id', `message ${message.fields.deliveryTag} has no ${ITEM_ID_HEADER} header`), message);
       return settleMessage(message, 'drop');
@@ -114,7 +134,7 @@ export function rollcallConsumer(
     try {
       await handler(message);
     } catch (thrown) {
-      if (previousDeliveries(message) + 1 < maxDeliveries) return settleMessage(message, 'requeue');
+      if (previousDeliveries(message) + 1 < maxDeliveries) return settleMessage(message, 'retry');
       return record(message, itemId, 'failed', asError(thrown).message);
     }
     return record(message, itemId, 'succeeded');

@@ -103,6 +103,32 @@ describeWith(amqpUrl).each(backends())('rollcall/amqp on a real RabbitMQ quorum 
     expect(tally.completions.get(batch.id)).toBe(1);
   });
 
+  it('when itemIdOf throws on some messages and onError throws too, then those are dropped and the rest still flow', async () => {
+    const client = new RollcallClient({ baseUrl: svc.url });
+    const { queue, batch } = await produce(client, 30);
+    const channel = await (await connect()).createChannel();
+    channel.on('error', () => undefined);
+    await channel.prefetch(5); // five messages left unsettled would stop this consumer
+    const told: string[] = [];
+    await channel.consume(
+      queue,
+      rollcallConsumer(client, channel, () => undefined, {
+        itemIdOf: (message) => {
+          if (numberOf(message) % 3 === 0) throw new Error(`unreadable message ${numberOf(message)}`);
+          return String(message.properties.headers?.['x-rollcall-item-id']);
+        },
+        onError: (error) => {
+          told.push(error.message);
+          throw new Error('the error reporter is broken too');
+        },
+      }),
+    );
+    for (let i = 0; i < 150 && (await client.status(batch.id)).succeeded < 20; i++) await new Promise((resolve) => setTimeout(resolve, 100));
+    await drained(queue);
+    expect(await client.status(batch.id)).toMatchObject({ succeeded: 20, failed: 0, pending: 10 });
+    expect(told.sort()).toEqual([0, 3, 6, 9, 12, 15, 18, 21, 24, 27].map((n) => `unreadable message ${n}`).sort());
+  });
+
   it('when a batch is cancelled before its messages are consumed, then none of them runs and all are acked', async () => {
     const client = new RollcallClient({ baseUrl: svc.url });
     const { queue, batch } = await produce(client, 100);
