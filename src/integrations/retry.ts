@@ -1,6 +1,9 @@
 import { RollcallApiError } from '../client';
 
-/** Tries, waiting 50 ms, 100 ms, … (capped at 2 s) between them: about 3 s in all at the default. */
+/**
+ * Tries, waiting 50 ms, 100 ms, … (capped at 2 s) between them: 1.55 s of waiting in all at the
+ * default, plus each try's own time, up to the client's `timeoutMs` when the service does not answer.
+ */
 export interface RetryPolicy {
   attempts: number;
   firstDelayMs: number;
