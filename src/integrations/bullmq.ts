@@ -3,7 +3,7 @@
  * rollcall item — `succeeded` after the handler, `failed` only when BullMQ will not run it again.
  * bullmq is an optional peer dependency: only this entry point needs it.
  */
-import { Job, UnrecoverableError } from 'bullmq';
+import { DelayedError, Job, UnrecoverableError, WaitingChildrenError, WaitingError } from 'bullmq';
 
 import type { RollcallClient } from '../client';
 import { AckCoalescer, AckCoalescingOptions, Rejected, Rejections } from './ackCoalescer';
@@ -50,13 +50,15 @@ export class RollcallJobError extends UnrecoverableError {
  * Errors a handler throws to steer BullMQ, not because the job failed: BullMQ moves the job without
  * counting an attempt (worker.ts `handleFailed`), so rollcall must not hear of them either. BullMQ
  * tells them as this does: the rate limit by its message alone (an error of another message, even
- * one named `RateLimitError`, fails the job like any other), the others by name.
+ * one named `RateLimitError`, fails the job like any other), the others by class or by name.
  */
 const STEERING_ERRORS = new Set(['DelayedError', 'WaitingError', 'WaitingChildrenError']);
+/** Their classes, those the installed bullmq has (WaitingError came after 5.0). */
+const STEERING_CLASSES = [DelayedError, WaitingError, WaitingChildrenError].filter((c): c is typeof DelayedError => typeof c === 'function');
 const RATE_LIMIT_MESSAGE = 'bullmq:rateLimitExceeded';
 
 function steersBullmq(error: Error): boolean {
-  return STEERING_ERRORS.has(error.name) || error.message === RATE_LIMIT_MESSAGE;
+  return error.message === RATE_LIMIT_MESSAGE || STEERING_ERRORS.has(error.name) || STEERING_CLASSES.some((steering) => error instanceof steering);
 }
 
 /**

@@ -3,7 +3,7 @@ import { randomBytes } from 'node:crypto';
 import path from 'node:path';
 import readline from 'node:readline';
 
-import { Job, Queue, Worker } from 'bullmq';
+import { DelayedError, Job, Queue, Worker } from 'bullmq';
 
 import { Batch, RollcallClient } from '../../src/client';
 import { rollcallProcessor } from '../../src/integrations/bullmq';
@@ -49,13 +49,13 @@ describeWith(redisUrl).each(backends())('rollcall/bullmq on a real Redis and a r
     return queue;
   }
 
-  /** Opens and seals a batch of `count` items through rollcall/producer, one job per item (attempts: 3). */
-  async function produce(queue: Queue<TestJobData>, count: number): Promise<Batch> {
+  /** Opens and seals a batch of `count` items through rollcall/producer, one job per item (attempts: 3 unless said). */
+  async function produce(queue: Queue<TestJobData>, count: number, attempts = 3): Promise<Batch> {
     let n = 0;
     return openBatch(client, {
       count,
       enqueue: async (ids) => {
-        await queue.addBulk(ids.map((id) => ({ name: 'item', data: { rollcallItemId: id, n: n++ }, opts: { attempts: 3, removeOnComplete: false } })));
+        await queue.addBulk(ids.map((id) => ({ name: 'item', data: { rollcallItemId: id, n: n++ }, opts: { attempts, removeOnComplete: false } })));
       },
     });
   }
@@ -168,11 +168,7 @@ describeWith(redisUrl).each(backends())('rollcall/bullmq on a real Redis and a r
 
   it("when a job throws BullMQ's rate-limit error, then it reruns unrecorded; an SDK's RateLimitError fails it for good", async () => {
     const queue = newQueue();
-    let n = 0;
-    const batch = await openBatch(client, {
-      count: 20,
-      enqueue: (ids) => queue.addBulk(ids.map((id) => ({ name: 'item', data: { rollcallItemId: id, n: n++ }, opts: { attempts: 1 } }))).then(() => undefined),
-    });
+    const batch = await produce(queue, 20, 1);
     /** What an API client library might throw: BullMQ fails the job like any other error (its message is not BullMQ's). */
     class RateLimitError extends Error {
       override name = 'RateLimitError';
@@ -194,6 +190,28 @@ describeWith(redisUrl).each(backends())('rollcall/bullmq on a real Redis and a r
     expect(done).toMatchObject({ state: 'complete', succeeded: 10, failed: 10, pending: 0 });
     const failures = (await client.failures(batch.id, { limit: 100 })).failures.map((f) => f.error).sort();
     expect(failures).toEqual([1, 3, 5, 7, 9, 11, 13, 15, 17, 19].map((k) => `429 from the API for job ${k}`).sort());
+  });
+
+  it('when a job parks itself with a subclass of DelayedError on its only attempt, then it reruns unrecorded and succeeds', async () => {
+    const queue = newQueue();
+    const batch = await produce(queue, 10, 1);
+    /** BullMQ moves the job by class as well as by name; this one's name is its own ('ParkForLater'). */
+    class ParkForLater extends DelayedError {}
+    const parked = new Set<number>();
+    workers.push(
+      new Worker<TestJobData>(
+        queue.name,
+        rollcallProcessor(client, async (job: Job<TestJobData>, token?: string) => {
+          if (parked.has(job.data.n)) return job.data.n;
+          parked.add(job.data.n);
+          await job.moveToDelayed(Date.now() + 50, token);
+          throw new ParkForLater();
+        }),
+        { connection, prefix, concurrency: 5 },
+      ),
+    );
+    const done = await client.waitForCompletion(batch.id, { timeoutMs: 30_000 });
+    expect(done).toMatchObject({ state: 'complete', succeeded: 10, failed: 0, pending: 0 });
   });
 
   it("when the handler takes BullMQ's abort signal, then it gets it; when it does not, BullMQ makes none", async () => {
