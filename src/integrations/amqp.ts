@@ -15,15 +15,22 @@ export const ITEM_ID_HEADER = 'x-rollcall-item-id';
 /** Set by RabbitMQ quorum queues on a redelivery: how many times the message was returned before. */
 export const DELIVERY_COUNT_HEADER = 'x-delivery-count';
 
-/** The part of an amqplib Channel used here. */
+/**
+ * The part of an amqplib Channel used here. `reject` is optional: a channel without one (such as
+ * amqp-connection-manager's ChannelWrapper) returns failed runs with `nack`, which from RabbitMQ 4.3
+ * on does not count a delivery.
+ */
 export interface AckingChannel {
   ack(message: ConsumeMessage): void;
   nack(message: ConsumeMessage, allUpTo?: boolean, requeue?: boolean): void;
-  reject(message: ConsumeMessage, requeue?: boolean): void;
+  reject?(message: ConsumeMessage, requeue?: boolean): void;
 }
 
 export interface RollcallConsumerOptions extends AckCoalescingOptions, CancelCheckOptions {
-  /** Where a message's item ID is. Default: the header `x-rollcall-item-id`. */
+  /**
+   * Where a message's item ID is. Default: the header `x-rollcall-item-id`. A message for which it
+   * throws goes where a message without an ID goes (nacked without requeue; onError gets the error).
+   */
   itemIdOf?: (message: ConsumeMessage) => string | undefined;
   /**
    * The most times the handler runs for one message. The delivery whose `x-delivery-count` is
@@ -35,7 +42,8 @@ export interface RollcallConsumerOptions extends AckCoalescingOptions, CancelChe
    * Told what a consume callback cannot throw to anyone: an ack rollcall rejected (`ack_rejected`;
    * the message is acked, no retry can fix it), an ack rollcall could not take after retries (the
    * message is requeued), a message without an item ID (`missing_item_id`; nacked without requeue,
-   * so it is dead-lettered where the queue has a dead-letter exchange). Default: ignore.
+   * so it is dead-lettered where the queue has a dead-letter exchange). Default: ignore. What it
+   * throws is ignored: the message is settled all the same.
    */
   onError?: (error: Error, message: ConsumeMessage) => void;
 }
@@ -97,8 +105,8 @@ export function rollcallConsumer(
   const settleMessage = (message: ConsumeMessage, how: 'ack' | 'retry' | 'requeue' | 'drop') => {
     try {
       if (how === 'ack') channel.ack(message);
-      else if (how === 'retry') channel.reject(message, true);
-      else channel.nack(message, false, how === 'requeue');
+      else if (how === 'retry' && channel.reject) channel.reject(message, true);
+      else channel.nack(message, false, how !== 'drop');
     } catch {
       // nothing to do: the broker already took the message back
     }

@@ -3,7 +3,7 @@ import { randomBytes } from 'node:crypto';
 import path from 'node:path';
 import readline from 'node:readline';
 
-import amqp, { ChannelModel } from 'amqplib';
+import amqp, { ChannelModel, ConsumeMessage } from 'amqplib';
 
 import { Batch, RollcallClient } from '../../src/client';
 import { rollcallConsumer } from '../../src/integrations/amqp';
@@ -101,6 +101,30 @@ describeWith(amqpUrl).each(backends())('rollcall/amqp on a real RabbitMQ quorum 
     for (let n = 0; n < 200; n++) expect([n, runs.get(n)]).toEqual([n, { permanent: 3, unrecoverable: 3, flaky: 2, ok: 1 }[kindOf(n)]]);
     await drained(queue); // the answer that completed the batch may still be on its way to the consumer
     expect(tally.completions.get(batch.id)).toBe(1);
+  });
+
+  it('when the channel has ack and nack only (as a connection manager wraps one), then failures still go back and count', async () => {
+    const client = new RollcallClient({ baseUrl: svc.url });
+    const { queue, batch } = await produce(client, 60);
+    const channel = await (await connect()).createChannel();
+    channel.on('error', () => undefined);
+    await channel.prefetch(20);
+    const runs = new Map<number, number>();
+    const wrapper = {
+      ack: (m: ConsumeMessage) => channel.ack(m),
+      nack: (m: ConsumeMessage, allUpTo?: boolean, requeue?: boolean) => channel.nack(m, allUpTo, requeue),
+    };
+    await channel.consume(
+      queue,
+      rollcallConsumer(client, wrapper, (message) => {
+        runs.set(numberOf(message), (runs.get(numberOf(message)) ?? 0) + 1);
+        return handleTestMessage(message, 0);
+      }),
+    );
+    const done = await client.waitForCompletion(batch.id, { timeoutMs: 30_000 });
+    expect(done).toMatchObject({ state: 'complete', ...expected(60), pending: 0 });
+    for (let n = 0; n < 60; n++) expect([n, runs.get(n)]).toEqual([n, { permanent: 3, unrecoverable: 3, flaky: 2, ok: 1 }[kindOf(n)]]);
+    await drained(queue);
   });
 
   it('when itemIdOf throws on some messages and onError throws too, then those are dropped and the rest still flow', async () => {
