@@ -7,11 +7,11 @@ export type IntegrationErrorCode =
   | 'missing_item_id'
   /** rollcall refused the item's ack (`unknown_batch`, `malformed`, …): retrying will not help. */
   | 'ack_rejected'
-  /** `openBatch` could not add the items, after retries; the batch stays open (never sealed), see `batchId`. */
+  /** `openBatch` could not add the items (after retries); the batch is not sealed, see `batchId`. */
   | 'add_failed'
-  /** `openBatch`'s `enqueue` threw; the batch stays open (never sealed), see `batchId`. */
+  /** `openBatch`'s `enqueue` threw; the batch is not sealed, see `batchId`. */
   | 'enqueue_failed'
-  /** `openBatch` could not seal the batch, after retries; it stays open, see `batchId`. */
+  /** `openBatch` could not seal the batch (after retries; a lost answer may hide a seal that landed), see `batchId`. */
   | 'seal_failed';
 
 export class RollcallIntegrationError extends Error {

@@ -39,12 +39,12 @@ export async function openBatch(client: RollcallClient, input: OpenBatchInput): 
   const { count, enqueue, ...details } = input;
   if (!Number.isSafeInteger(count) || count < 0) throw new RangeError(`count must be a whole number ≥ 0, not ${count}`);
   const batch = await client.open(details);
-  /** Runs one step on the open batch; its failure names the batch, or the caller could not reach it. */
+  /** Runs one step on the open batch; its failure names the batch, or the caller could not reach it again. */
   const step = async <T>(code: IntegrationErrorCode, what: string, work: () => Promise<T>): Promise<T> => {
     try {
       return await work();
     } catch (error) {
-      throw new RollcallIntegrationError(code, `${what} failed; batch ${batch.id} is left open`, { cause: error, batchId: batch.id });
+      throw new RollcallIntegrationError(code, `${what} failed; batch ${batch.id} is not sealed`, { cause: error, batchId: batch.id });
     }
   };
   for (let left = count; left > 0; left -= MAX_ITEMS_PER_ADD) {
