@@ -3,7 +3,7 @@
  * rollcall item — `succeeded` after the handler, `failed` only when BullMQ will not run it again.
  * bullmq is an optional peer dependency: only this entry point needs it.
  */
-import { DelayedError, Job, UnrecoverableError, WaitingChildrenError, WaitingError } from 'bullmq';
+import { Backoffs, BackoffStrategy, DelayedError, Job, UnrecoverableError, WaitingChildrenError, WaitingError } from 'bullmq';
 
 import type { RollcallClient } from '../client';
 import { AckCoalescer, AckCoalescingOptions, Rejected, Rejections } from './ackCoalescer';
@@ -18,6 +18,11 @@ export interface RollcallProcessorOptions<DataType, ResultType, NameType extends
    * retried, so its failure is then the last one. (The processor cannot read the Worker's options.)
    */
   maxStartedAttempts?: number;
+  /**
+   * The Worker's `settings.backoffStrategy`, when it sets one: a failure for which it returns -1 is
+   * not retried, so it is then the last. (The processor cannot read the Worker's options.)
+   */
+  backoffStrategy?: BackoffStrategy;
 }
 
 export type RollcallHandler<DataType, ResultType, NameType extends string> = (
@@ -71,6 +76,22 @@ export function isLastAttempt(job: Pick<Job, 'attemptsMade' | 'attemptsStarted' 
   if (error.name === 'UnrecoverableError' || error instanceof UnrecoverableError) return true;
   if (maxStartedAttempts && maxStartedAttempts <= job.attemptsStarted) return true;
   return job.attemptsMade + 1 >= (job.opts.attempts ?? 1);
+}
+
+/**
+ * Whether the Worker's custom backoff strategy stops BullMQ's retries of this failure: BullMQ asks it
+ * for the next delay of a job whose `backoff.type` is not one of its own (`fixed`, `exponential`, …),
+ * and does not retry when it answers -1 (job.ts `shouldRetryJob`). A strategy that throws is left
+ * for BullMQ to meet.
+ */
+async function backoffStops(job: Job, error: Error, strategy: BackoffStrategy | undefined): Promise<boolean> {
+  const backoff = job.opts.backoff;
+  if (!strategy || typeof backoff !== 'object' || backoff.type in Backoffs.builtinStrategies) return false;
+  try {
+    return Number(await strategy(job.attemptsMade + 1, backoff.type, error, job)) === -1;
+  } catch {
+    return false;
+  }
 }
 
 function defaultItemIdOf(job: Job): string | undefined {
@@ -133,7 +154,8 @@ export function rollcallProcessor<DataType = any, ResultType = any, NameType ext
       result = await handler(job, token, signal);
     } catch (thrown) {
       const error = asError(thrown);
-      if (!steersBullmq(error) && isLastAttempt(job, error, options.maxStartedAttempts)) await ackLastFailure(itemId, error);
+      if (!steersBullmq(error) && (isLastAttempt(job, error, options.maxStartedAttempts) || (await backoffStops(job, error, options.backoffStrategy))))
+        await ackLastFailure(itemId, error);
       throw thrown;
     }
     settle(itemId, await acks.ackInCall(itemId, 'succeeded'));

@@ -3,7 +3,7 @@ import { randomBytes } from 'node:crypto';
 import path from 'node:path';
 import readline from 'node:readline';
 
-import { DelayedError, Job, Queue, Worker } from 'bullmq';
+import { DelayedError, Job, JobsOptions, Queue, Worker } from 'bullmq';
 
 import { Batch, RollcallClient } from '../../src/client';
 import { rollcallProcessor } from '../../src/integrations/bullmq';
@@ -50,12 +50,12 @@ describeWith(redisUrl).each(backends())('rollcall/bullmq on a real Redis and a r
   }
 
   /** Opens and seals a batch of `count` items through rollcall/producer, one job per item (attempts: 3 unless said). */
-  async function produce(queue: Queue<TestJobData>, count: number, attempts = 3): Promise<Batch> {
+  async function produce(queue: Queue<TestJobData>, count: number, opts: JobsOptions = { attempts: 3 }): Promise<Batch> {
     let n = 0;
     return openBatch(client, {
       count,
       enqueue: async (ids) => {
-        await queue.addBulk(ids.map((id) => ({ name: 'item', data: { rollcallItemId: id, n: n++ }, opts: { attempts, removeOnComplete: false } })));
+        await queue.addBulk(ids.map((id) => ({ name: 'item', data: { rollcallItemId: id, n: n++ }, opts: { ...opts, removeOnComplete: false } })));
       },
     });
   }
@@ -168,7 +168,7 @@ describeWith(redisUrl).each(backends())('rollcall/bullmq on a real Redis and a r
 
   it("when a job throws BullMQ's rate-limit error, then it reruns unrecorded; an SDK's RateLimitError fails it for good", async () => {
     const queue = newQueue();
-    const batch = await produce(queue, 20, 1);
+    const batch = await produce(queue, 20, { attempts: 1 });
     /** What an API client library might throw: BullMQ fails the job like any other error (its message is not BullMQ's). */
     class RateLimitError extends Error {
       override name = 'RateLimitError';
@@ -194,7 +194,7 @@ describeWith(redisUrl).each(backends())('rollcall/bullmq on a real Redis and a r
 
   it('when a job parks itself with a subclass of DelayedError on its only attempt, then it reruns unrecorded and succeeds', async () => {
     const queue = newQueue();
-    const batch = await produce(queue, 10, 1);
+    const batch = await produce(queue, 10, { attempts: 1 });
     /** BullMQ moves the job by class as well as by name; this one's name is its own ('ParkForLater'). */
     class ParkForLater extends DelayedError {}
     const parked = new Set<number>();
@@ -212,6 +212,33 @@ describeWith(redisUrl).each(backends())('rollcall/bullmq on a real Redis and a r
     );
     const done = await client.waitForCompletion(batch.id, { timeoutMs: 30_000 });
     expect(done).toMatchObject({ state: 'complete', succeeded: 10, failed: 0, pending: 0 });
+  });
+
+  it("when the Worker's backoff strategy stops a job's retries, then its failure is recorded at once", async () => {
+    const queue = newQueue();
+    const batch = await produce(queue, 10, { attempts: 3, backoff: { type: 'give-up-on-stop' } });
+    const backoffStrategy = (_attemptsMade: number, _type?: string, error?: Error) => (error?.message.startsWith('stop') ? -1 : 10);
+    const runs = new Map<number, number>();
+    workers.push(
+      new Worker<TestJobData>(
+        queue.name,
+        rollcallProcessor(
+          client,
+          async (job: Job<TestJobData>) => {
+            runs.set(job.data.n, (runs.get(job.data.n) ?? 0) + 1);
+            if (job.data.n % 2 === 0) throw new Error(`stop: job ${job.data.n} cannot succeed`);
+            if (job.attemptsMade === 0) throw new Error('flaky, first attempt');
+          },
+          { backoffStrategy },
+        ),
+        { connection, prefix, concurrency: 5, settings: { backoffStrategy } },
+      ),
+    );
+    const done = await client.waitForCompletion(batch.id, { timeoutMs: 30_000 });
+    expect(done).toMatchObject({ state: 'complete', succeeded: 5, failed: 5, pending: 0 });
+    expect([...runs.entries()].sort(([a], [b]) => a - b)).toEqual([...Array(10).keys()].map((n) => [n, n % 2 === 0 ? 1 : 2]));
+    const failures = (await client.failures(batch.id, { limit: 100 })).failures.map((f) => f.error).sort();
+    expect(failures).toEqual([0, 2, 4, 6, 8].map((k) => `stop: job ${k} cannot succeed`).sort());
   });
 
   it("when the handler takes BullMQ's abort signal, then it gets it; when it does not, BullMQ makes none", async () => {
