@@ -33,9 +33,11 @@ export interface RollcallConsumerOptions extends AckCoalescingOptions, CancelChe
    */
   itemIdOf?: (message: ConsumeMessage) => string | undefined;
   /**
-   * The most times the handler runs for one message. The delivery whose `x-delivery-count` is
-   * `maxDeliveries - 1` is the last: its failure is acked `failed`. Keep it at or below the queue's own
-   * `x-delivery-limit`, or RabbitMQ drops the message before its failure is recorded. Default 3.
+   * The `x-delivery-count` at which a failure is final (the API's contract): a failure on a delivery
+   * whose count is below it is requeued, one at it is acked `failed`. The handler so runs at most
+   * `maxDeliveries + 1` times, as RabbitMQ delivers a message at most `x-delivery-limit + 1` times:
+   * set it to the queue's own `x-delivery-limit`, or lower, or RabbitMQ drops the message before its
+   * failure is recorded. Default 3.
    */
   maxDeliveries?: number;
   /**
@@ -69,9 +71,10 @@ export function previousDeliveries(message: ConsumeMessage): number {
  * (with `noAck: false`, the default). For each message:
  * - its batch is cancelled: the message is acked, the handler not run;
  * - the handler succeeds: rollcall is acked `succeeded`, then the message is acked;
- * - the handler throws before the last delivery: the message is rejected and requeued;
- * - the handler throws on the last delivery: rollcall is acked `failed` with the error's message,
- *   then the message is acked.
+ * - the handler throws and the message's `x-delivery-count` is below `maxDeliveries`: the message is
+ *   rejected and requeued;
+ * - the handler throws on the delivery whose count is `maxDeliveries`: rollcall is acked `failed` with
+ *   the error's message, then the message is acked.
  * rollcall is always told first: a consumer that dies between the two acks gets the message again,
  * and the repeat counts as a duplicate. Acks of one consumer are merged into few calls.
  * Needs a quorum queue (`x-queue-type: quorum`), which counts deliveries; a classic queue does not,
@@ -142,7 +145,7 @@ export function rollcallConsumer(
     try {
       await handler(message);
     } catch (thrown) {
-      if (previousDeliveries(message) + 1 < maxDeliveries) return settleMessage(message, 'retry');
+      if (previousDeliveries(message) < maxDeliveries) return settleMessage(message, 'retry');
       return record(message, itemId, 'failed', asError(thrown).message);
     }
     return record(message, itemId, 'succeeded');

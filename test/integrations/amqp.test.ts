@@ -6,7 +6,7 @@ import readline from 'node:readline';
 import amqp, { ChannelModel, ConsumeMessage } from 'amqplib';
 
 import { Batch, RollcallClient } from '../../src/client';
-import { rollcallConsumer } from '../../src/integrations/amqp';
+import { rollcallConsumer, RollcallConsumerOptions } from '../../src/integrations/amqp';
 import { openBatch } from '../../src/integrations/producer';
 import { backends } from '../helpers/backends';
 import { amqpUrl, describeWith } from '../helpers/brokers';
@@ -48,10 +48,10 @@ describeWith(amqpUrl).each(backends())('rollcall/amqp on a real RabbitMQ quorum 
   }
 
   /** A fresh quorum queue and a batch of `count` items published to it through rollcall/producer. */
-  async function produce(client: RollcallClient, count: number): Promise<{ queue: string; batch: Batch }> {
+  async function produce(client: RollcallClient, count: number, queueArguments: Record<string, unknown> = {}): Promise<{ queue: string; batch: Batch }> {
     const queue = `rollcall-test-${randomBytes(4).toString('hex')}`;
     const channel = await admin.createConfirmChannel();
-    await channel.assertQueue(queue, { durable: true, arguments: { 'x-queue-type': 'quorum' } });
+    await channel.assertQueue(queue, { durable: true, arguments: { 'x-queue-type': 'quorum', ...queueArguments } });
     let n = 0;
     const batch = await openBatch(client, {
       count,
@@ -64,16 +64,28 @@ describeWith(amqpUrl).each(backends())('rollcall/amqp on a real RabbitMQ quorum 
     return { queue, batch };
   }
 
-  async function consumer(connection: ChannelModel, queue: string, client: RollcallClient, runs: Map<number, number>, workMs: number): Promise<void> {
+  async function consumer(
+    connection: ChannelModel,
+    queue: string,
+    client: RollcallClient,
+    runs: Map<number, number>,
+    workMs: number,
+    options: RollcallConsumerOptions = {},
+  ): Promise<void> {
     const channel = await connection.createChannel();
     channel.on('error', () => undefined);
     await channel.prefetch(20);
     await channel.consume(
       queue,
-      rollcallConsumer(client, channel, (message) => {
-        runs.set(numberOf(message), (runs.get(numberOf(message)) ?? 0) + 1);
-        return handleTestMessage(message, workMs);
-      }),
+      rollcallConsumer(
+        client,
+        channel,
+        (message) => {
+          runs.set(numberOf(message), (runs.get(numberOf(message)) ?? 0) + 1);
+          return handleTestMessage(message, workMs);
+        },
+        options,
+      ),
     );
   }
 
@@ -98,8 +110,21 @@ describeWith(amqpUrl).each(backends())('rollcall/amqp on a real RabbitMQ quorum 
     await consumer(await connect(), queue, client, runs, 0);
     const done = await client.waitForCompletion(batch.id, { timeoutMs: 30_000 });
     expect(done).toMatchObject({ state: 'complete', ...expected(200), pending: 0 });
-    for (let n = 0; n < 200; n++) expect([n, runs.get(n)]).toEqual([n, { permanent: 3, unrecoverable: 3, flaky: 2, ok: 1 }[kindOf(n)]]);
+    for (let n = 0; n < 200; n++) expect([n, runs.get(n)]).toEqual([n, { permanent: 4, unrecoverable: 4, flaky: 2, ok: 1 }[kindOf(n)]]);
     await drained(queue); // the answer that completed the batch may still be on its way to the consumer
+    expect(tally.completions.get(batch.id)).toBe(1);
+  });
+
+  it("when maxDeliveries is the queue's own x-delivery-limit, then each failure is recorded on the last delivery RabbitMQ makes", async () => {
+    const tally = countingFetch();
+    const client = new RollcallClient({ baseUrl: svc.url, fetch: tally.fetch });
+    const { queue, batch } = await produce(client, 60, { 'x-delivery-limit': 1 });
+    const runs = new Map<number, number>();
+    await consumer(await connect(), queue, client, runs, 0, { maxDeliveries: 1 });
+    const done = await client.waitForCompletion(batch.id, { timeoutMs: 30_000 });
+    expect(done).toMatchObject({ state: 'complete', ...expected(60), pending: 0 });
+    for (let n = 0; n < 60; n++) expect([n, runs.get(n)]).toEqual([n, { permanent: 2, unrecoverable: 2, flaky: 2, ok: 1 }[kindOf(n)]]);
+    await drained(queue);
     expect(tally.completions.get(batch.id)).toBe(1);
   });
 
@@ -123,7 +148,7 @@ describeWith(amqpUrl).each(backends())('rollcall/amqp on a real RabbitMQ quorum 
     );
     const done = await client.waitForCompletion(batch.id, { timeoutMs: 30_000 });
     expect(done).toMatchObject({ state: 'complete', ...expected(60), pending: 0 });
-    for (let n = 0; n < 60; n++) expect([n, runs.get(n)]).toEqual([n, { permanent: 3, unrecoverable: 3, flaky: 2, ok: 1 }[kindOf(n)]]);
+    for (let n = 0; n < 60; n++) expect([n, runs.get(n)]).toEqual([n, { permanent: 4, unrecoverable: 4, flaky: 2, ok: 1 }[kindOf(n)]]);
     await drained(queue);
   });
 
