@@ -137,7 +137,8 @@ export function rollcallConsumer(
       report(asError(thrown), message); // a message none can read goes where a message without an ID goes
       return settleMessage(message, 'drop');
     }
-    if (!itemId) {
+    if (typeof itemId !== 'string' || !itemId) {
+      // Not only undefined: an itemIdOf that reads a numeric header gives a number, which no item ID is.
       report(new RollcallIntegrationError('missing_item_id', `message ${message.fields.deliveryTag} has no ${ITEM_ID_HEADER} header`), message);
       return settleMessage(message, 'drop');
     }

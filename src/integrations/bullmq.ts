@@ -146,7 +146,7 @@ export function rollcallProcessor<DataType = any, ResultType = any, NameType ext
 
   const processor: RollcallBullmqProcessor<DataType, ResultType, NameType> = async (job, token, signal) => {
     const itemId = itemIdOf(job);
-    if (!itemId) throw new RollcallJobError('missing_item_id', `job ${job.id} has no rollcall item ID`);
+    if (typeof itemId !== 'string' || !itemId) throw new RollcallJobError('missing_item_id', `job ${job.id} has no rollcall item ID`);
     const cancelledNow = cancelled.isCancelled(itemId);
     if (cancelledNow === true || (cancelledNow !== false && (await cancelledNow))) return undefined;
     let result: ResultType;

@@ -241,6 +241,33 @@ describeWith(redisUrl).each(backends())('rollcall/bullmq on a real Redis and a r
     expect(failures).toEqual([0, 2, 4, 6, 8].map((k) => `stop: job ${k} cannot succeed`).sort());
   });
 
+  it('when itemIdOf gives a job no string, then that job fails at once without running, unretried; the rest complete', async () => {
+    const queue = newQueue();
+    const batch = await produce(queue, 10, { attempts: 3 });
+    const ran: number[] = [];
+    workers.push(
+      new Worker<TestJobData>(
+        queue.name,
+        rollcallProcessor(
+          client,
+          async (job: Job<TestJobData>) => {
+            ran.push(job.data.n);
+          },
+          // A numeric field, say: not an item ID, though it is not undefined either.
+          { itemIdOf: (job) => (job.data.n % 2 === 1 ? (job.data.n as unknown as string) : job.data.rollcallItemId) },
+        ),
+        { connection, prefix, concurrency: 5 },
+      ),
+    );
+    await settled(queue, 10);
+    const failed = await queue.getFailed();
+    expect(failed.map((job) => [job.data.n, job.attemptsMade, job.failedReason]).sort()).toEqual(
+      [1, 3, 5, 7, 9].map((n) => [n, 1, `job ${failed.find((job) => job.data.n === n)?.id} has no rollcall item ID`]),
+    );
+    expect(ran.sort()).toEqual([0, 2, 4, 6, 8]);
+    expect(await client.status(batch.id)).toMatchObject({ succeeded: 5, failed: 0, pending: 5 });
+  });
+
   it("when the handler takes BullMQ's abort signal, then it gets it; when it does not, BullMQ makes none", async () => {
     const queue = newQueue();
     const batch = await produce(queue, 20);
