@@ -69,11 +69,13 @@ function steersBullmq(error: Error): boolean {
 /**
  * Whether BullMQ will give up on this job after this error, mirroring `Job.shouldRetryJob` (bullmq
  * 5 and 6): it retries only while `attemptsMade + 1 < opts.attempts` (no `attempts` means one), the
- * error is not an `UnrecoverableError`, and the Worker's `maxStartedAttempts` is not reached.
+ * error is not an `UnrecoverableError`, the Worker's `maxStartedAttempts` is not reached, and (bullmq
+ * 5, which has `job.discard()`) the job was not discarded.
  * `attemptsMade` counts the failed runs before this one, so it is 0 on the first run.
  */
 export function isLastAttempt(job: Pick<Job, 'attemptsMade' | 'attemptsStarted' | 'opts'>, error: Error, maxStartedAttempts?: number): boolean {
   if (error.name === 'UnrecoverableError' || error instanceof UnrecoverableError) return true;
+  if ((job as { discarded?: unknown }).discarded === true) return true;
   if (maxStartedAttempts && maxStartedAttempts <= job.attemptsStarted) return true;
   return job.attemptsMade + 1 >= (job.opts.attempts ?? 1);
 }

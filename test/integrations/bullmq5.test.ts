@@ -1,0 +1,75 @@
+import { randomBytes } from 'node:crypto';
+
+// The oldest major of the peer range (bullmq >= 5): its Worker and Job, with rollcall/bullmq as shipped.
+import { Job, Processor, Queue, Worker } from 'bullmq5';
+
+import { Batch, RollcallClient } from '../../src/client';
+import { rollcallProcessor } from '../../src/integrations/bullmq';
+import { openBatch } from '../../src/integrations/producer';
+import { backends } from '../helpers/backends';
+import { describeWith, redisConnection, redisUrl } from '../helpers/brokers';
+import { startService, TestService } from '../helpers/service';
+
+interface Data {
+  rollcallItemId: string;
+  n: number;
+}
+
+describeWith(redisUrl).each(backends())('rollcall/bullmq with BullMQ 5 on a real Redis and a real rollcall service (%s)', (_name, backend) => {
+  const connection = redisConnection(redisUrl ?? 'redis://127.0.0.1:6379');
+  const prefix = `rollcall-test5-${randomBytes(4).toString('hex')}`;
+  let svc: TestService;
+  const queues: Queue[] = [];
+  const workers: Worker[] = [];
+
+  beforeAll(async () => {
+    svc = await startService(backend);
+  });
+  afterAll(async () => {
+    await Promise.all(workers.splice(0).map((w) => w.close()));
+    for (const queue of queues) {
+      await queue.obliterate({ force: true });
+      await queue.close();
+    }
+    await svc.stop();
+  });
+
+  async function produce(client: RollcallClient, queue: Queue<Data>, count: number): Promise<Batch> {
+    let n = 0;
+    return openBatch(client, {
+      count,
+      enqueue: async (ids) => {
+        await queue.addBulk(ids.map((id) => ({ name: 'item', data: { rollcallItemId: id, n: n++ }, opts: { attempts: 3 } })));
+      },
+    });
+  }
+
+  it('when jobs succeed, fail on every attempt, or discard themselves (a BullMQ 5 job that does is not retried), then exact counts', async () => {
+    const client = new RollcallClient({ baseUrl: svc.url });
+    const queue = new Queue<Data>(`q-${randomBytes(4).toString('hex')}`, { connection, prefix });
+    queues.push(queue);
+    const batch = await produce(client, queue, 30);
+    const runs = new Map<number, number>();
+    workers.push(
+      new Worker<Data>(
+        queue.name,
+        // The types are bullmq 6's here (this project's 'bullmq'); in a project on bullmq 5 they are 5's.
+        rollcallProcessor(client, async (anyJob) => {
+          const job = anyJob as unknown as Job<Data>;
+          runs.set(job.data.n, (runs.get(job.data.n) ?? 0) + 1);
+          if (job.data.n % 3 === 1) throw new Error(`job ${job.data.n} fails every time`);
+          if (job.data.n % 3 === 2) {
+            job.discard();
+            throw new Error(`job ${job.data.n} gave up`);
+          }
+        }) as unknown as Processor<Data>,
+        { connection, prefix, concurrency: 5 },
+      ),
+    );
+    const done = await client.waitForCompletion(batch.id, { timeoutMs: 30_000 });
+    expect(done).toMatchObject({ state: 'complete', succeeded: 10, failed: 20, pending: 0 });
+    expect([...runs.entries()].sort(([a], [b]) => a - b)).toEqual([...Array(30).keys()].map((n) => [n, [1, 3, 1][n % 3]]));
+    const failures = (await client.failures(batch.id, { limit: 100 })).failures.map((f) => f.error);
+    expect(new Set(failures)).toEqual(new Set([...Array(30).keys()].filter((n) => n % 3 !== 0).map((n) => (n % 3 === 1 ? `job ${n} fails every time` : `job ${n} gave up`))));
+  });
+});
