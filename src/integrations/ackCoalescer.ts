@@ -136,3 +136,22 @@ export class AckCoalescer {
     }
   }
 }
+
+/** The coalescers of each client, by their options: processors and consumers of one process share them. */
+const SHARED = new WeakMap<RollcallClient, Map<string, AckCoalescer>>();
+
+/**
+ * The process's coalescer for this client and these options, made on first use: every
+ * `rollcallProcessor` and `rollcallConsumer` of one client acks through it, so a process with
+ * several workers or consumers still merges its acks into few calls (the API's contract: acks of
+ * one process are coalesced). Options that differ get a coalescer of their own.
+ */
+export function sharedCoalescer(client: RollcallClient, options: AckCoalescingOptions = {}): AckCoalescer {
+  let byOptions = SHARED.get(client);
+  if (!byOptions) SHARED.set(client, (byOptions = new Map()));
+  const retry = options.retry ?? DEFAULT_RETRY;
+  const key = JSON.stringify([options.maxDelayMs ?? null, options.maxIdsPerCall ?? null, retry.attempts, retry.firstDelayMs]);
+  let coalescer = byOptions.get(key);
+  if (!coalescer) byOptions.set(key, (coalescer = new AckCoalescer(client, options)));
+  return coalescer;
+}

@@ -6,7 +6,7 @@
 import type { ConsumeMessage } from 'amqplib';
 
 import type { RollcallClient } from '../client';
-import { AckCoalescer, AckCoalescingOptions, Rejected } from './ackCoalescer';
+import { AckCoalescingOptions, Rejected, sharedCoalescer } from './ackCoalescer';
 import { CancelCheckOptions, CancelledBatches } from './cancelledBatches';
 import { asError, RollcallIntegrationError } from './errors';
 
@@ -18,7 +18,8 @@ export const DELIVERY_COUNT_HEADER = 'x-delivery-count';
 /**
  * The part of an amqplib Channel used here. `reject` is optional: a channel without one (such as
  * amqp-connection-manager's ChannelWrapper) returns failed runs with `nack`, which from RabbitMQ 4.3
- * on does not count a delivery.
+ * on does not count a delivery. Prefer the raw channel of each of the wrapper's setups: the wrapper
+ * settles on whatever channel is current, so after a reconnect a late ack could hit another message.
  */
 export interface AckingChannel {
   ack(message: ConsumeMessage): void;
@@ -86,7 +87,7 @@ export function rollcallConsumer(
   handler: (message: ConsumeMessage) => unknown,
   options: RollcallConsumerOptions = {},
 ): (message: ConsumeMessage | null) => void {
-  const acks = new AckCoalescer(client, options);
+  const acks = sharedCoalescer(client, options);
   const cancelled = new CancelledBatches(client, options);
   const itemIdOf = options.itemIdOf ?? defaultItemIdOf;
   const maxDeliveries = options.maxDeliveries ?? 3;

@@ -6,7 +6,7 @@
 import { Backoffs, BackoffStrategy, DelayedError, Job, UnrecoverableError, WaitingChildrenError, WaitingError } from 'bullmq';
 
 import type { RollcallClient } from '../client';
-import { AckCoalescer, AckCoalescingOptions, Rejected, Rejections } from './ackCoalescer';
+import { AckCoalescingOptions, Rejected, Rejections, sharedCoalescer } from './ackCoalescer';
 import { CancelCheckOptions, CancelledBatches } from './cancelledBatches';
 import { asError, IntegrationErrorCode } from './errors';
 
@@ -122,7 +122,7 @@ export function rollcallProcessor<DataType = any, ResultType = any, NameType ext
   handler: RollcallHandler<DataType, ResultType, NameType>,
   options: RollcallProcessorOptions<DataType, ResultType, NameType> = {},
 ): RollcallBullmqProcessor<DataType, ResultType, NameType> {
-  const acks = new AckCoalescer(client, options);
+  const acks = sharedCoalescer(client, options);
   const cancelled = new CancelledBatches(client, options);
   const itemIdOf = options.itemIdOf ?? (defaultItemIdOf as (job: Job<DataType, ResultType, NameType>) => string | undefined);
 

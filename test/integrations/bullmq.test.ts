@@ -5,7 +5,7 @@ import readline from 'node:readline';
 
 import { DelayedError, Job, JobsOptions, Queue, Worker } from 'bullmq';
 
-import { Batch, RollcallClient } from '../../src/client';
+import { Batch, httpSend, RollcallClient } from '../../src/client';
 import { rollcallProcessor } from '../../src/integrations/bullmq';
 import { openBatch } from '../../src/integrations/producer';
 import { backends } from '../helpers/backends';
@@ -266,6 +266,40 @@ describeWith(redisUrl).each(backends())('rollcall/bullmq on a real Redis and a r
     );
     expect(ran.sort()).toEqual([0, 2, 4, 6, 8]);
     expect(await client.status(batch.id)).toMatchObject({ succeeded: 5, failed: 0, pending: 5 });
+  });
+
+  it("when one process runs two workers with one client, then their acks share calls (the process's acks are coalesced)", async () => {
+    const send = httpSend();
+    const batchesPerCall: number[] = [];
+    const sharing = new RollcallClient({
+      baseUrl: svc.url,
+      fetch: (url, request) => {
+        if (url.endsWith('/v1/acks')) batchesPerCall.push(new Set((JSON.parse(String(request.body)) as { ids: string[] }).ids.map((id) => id.split(':')[0])).size);
+        return send(url, request);
+      },
+    });
+    const pair = [newQueue(), newQueue()];
+    const batches = await Promise.all(pair.map((queue) => produce(queue, 500)));
+    // The first jobs wait until both workers run one, so that both have acks to send at once.
+    const running = new Set<string>();
+    let bothRunning!: () => void;
+    const barrier = new Promise<void>((resolve) => (bothRunning = resolve));
+    for (const queue of pair)
+      workers.push(
+        new Worker<TestJobData>(
+          queue.name,
+          rollcallProcessor(sharing, async () => {
+            running.add(queue.name);
+            if (running.size === 2) bothRunning();
+            await barrier;
+            return 'done';
+          }),
+          { connection, prefix, concurrency: 50 },
+        ),
+      );
+    for (const batch of batches)
+      expect(await client.waitForCompletion(batch.id, { timeoutMs: 30_000 })).toMatchObject({ state: 'complete', succeeded: 500, pending: 0 });
+    expect(Math.max(...batchesPerCall)).toBe(2);
   });
 
   it("when the handler takes BullMQ's abort signal, then it gets it; when it does not, BullMQ makes none", async () => {
