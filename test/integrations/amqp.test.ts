@@ -176,7 +176,9 @@ describeWith(amqpUrl).each(backends())('rollcall/amqp on a real RabbitMQ quorum 
     for (let i = 0; i < 150 && (await client.status(batch.id)).succeeded < 10; i++) await new Promise((resolve) => setTimeout(resolve, 100));
     await drained(queue);
     expect(await client.status(batch.id)).toMatchObject({ succeeded: 10, failed: 0, pending: 20 });
-    expect(told.filter((message) => message.startsWith('unreadable')).sort()).toEqual([0, 3, 6, 9, 12, 15, 18, 21, 24, 27].map((n) => `unreadable message ${n}`).sort());
+    expect(told.filter((message) => message.startsWith('unreadable')).sort()).toEqual(
+      [0, 3, 6, 9, 12, 15, 18, 21, 24, 27].map((n) => `unreadable message ${n}`).sort(),
+    );
     expect(told.filter((message) => /has no x-rollcall-item-id/.test(message))).toHaveLength(10);
     expect(told).toHaveLength(20);
   });

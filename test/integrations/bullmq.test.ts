@@ -274,7 +274,8 @@ describeWith(redisUrl).each(backends())('rollcall/bullmq on a real Redis and a r
     const sharing = new RollcallClient({
       baseUrl: svc.url,
       fetch: (url, request) => {
-        if (url.endsWith('/v1/acks')) batchesPerCall.push(new Set((JSON.parse(String(request.body)) as { ids: string[] }).ids.map((id) => id.split(':')[0])).size);
+        if (url.endsWith('/v1/acks'))
+          batchesPerCall.push(new Set((JSON.parse(String(request.body)) as { ids: string[] }).ids.map((id) => id.split(':')[0])).size);
         return send(url, request);
       },
     });

@@ -70,6 +70,8 @@ describeWith(redisUrl).each(backends())('rollcall/bullmq with BullMQ 5 on a real
     expect(done).toMatchObject({ state: 'complete', succeeded: 10, failed: 20, pending: 0 });
     expect([...runs.entries()].sort(([a], [b]) => a - b)).toEqual([...Array(30).keys()].map((n) => [n, [1, 3, 1][n % 3]]));
     const failures = (await client.failures(batch.id, { limit: 100 })).failures.map((f) => f.error);
-    expect(new Set(failures)).toEqual(new Set([...Array(30).keys()].filter((n) => n % 3 !== 0).map((n) => (n % 3 === 1 ? `job ${n} fails every time` : `job ${n} gave up`))));
+    expect(new Set(failures)).toEqual(
+      new Set([...Array(30).keys()].filter((n) => n % 3 !== 0).map((n) => (n % 3 === 1 ? `job ${n} fails every time` : `job ${n} gave up`))),
+    );
   });
 });
