@@ -12,6 +12,9 @@ export type ItemOutcome = 'succeeded' | 'failed';
  */
 const MAX_CALLS_IN_FLIGHT = 1;
 
+/** How long an ack waits for others by default (the contract's bound: ≤ 10 ms). */
+const DEFAULT_MAX_DELAY_MS = 10;
+
 /** The API takes failure reasons of at most this many characters; longer ones are cut, not refused. */
 export const MAX_ERROR_LENGTH = 1000;
 
@@ -75,7 +78,7 @@ export class AckCoalescer {
     private readonly client: RollcallClient,
     options: AckCoalescingOptions = {},
   ) {
-    this.maxDelayMs = options.maxDelayMs ?? 10;
+    this.maxDelayMs = options.maxDelayMs ?? DEFAULT_MAX_DELAY_MS;
     this.maxIds = Math.min(options.maxIdsPerCall ?? MAX_IDS_PER_ACK, MAX_IDS_PER_ACK);
     this.retry = options.retry ?? DEFAULT_RETRY;
   }
@@ -149,8 +152,14 @@ const SHARED = new WeakMap<RollcallClient, Map<string, AckCoalescer>>();
 export function sharedCoalescer(client: RollcallClient, options: AckCoalescingOptions = {}): AckCoalescer {
   let byOptions = SHARED.get(client);
   if (!byOptions) SHARED.set(client, (byOptions = new Map()));
+  // By value, defaults filled in: options that mean the same share one coalescer.
   const retry = options.retry ?? DEFAULT_RETRY;
-  const key = JSON.stringify([options.maxDelayMs ?? null, options.maxIdsPerCall ?? null, retry.attempts, retry.firstDelayMs]);
+  const key = JSON.stringify([
+    options.maxDelayMs ?? DEFAULT_MAX_DELAY_MS,
+    Math.min(options.maxIdsPerCall ?? MAX_IDS_PER_ACK, MAX_IDS_PER_ACK),
+    retry.attempts,
+    retry.firstDelayMs,
+  ]);
   let coalescer = byOptions.get(key);
   if (!coalescer) byOptions.set(key, (coalescer = new AckCoalescer(client, options)));
   return coalescer;

@@ -77,7 +77,8 @@ export function previousDeliveries(message: ConsumeMessage): number {
  * - the handler throws on the delivery whose count is `maxDeliveries`: rollcall is acked `failed` with
  *   the error's message, then the message is acked.
  * rollcall is always told first: a consumer that dies between the two acks gets the message again,
- * and the repeat counts as a duplicate. Acks of one consumer are merged into few calls.
+ * and the repeat counts as a duplicate. Acks of every consumer and processor of this client in the
+ * process are merged into few calls (sharedCoalescer).
  * Needs a quorum queue (`x-queue-type: quorum`), which counts deliveries; a classic queue does not,
  * and its failing messages would be requeued forever.
  */

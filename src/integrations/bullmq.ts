@@ -111,7 +111,8 @@ function defaultItemIdOf(job: Job): string | undefined {
  * - The handler throws and BullMQ will retry: the error is rethrown, nothing is acked.
  * - The handler throws on the last attempt (or throws `UnrecoverableError`): the item is acked
  *   `failed` with the error's message, then the error is rethrown.
- * Acks of every job this processor runs in the process are merged into few calls (see AckCoalescer);
+ * Acks of every job that the processors and consumers of this client run in the process are merged
+ * into few calls (sharedCoalescer);
  * each job still completes only after rollcall answered for its own item.
  * BullMQ's abort signal reaches the handler when the handler declares a third parameter: BullMQ's
  * own rule for processors (`processor.length >= 3`), so a wrapper with rest parameters gets none.
