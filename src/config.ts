@@ -2,6 +2,7 @@ import fs from 'node:fs';
 
 import { z } from 'zod';
 
+import { EXACT_TEXT_RULE, isExactText } from './contract/text';
 import { invalidAllowEntry } from './domain/callbackTarget';
 
 const int = (min: number, max: number) => z.coerce.number().int().min(min).max(max);
@@ -96,7 +97,7 @@ const tokensSchema = z
   .array(
     z.strictObject({
       token: z.string().min(16, 'a token must be at least 16 characters'),
-      tenant: z.string().min(1).max(64),
+      tenant: z.string().min(1).max(64).refine(isExactText, `a tenant ${EXACT_TEXT_RULE}`),
       scopes: z.array(z.enum(SCOPES)).min(1),
       /** Signs this tenant's callbacks instead of CALLBACK_SECRET. */
       callbackSecret: z.string().min(16, 'a callbackSecret must be at least 16 characters').optional(),

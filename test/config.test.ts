@@ -28,6 +28,7 @@ describe('configuration', () => {
     ['HEAP_GROWTH_PERCENT', '500'],
     ['API_TOKENS', '[{"token":"short","tenant":"a","scopes":["read"]}]'],
     ['API_TOKENS', 'not json'],
+    ['API_TOKENS', '[{"token":"a-long-enough-token-123","tenant":"a\\u0000b","scopes":["read"]}]'],
   ])('when %s is %s, then loading stops with a message naming the key', (key, value) => {
     expect(() => loadConfig({ [key]: value })).toThrow(ConfigError);
     expect(() => loadConfig({ [key]: value })).toThrow(new RegExp(key));

@@ -1,6 +1,7 @@
 import { z } from 'zod';
 
-import { BATCH_STATES, MAX_ACK_IDS, OUTCOMES } from '../contract/vocabulary';
+import { EXACT_TEXT_RULE, isExactText } from '../contract/text';
+import { BATCH_STATES, MAX_ACK_IDS, MAX_ERROR_LENGTH, OUTCOMES } from '../contract/vocabulary';
 
 export { MAX_ACK_IDS };
 
@@ -34,16 +35,18 @@ const metadata = z.record(z.string(), z.unknown()).superRefine((value, ctx) => {
   }
 });
 
-export const MAX_ERROR_LENGTH = 1000;
+/** A string the service stores or looks up: one every backend keeps exactly (contract/text.ts). */
+const exactText = () => z.string().refine(isExactText, EXACT_TEXT_RULE);
 
 export const createBatchBody = z.strictObject({
-  userKey: z.string().min(1).max(255).nullish(),
+  userKey: exactText().min(1).max(255).nullish(),
   /** `<batchId>:<groupId>:<index>` of another batch: the new batch is a child standing for that item. */
   parentItem: z.string().max(200).nullish(),
   metadata: metadata.nullish(),
   callbackUrl: z
     .url({ protocol: /^https?$/, error: 'must be an http(s) URL' })
     .max(2048)
+    .refine(isExactText, EXACT_TEXT_RULE)
     .nullish(),
 });
 
@@ -60,7 +63,7 @@ export const sealBody = z.strictObject({
 export const outcome = z.enum(OUTCOMES);
 
 /** Why the items of a failed ack failed; applies to every item of the call. */
-const failureError = z.string().max(MAX_ERROR_LENGTH);
+const failureError = exactText().max(MAX_ERROR_LENGTH);
 
 /** `error` explains a failure: with outcome succeeded (also the default) it is refused, not ignored. */
 const errorOnlyWhenFailed = (body: { outcome?: string; error?: string }) => body.error === undefined || body.outcome === 'failed';
@@ -100,7 +103,7 @@ export const compactAckBody = z
 
 export const listQuery = z.strictObject({
   state: z.enum(BATCH_STATES).optional(),
-  userKey: z.string().min(1).max(255).optional(),
+  userKey: exactText().min(1).max(255).optional(),
   parent: z.uuid().optional(),
   limit: z.coerce.number().int().min(1).max(500).default(50),
   cursor: z.string().min(1).max(200).optional(),

@@ -1,4 +1,6 @@
 import { AckOptions, MAX_IDS_PER_ACK, RollcallClient } from '../client';
+import { toExactText, truncateText } from '../contract/text';
+import { MAX_ERROR_LENGTH } from '../contract/vocabulary';
 import { DEFAULT_RETRY, RetryPolicy, withRetries } from './retry';
 
 export type ItemOutcome = 'succeeded' | 'failed';
@@ -15,8 +17,14 @@ const MAX_CALLS_IN_FLIGHT = 1;
 /** How long an ack waits for others by default (the contract's bound: ≤ 10 ms). */
 const DEFAULT_MAX_DELAY_MS = 10;
 
-/** The API takes failure reasons of at most this many characters; longer ones are cut, not refused. */
-export const MAX_ERROR_LENGTH = 1000;
+/**
+ * A failure reason as the API takes it: longer than MAX_ERROR_LENGTH is cut, not refused, and the
+ * characters it refuses (U+0000, lone surrogates) become U+FFFD. A reason is for reading, and a call
+ * the service refused would fail every ack in it.
+ */
+function reasonOf(error: string): string {
+  return toExactText(truncateText(error, MAX_ERROR_LENGTH));
+}
 
 export interface AckCoalescingOptions {
   /** Longest an ack waits for others before its call is sent. Default 10 ms. */
@@ -93,7 +101,7 @@ export class AckCoalescer {
    * rejections (shared by its items: look the item up). The cheaper form, for a worker's hot path.
    */
   ackInCall(itemId: string, outcome: ItemOutcome, error?: string): Promise<Rejections> {
-    const reason = outcome === 'failed' && error !== undefined ? error.slice(0, MAX_ERROR_LENGTH) : undefined;
+    const reason = outcome === 'failed' && error !== undefined ? reasonOf(error) : undefined;
     const key = reason === undefined ? outcome : `${outcome}\u0000${reason}`;
     let entry = this.pending.get(key);
     if (!entry) {

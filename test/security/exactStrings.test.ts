@@ -35,6 +35,7 @@ describe.each(backends())('tenant, userKey and Idempotency-Key compare exactly (
     ['case', 'Catalog', 'catalog'],
     ['trailing spaces', 'a', 'a '],
     ['accents', 'é', 'e'],
+    ['a character past the Basic Multilingual Plane', 'key-\u{1F600}', 'key-\u{1F601}'],
   ])('when userKeys differ only in %s, then the userKey filter tells them apart', async (_what, one, other) => {
     const auth = upper;
     const first = (await svc.api.post('/v1/batches').set('Authorization', auth).send({ userKey: one })).body.id as string;
@@ -60,5 +61,59 @@ describe.each(backends())('tenant, userKey and Idempotency-Key compare exactly (
     const repeat = await svc.api.post(`/v1/batches/${id}/items`).set('Authorization', lower).set('Idempotency-Key', other).send({ count: 3 });
     expect(repeat.body).toEqual(second.body);
     expect((await svc.api.get(`/v1/batches/${id}`).set('Authorization', lower)).body.total).toBe(6);
+  });
+});
+
+/**
+ * Strings the service stores or looks up are ones every backend keeps exactly: PostgreSQL cannot
+ * hold U+0000 in text (the insert failed with a 500), and a lone surrogate has no UTF-8 form (each
+ * driver stored a replacement character, so two different keys became one).
+ */
+const NOT_STORABLE = { 'U+0000': 'a\u0000b', 'a lone high surrogate': 'a\ud800', 'a lone low surrogate': '\udc00b' };
+
+describe.each(backends())('strings no backend stores exactly are refused (%s)', (_name, backend) => {
+  let svc: TestService;
+  beforeAll(async () => {
+    svc = await startService(backend);
+  });
+  afterAll(() => svc.stop());
+
+  const batchCount = async () => (await svc.api.get('/v1/batches?limit=500')).body.batches.length as number;
+  const refusal = { code: 'invalid_request', message: expect.stringContaining('well-formed Unicode without U+0000') };
+
+  it.each(Object.entries(NOT_STORABLE))('when a userKey or callbackUrl holds %s, then 400 and no batch is made', async (_what, text) => {
+    const before = await batchCount();
+    for (const body of [{ userKey: text }, { callbackUrl: `http://example.com/${text}` }]) {
+      const res = await svc.api.post('/v1/batches').send(body);
+      expect(res.status).toBe(400);
+      expect(res.body.error).toEqual(refusal);
+    }
+    expect(await batchCount()).toBe(before);
+  });
+
+  it('when the list is filtered by a userKey with U+0000, then 400', async () => {
+    const res = await svc.api.get('/v1/batches').query({ userKey: 'a\u0000b' });
+    expect(res.status).toBe(400);
+    expect(res.body.error).toEqual(refusal);
+  });
+
+  it.each(Object.entries(NOT_STORABLE))('when a failure reason holds %s, then 400 in either form and the item stays pending', async (_what, text) => {
+    const id = (await svc.api.post('/v1/batches').send({})).body.id as string;
+    const group = (await svc.api.post(`/v1/batches/${id}/items`).send({ count: 1 })).body.groups[0].id as string;
+    for (const body of [
+      { ids: [`${id}:${group}:0`], outcome: 'failed', error: text },
+      { groups: [{ batchId: id, groupId: group, indexes: [0] }], outcome: 'failed', error: text },
+    ]) {
+      const res = await svc.api.post('/v1/acks').send(body);
+      expect(res.status).toBe(400);
+      expect(res.body.error).toEqual(refusal);
+    }
+    expect((await svc.api.get(`/v1/batches/${id}`)).body).toMatchObject({ failed: 0, pending: 1 });
+  });
+
+  it('when metadata holds U+0000 or a lone surrogate, then it is kept exactly (metadata is stored as JSON text)', async () => {
+    const metadata = { nul: 'a\u0000b', high: 'a\ud800', 'key\u0000': 'x' };
+    const id = (await svc.api.post('/v1/batches').send({ metadata })).body.id as string;
+    expect((await svc.api.get(`/v1/batches/${id}`)).body.metadata).toEqual(metadata);
   });
 });

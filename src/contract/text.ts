@@ -1,0 +1,43 @@
+/**
+ * Which strings the API stores: text every backend keeps and compares exactly. No imports, so the
+ * client and the integrations use it as the service does.
+ *
+ * - U+0000: PostgreSQL's text types cannot hold it (the insert fails), where MariaDB and SQLite keep it.
+ * - A lone surrogate (half of a UTF-16 pair) has no UTF-8 form: each driver writes a replacement
+ *   character instead, so `"a\ud800"` and `"a\udfff"` would be stored, and found, as one string.
+ */
+
+/**
+ * A lone surrogate, or U+0000. With the `u` flag a well-formed pair is one code point, which the
+ * class does not match.
+ */
+// eslint-disable-next-line no-control-regex -- U+0000 is what this looks for
+const NOT_STORABLE_ONE = /[\uD800-\uDFFF\u0000]/u;
+// eslint-disable-next-line no-control-regex -- U+0000 is what this looks for
+const NOT_STORABLE_ALL = /[\uD800-\uDFFF\u0000]/gu;
+
+/** What the service refuses (`400`) in a stored string, for the error message. */
+export const EXACT_TEXT_RULE = 'must be well-formed Unicode without U+0000';
+
+/** Whether every backend stores `text` exactly as given. */
+export function isExactText(text: string): boolean {
+  return !NOT_STORABLE_ONE.test(text);
+}
+
+/**
+ * `text` with each lone surrogate and U+0000 replaced by U+FFFD: for text a client reports rather
+ * than names by (a failure's message), which the service would otherwise refuse.
+ */
+export function toExactText(text: string): string {
+  return isExactText(text) ? text : text.replace(NOT_STORABLE_ALL, '\uFFFD');
+}
+
+/**
+ * At most `length` UTF-16 units of `text`, not cutting a surrogate pair in two (a cut pair would
+ * leave a lone surrogate, which the service refuses).
+ */
+export function truncateText(text: string, length: number): string {
+  if (text.length <= length) return text;
+  const cutsPair = /[\uD800-\uDBFF]/.test(text[length - 1] ?? '');
+  return text.slice(0, cutsPair ? length - 1 : length);
+}
