@@ -1,4 +1,4 @@
-import { AckOptions, MAX_IDS_PER_ACK, RollcallClient } from '../client';
+import { AckOptions, MAX_IDS_PER_ACK, Rejection, RollcallApiError, RollcallClient } from '../client';
 import { toExactText, truncateText } from '../contract/text';
 import { MAX_ERROR_LENGTH } from '../contract/vocabulary';
 import { DEFAULT_RETRY, RetryPolicy, withRetries } from './retry';
@@ -77,7 +77,7 @@ function pendingCall(outcome: ItemOutcome, error: string | undefined): Pending {
 export class AckCoalescer {
   private readonly pending = new Map<string, Pending>();
   private readonly maxDelayMs: number;
-  private readonly maxIds: number;
+  private maxIds: number;
   private readonly retry: RetryPolicy;
   private inFlight = 0;
   private readonly settled = new Set<Promise<void>>();
@@ -140,10 +140,27 @@ export class AckCoalescer {
   private async call(entry: Pending): Promise<void> {
     try {
       const options: AckOptions = entry.error === undefined ? { outcome: entry.outcome } : { outcome: entry.outcome, error: entry.error };
-      const result = await withRetries(() => this.client.ack(entry.ids, options), this.retry);
-      entry.resolve(new Map(result.rejected.map((rejection) => [rejection.id, rejection.reason])));
+      const rejected = await this.acked(entry.ids, options);
+      entry.resolve(new Map(rejected.map((rejection) => [rejection.id, rejection.reason])));
     } catch (error) {
       entry.reject(error);
+    }
+  }
+
+  /**
+   * Sends one call's acks. A service whose BODY_LIMIT is below what the call takes answers 413: the
+   * acks go again in halves, and later calls stay as small as the half (a call of many jobs must not
+   * fail them all for its size).
+   */
+  private async acked(ids: string[], options: AckOptions): Promise<Rejection[]> {
+    try {
+      return (await withRetries(() => this.client.ack(ids, options), this.retry)).rejected;
+    } catch (error) {
+      if (!(error instanceof RollcallApiError && error.status === 413) || ids.length < 2) throw error;
+      const half = Math.ceil(ids.length / 2);
+      this.maxIds = Math.min(this.maxIds, half);
+      const first = await this.acked(ids.slice(0, half), options);
+      return [...first, ...(await this.acked(ids.slice(half), options))];
     }
   }
 }

@@ -1,4 +1,4 @@
-import { RollcallClient } from '../../src/client';
+import { httpSend, RollcallClient } from '../../src/client';
 import { AckCoalescer } from '../../src/integrations/ackCoalescer';
 import { backends } from '../helpers/backends';
 import { batchWith } from '../helpers/batches';
@@ -74,5 +74,41 @@ describe('the ack coalescer of the queue integrations, against a real service', 
         [ids[2], 'x'.repeat(999)],
       ]),
     );
+  });
+});
+
+describe('the ack coalescer against a service whose BODY_LIMIT is below a full call', () => {
+  let svc: TestService;
+  beforeAll(async () => {
+    svc = await startService(sqlite, { BODY_LIMIT: '20kb' }); // ~230 IDs a call
+  });
+  afterAll(async () => {
+    await svc.stop();
+  });
+
+  it('when 3,000 acks gather into calls the service refuses as too large (413), then they are sent in halves, every one is recorded, and later calls fit', async () => {
+    const { id, ids } = await batchWith(svc.client, 3000);
+    const send = httpSend();
+    const statuses: number[] = [];
+    const acks = new AckCoalescer(
+      new RollcallClient({
+        baseUrl: svc.url,
+        fetch: async (url, request) => {
+          const answer = await send(url, request);
+          statuses.push(answer.status);
+          return answer;
+        },
+      }),
+    );
+    const firstHalf = ids.slice(0, 1500);
+    expect(await Promise.all(firstHalf.map((itemId) => acks.ack(itemId, 'succeeded')))).toEqual(firstHalf.map(() => null));
+    expect(statuses).toContain(413);
+    statuses.length = 0;
+    const secondHalf = ids.slice(1500);
+    expect(await Promise.all(secondHalf.map((itemId) => acks.ack(itemId, 'failed', 'no disk')))).toEqual(secondHalf.map(() => null));
+    expect(await svc.client.status(id)).toMatchObject({ succeeded: 1500, failed: 1500, pending: 0 });
+    // The first acks taught the coalescer the size: the next 1,500 went in calls the service took.
+    expect(statuses.length).toBeGreaterThan(1);
+    expect(statuses.every((status) => status === 200)).toBe(true);
   });
 });
