@@ -10,27 +10,33 @@ async function main(): Promise<void> {
   await channel.assertQueue('thumbnails', { durable: true, arguments: { 'x-queue-type': 'quorum', 'x-delivery-limit': 3 } });
   await channel.prefetch(50);
   const watching = new Set<string>();
-  await channel.consume(
-    'thumbnails',
-    rollcallConsumer(
-      client,
-      channel,
-      async (message) => {
-        const batchId = String(message.properties.headers?.['x-rollcall-item-id']).split(':')[0]!;
-        if (!watching.has(batchId)) {
-          watching.add(batchId);
-          void client
-            .waitForCompletion(batchId, { timeoutMs: 600_000 })
-            .then((b) => console.log(`batch ${b.id} is ${b.state}: ${b.succeeded} succeeded, ${b.failed} failed`));
-        }
-        const { n } = JSON.parse(message.content.toString()) as { n: number };
-        await work(n, previousDeliveries(message) === 0);
-      },
-      { maxDeliveries: 3, onError: (error) => console.error(error.message) },
-    ),
+  const consume = rollcallConsumer(
+    client,
+    channel,
+    async (message) => {
+      const batchId = String(message.properties.headers?.['x-rollcall-item-id']).split(':')[0]!;
+      if (!watching.has(batchId)) {
+        watching.add(batchId);
+        void client
+          .waitForCompletion(batchId, { timeoutMs: 600_000 })
+          .then((b) => console.log(`batch ${b.id} is ${b.state}: ${b.succeeded} succeeded, ${b.failed} failed`));
+      }
+      const { n } = JSON.parse(message.content.toString()) as { n: number };
+      await work(n, previousDeliveries(message) === 0);
+    },
+    { maxDeliveries: 3, onError: (error) => console.error(error.message) },
   );
+  const { consumerTag } = await channel.consume('thumbnails', consume);
   console.log('consumer running; Ctrl-C to stop');
-  process.once('SIGINT', () => void connection.close().then(() => process.exit(0)));
+  // A graceful stop: no new deliveries, the ones in hand finish (rollcall, then the message), then close.
+  process.once('SIGINT', () => {
+    void (async () => {
+      await channel.cancel(consumerTag);
+      await consume.drain();
+      await connection.close();
+      process.exit(0);
+    })();
+  });
 }
 
 void main();

@@ -67,6 +67,17 @@ export function previousDeliveries(message: ConsumeMessage): number {
   return Number.isFinite(count) && count > 0 ? count : 0;
 }
 
+/** What rollcallConsumer returns: amqplib's consume callback, and a way to let its messages finish. */
+export interface RollcallConsumeCallback {
+  (message: ConsumeMessage | null): void;
+  /**
+   * Resolves once every message this callback has been given is settled (rollcall told, the message
+   * acked or returned). For a graceful stop: `channel.cancel(consumerTag)`, then `drain()`, then
+   * close the channel; closing at once returns the unsettled messages to the queue, to be run again.
+   */
+  drain(): Promise<void>;
+}
+
 /**
  * A consume callback around `handler`: `channel.consume(queue, rollcallConsumer(client, channel, handler))`
  * (with `noAck: false`, the default). For each message:
@@ -81,13 +92,14 @@ export function previousDeliveries(message: ConsumeMessage): number {
  * process are merged into few calls (sharedCoalescer).
  * Needs a quorum queue (`x-queue-type: quorum`), which counts deliveries; a classic queue does not,
  * and its failing messages would be requeued forever.
+ * `drain()` on the callback waits for the messages already received, for a graceful stop.
  */
 export function rollcallConsumer(
   client: RollcallClient,
   channel: AckingChannel,
   handler: (message: ConsumeMessage) => unknown,
   options: RollcallConsumerOptions = {},
-): (message: ConsumeMessage | null) => void {
+): RollcallConsumeCallback {
   const acks = sharedCoalescer(client, options);
   const cancelled = new CancelledBatches(client, options);
   const itemIdOf = options.itemIdOf ?? defaultItemIdOf;
@@ -154,8 +166,16 @@ export function rollcallConsumer(
     return record(message, itemId, 'succeeded');
   };
 
-  return (message) => {
+  const unsettled = new Set<Promise<void>>();
+  const callback = (message: ConsumeMessage | null): void => {
     if (message === null) return; // the broker cancelled the consumer
-    consume(message).catch((error: unknown) => report(asError(error), message));
+    const settled: Promise<void> = consume(message)
+      .catch((error: unknown) => report(asError(error), message))
+      .finally(() => unsettled.delete(settled));
+    unsettled.add(settled);
   };
+  const drain = async (): Promise<void> => {
+    while (unsettled.size > 0) await Promise.all([...unsettled]);
+  };
+  return Object.assign(callback, { drain });
 }

@@ -128,6 +128,31 @@ describeWith(amqpUrl).each(backends())('rollcall/amqp on a real RabbitMQ quorum 
     expect(tally.completions.get(batch.id)).toBe(1);
   });
 
+  it('when a consumer is cancelled, drained and then closed, then the messages it held finish once and none goes back to the queue', async () => {
+    const client = new RollcallClient({ baseUrl: svc.url });
+    const { queue, batch } = await produce(client, 30);
+    const channel = await (await connect()).createChannel();
+    await channel.prefetch(30);
+    let started = 0;
+    let allStarted!: () => void;
+    const running = new Promise<void>((resolve) => (allStarted = resolve));
+    const consume = rollcallConsumer(client, channel, async () => {
+      if (++started === 30) allStarted();
+      await new Promise((wait) => setTimeout(wait, 300));
+    });
+    const { consumerTag } = await channel.consume(queue, consume);
+    await running;
+    await channel.cancel(consumerTag);
+    await consume.drain();
+    await channel.close();
+    expect(await client.status(batch.id)).toMatchObject({ state: 'complete', succeeded: 30, pending: 0 });
+    const check = await admin.createChannel();
+    expect((await check.checkQueue(queue)).messageCount).toBe(0);
+    await check.deleteQueue(queue);
+    await check.close();
+    expect(started).toBe(30);
+  });
+
   it('when the channel has ack and nack only (as a connection manager wraps one), then failures still go back and count', async () => {
     const client = new RollcallClient({ baseUrl: svc.url });
     const { queue, batch } = await produce(client, 60);
