@@ -3,7 +3,8 @@ import net from 'node:net';
 /**
  * Where callbacks may go (API.md, "Callbacks in a multi-tenant service"). With tokens configured, a
  * tenant must not make the service reach into its own network: loopback, private, link-local,
- * unique-local and unspecified addresses are refused unless CALLBACK_ALLOW_HOSTS names them.
+ * unique-local, site-local, multicast, broadcast and unspecified addresses are refused unless
+ * CALLBACK_ALLOW_HOSTS names them.
  */
 const FORBIDDEN = new net.BlockList();
 for (const [prefix, bits] of [
@@ -14,16 +15,20 @@ for (const [prefix, bits] of [
   ['169.254.0.0', 16],
   ['172.16.0.0', 12],
   ['192.168.0.0', 16],
+  ['224.0.0.0', 4], // multicast
+  ['240.0.0.0', 4], // reserved, and the broadcast address 255.255.255.255
 ] as const) {
   FORBIDDEN.addSubnet(prefix, bits, 'ipv4');
 }
 // NAT64 (64:ff9b::/96, 64:ff9b:1::/48) and 6to4 (2002::/16) carry an IPv4 address inside and can
 // reach private IPv4 networks through a translator: refused whole (allow-list a host to use one).
 for (const [prefix, bits] of [
-  ['::', 128],
-  ['::1', 128],
+  ['::', 96], // :: and ::1, and the deprecated IPv4-compatible ::a.b.c.d (::127.0.0.1)
+  ['::ffff:0:0:0', 96], // IPv4-translated (SIIT): ::ffff:0:7f00:1 is 127.0.0.1 to a translator
   ['fc00::', 7],
   ['fe80::', 10],
+  ['fec0::', 10], // site-local: deprecated, private where still used
+  ['ff00::', 8], // multicast
   ['64:ff9b::', 96],
   ['64:ff9b:1::', 48],
   ['2002::', 16],

@@ -13,7 +13,7 @@ import { errorHandler } from './errorHandler';
 import { httpMetrics } from './httpMetrics';
 import { requireLoopbackHost } from './loopbackHost';
 import { requestContext } from './requestContext';
-import { requireJsonBody } from './requireJson';
+import { readJsonBody, requireJsonBody } from './requireJson';
 import { ackHandlers, SubmitAck } from './routes/acks';
 import { adminRoutes } from './routes/admin';
 import { batchRoutes } from './routes/batches';
@@ -47,7 +47,7 @@ export function createApp(deps: AppDeps): Express {
   app.disable('x-powered-by');
   app.set('etag', false);
   const everyRequest = [requestContext(app, deps.log), httpMetrics(deps.metrics), ...(deps.loopbackHostsOnly ? [requireLoopbackHost()] : [])];
-  const apiRequest = [authenticate(deps.tokens), ...(deps.tokens ? [] : [refuseCrossSiteWrites()]), requireJsonBody, express.json({ limit: deps.bodyLimit })];
+  const apiRequest = [authenticate(deps.tokens), ...(deps.tokens ? [] : [refuseCrossSiteWrites()]), requireJsonBody, readJsonBody(deps.bodyLimit)];
   // The hottest route first, its whole chain as handlers of one route: a one-ID ack then runs them in
   // a single route dispatch instead of walking the router's layer stack once per middleware.
   app.post('/v1/acks', ...everyRequest, ...apiRequest, ...ackHandlers(deps.submitAck));

@@ -1,6 +1,6 @@
-import type { RequestHandler } from 'express';
+import express, { type RequestHandler } from 'express';
 
-import { InvalidRequestError, UnsupportedMediaTypeError } from '../domain/errors';
+import { InvalidRequestError, PayloadTooLargeError, RollcallError, UnsupportedMediaTypeError } from '../domain/errors';
 
 /** Content types a plain HTML form can send cross-site without a CORS preflight. */
 const FORM_TYPES = new Set(['application/x-www-form-urlencoded', 'multipart/form-data', 'text/plain']);
@@ -27,3 +27,23 @@ export const requireJsonBody: RequestHandler = (req, _res, next) => {
   }
   next();
 };
+
+/**
+ * What went wrong reading a body, as the contract's error: anything that fails there (a body over
+ * the limit, JSON that does not parse, a compressed body that does not inflate, a client gone
+ * mid-body) is the client's to fix. body-parser types most of its errors, but passes zlib's on as
+ * they are (`incorrect header check`), which would otherwise answer 500.
+ */
+function bodyError(caught: unknown): RollcallError {
+  const error: Error & { type?: unknown; status?: unknown } = caught instanceof Error ? caught : new Error(String(caught));
+  if (error.status === 413) return new PayloadTooLargeError('the request body is larger than this service accepts');
+  if (error.type === 'entity.parse.failed') return new InvalidRequestError('the body is not valid JSON');
+  if (typeof error.type === 'string') return new InvalidRequestError(error.message);
+  return new InvalidRequestError(`the body could not be read: ${error.message}`);
+}
+
+/** express.json, its errors in the contract's shape. */
+export function readJsonBody(limit: string): RequestHandler {
+  const parse = express.json({ limit });
+  return (req, res, next) => parse(req, res, (error?: unknown) => next(error === undefined ? undefined : bodyError(error)));
+}

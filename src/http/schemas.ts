@@ -38,16 +38,26 @@ const metadata = z.record(z.string(), z.unknown()).superRefine((value, ctx) => {
 /** A string the service stores or looks up: one every backend keeps exactly (contract/text.ts). */
 const exactText = () => z.string().refine(isExactText, EXACT_TEXT_RULE);
 
+/** The longest host name of a callback URL: DNS's limit, so no reachable host is refused. */
+export const MAX_CALLBACK_HOST_LENGTH = 253;
+
+/**
+ * Checked as sent, then as a URL: zod's URL check would strip tabs, line breaks and surrounding
+ * spaces and store what is left, where the contract keeps strings exact.
+ */
+const callbackUrl = exactText()
+  .max(2048)
+  // eslint-disable-next-line no-control-regex -- control characters are what this refuses
+  .regex(/^[^\s\u0000-\u001f\u007f]*$/, 'must not contain spaces or control characters')
+  .pipe(z.url({ protocol: /^https?$/, error: 'must be an http(s) URL' }))
+  .refine((url) => new URL(url).hostname.length <= MAX_CALLBACK_HOST_LENGTH, `its host name must be at most ${MAX_CALLBACK_HOST_LENGTH} characters`);
+
 export const createBatchBody = z.strictObject({
   userKey: exactText().min(1).max(255).nullish(),
   /** `<batchId>:<groupId>:<index>` of another batch: the new batch is a child standing for that item. */
   parentItem: z.string().max(200).nullish(),
   metadata: metadata.nullish(),
-  callbackUrl: z
-    .url({ protocol: /^https?$/, error: 'must be an http(s) URL' })
-    .max(2048)
-    .refine(isExactText, EXACT_TEXT_RULE)
-    .nullish(),
+  callbackUrl: callbackUrl.nullish(),
 });
 
 export const addItemsBody = z.strictObject({

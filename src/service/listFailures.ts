@@ -19,6 +19,8 @@ export interface FailurePage {
 }
 
 const CURSOR_PREFIX = 'f1.';
+/** The largest index an item column holds (a 32-bit integer): a larger one would fail PostgreSQL's query. */
+const MAX_ITEM_INDEX = 2 ** 31 - 1;
 
 /** Opaque to clients: the last reason of the page, versioned. */
 function encodeCursor(at: ReasonCursor): string {
@@ -31,7 +33,8 @@ function decodeCursor(cursor: string): ReasonCursor {
     Buffer.from(cursor, 'base64url').toString().startsWith(CURSOR_PREFIX) &&
     /^\d{1,15}$/.test(failedAt ?? '') &&
     isUuid(groupId ?? '') &&
-    /^\d{1,10}$/.test(index ?? '');
+    /^\d{1,10}$/.test(index ?? '') &&
+    Number(index) <= MAX_ITEM_INDEX;
   if (!valid) throw new InvalidRequestError('cursor is not one this service gave out');
   return { failedAt: Number(failedAt), groupId: groupId as string, index: Number(index) };
 }

@@ -64,7 +64,16 @@ const fromRow = (row: OutboxRow): OutboxEvent => ({
 /** What a new event needs; the rest starts as pending with no attempts. */
 export type NewEvent = Pick<OutboxEvent, 'id' | 'batchId' | 'tenant' | 'event' | 'url' | 'payload' | 'createdAt'>;
 
-const hostOf = (url: string): string => new URL(url).host.toLowerCase();
+/** The column's width (migration 0008). */
+const HOST_WIDTH = 255;
+
+/**
+ * The host a delivery goes to (name and port), for sharing deliveries among hosts. Cut to the
+ * column's width: a 253-character name (DNS's longest, the API's limit) with a port is longer, and
+ * a batch made before callback hosts were limited may name a longer one still; its events must be
+ * written all the same (a longer value failed the transaction that completes the batch).
+ */
+const hostOf = (url: string): string => new URL(url).host.toLowerCase().slice(0, HOST_WIDTH);
 
 /** Writes a new pending event; runs in the transaction that completes the batch. */
 export function insertEventQuery(q: Queryable, event: NewEvent): Knex.QueryBuilder {

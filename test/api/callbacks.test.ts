@@ -31,6 +31,42 @@ describe.each(backends())('completion callbacks (%s)', (_name, backend) => {
     return id;
   }
 
+  it.each([
+    ['a tab', 'http://exa\tmple.com/cb'],
+    ['a line break', 'http://example.com/cb\n'],
+    ['a surrounding space', ' http://example.com/cb'],
+    ['a host name over 253 characters', `http://${'a'.repeat(63)}.${'b'.repeat(63)}.${'c'.repeat(63)}.${'d'.repeat(62)}/cb`],
+  ])('when a callbackUrl has %s, then 400 and no batch is made (it is not stored otherwise than sent)', async (_what, callbackUrl) => {
+    const res = await svc.api.post('/v1/batches').send({ callbackUrl });
+    expect(res.status).toBe(400);
+    expect(res.body.error.code).toBe('invalid_request');
+    expect((await svc.api.get('/v1/batches')).body.batches).toEqual([]);
+  });
+
+  it('when the host is a 253-character name with a port, then the URL is stored as sent and its completion writes its event', async () => {
+    const host = `${'a'.repeat(63)}.${'b'.repeat(63)}.${'c'.repeat(63)}.${'d'.repeat(61)}`; // 253: DNS's longest
+    const callbackUrl = `http://${host}:8080/cb?x=1`;
+    const res = await svc.api.post('/v1/batches').send({ callbackUrl });
+    expect(res.status).toBe(201);
+    expect((await svc.api.get(`/v1/batches/${res.body.id}`)).body.callbackUrl).toBe(callbackUrl);
+    const group = (await svc.api.post(`/v1/batches/${res.body.id}/items`).send({ count: 1 })).body.groups[0].id as string;
+    await svc.api.post(`/v1/batches/${res.body.id}/seal`).send({});
+    const acked = await svc.api.post('/v1/acks').send({ ids: [`${res.body.id}:${group}:0`] });
+    expect([acked.status, acked.body.completed.length]).toEqual([200, 1]);
+    expect((await svc.api.get(`/v1/batches/${res.body.id}/events`)).body.events).toHaveLength(1);
+  });
+
+  it('when a batch made before hosts were limited names a longer host, then the ack that completes it, and acks merged with it, still commit', async () => {
+    const { id, ids } = await batchWith(svc.client, 2, { callbackUrl: receiver.url });
+    const longHost = `http://${'a'.repeat(300)}.example.com/cb`;
+    await svc.rollcall.db('batches').where('id', id).update({ callback_url: longHost });
+    const others = await Promise.all([1, 2, 3].map(() => batchWith(svc.client, 1)));
+    const answers = await Promise.all([svc.api.post('/v1/acks').send({ ids }), ...others.map((b) => svc.api.post('/v1/acks').send({ ids: b.ids }))]);
+    expect(answers.map((a) => a.status)).toEqual([200, 200, 200, 200]);
+    expect(answers[0]!.body.completed).toEqual([expect.objectContaining({ id })]);
+    expect((await svc.api.get(`/v1/batches/${id}/events`)).body.events).toEqual([expect.objectContaining({ status: 'pending' })]);
+  });
+
   it('when the receiver answers 500 twice then 200, then it gets three signed attempts, one event id', async () => {
     receiver.script = [500, 500, 200];
     const id = await completeBatchWithCallback();

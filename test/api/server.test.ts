@@ -1,4 +1,5 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
+import zlib from 'node:zlib';
 
 import request from 'supertest';
 
@@ -27,6 +28,28 @@ describe.each(backends())('the HTTP server (%s)', (_name, backend) => {
     await send(request(server));
     return { seen, app };
   }
+
+  it.each(['/v1/batches/%E0%A4%A', '/v1/items/%ZZ', '/v1/batches/%C0/failures'])(
+    'when a path parameter is not valid percent-encoding (%s), then 400 invalid_request',
+    async (path) => {
+      const res = await svc.api.get(path);
+      expect(res.status).toBe(400);
+      expect(res.body.error).toEqual({ code: 'invalid_request', message: expect.stringContaining('decode') });
+    },
+  );
+
+  it.each([
+    ['gzip', Buffer.from('not gzip')],
+    ['deflate', zlib.gzipSync('{}')],
+    ['br', Buffer.from('{}')],
+    ['gzip', zlib.gzipSync('{"userKey":"cut"}').subarray(0, 15)],
+  ])('when a %s body does not decompress, then 400 invalid_request and nothing is made', async (encoding, body) => {
+    const before = (await svc.api.get('/v1/batches')).body.batches.length as number;
+    const res = await svc.api.post('/v1/batches').set('Content-Type', 'application/json').set('Content-Encoding', encoding).send(body);
+    expect(res.status).toBe(400);
+    expect(res.body.error.code).toBe('invalid_request');
+    expect((await svc.api.get('/v1/batches')).body.batches).toHaveLength(before);
+  });
 
   it('when requests arrive, then they and their responses already have the app prototypes', async () => {
     const batch = await batchWith(svc.client, 3);

@@ -43,6 +43,12 @@ describe.each(backends())('callback targets in a multi-tenant service (%s)', (_n
     'http://0.0.0.0:80/',
     'http://192.168.1.1/',
     'http://[fd00::1]/',
+    'http://[::127.0.0.1]/', // IPv4-compatible
+    'http://[::ffff:0:7f00:1]/', // IPv4-translated
+    'http://[fec0::1]/', // site-local
+    'http://[ff02::1]/',
+    'http://224.0.0.1/',
+    'http://255.255.255.255/',
   ])('when a batch is created with callbackUrl %s, then 400 and nothing is created', async (callbackUrl) => {
     const res = await svc.api.post('/v1/batches').set('Authorization', tenantA).send({ callbackUrl });
     expect(res.status).toBe(400);
