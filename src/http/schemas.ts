@@ -26,14 +26,39 @@ export function nestsDeeperThan(value: unknown, limit: number): boolean {
   return false;
 }
 
-/** Depth is checked before size: measuring the size serialises the value. */
-const metadata = z.record(z.string(), z.unknown()).superRefine((value, ctx) => {
-  if (nestsDeeperThan(value, MAX_METADATA_DEPTH)) {
-    ctx.addIssue({ code: 'custom', message: `must nest at most ${MAX_METADATA_DEPTH} levels deep` });
-  } else if (Buffer.byteLength(JSON.stringify(value)) > MAX_METADATA_BYTES) {
-    ctx.addIssue({ code: 'custom', message: `must be at most ${MAX_METADATA_BYTES} bytes as JSON` });
+/**
+ * Whether a parsed JSON value holds a number JSON text can write but a double cannot hold
+ * (`1e400` parses as Infinity, which would be stored as null). Iterative, as nestsDeeperThan.
+ */
+export function holdsNonFiniteNumber(value: unknown): boolean {
+  const stack: unknown[] = [value];
+  while (stack.length > 0) {
+    const node = stack.pop();
+    if (typeof node === 'number' && !Number.isFinite(node)) return true;
+    if (typeof node === 'object' && node !== null) for (const child of Object.values(node)) stack.push(child);
   }
-});
+  return false;
+}
+
+const isJsonObject = (value: unknown): value is Record<string, unknown> => typeof value === 'object' && value !== null && !Array.isArray(value);
+
+/**
+ * Any JSON object, kept as parsed: a record schema would copy it into a new object, where a
+ * `"__proto__"` key sets the prototype instead of a property, and is silently lost.
+ * Depth is checked before size: measuring the size serialises the value.
+ */
+const metadata = z
+  .custom<Record<string, unknown>>(isJsonObject, 'must be a JSON object')
+  .meta({ type: 'object' })
+  .superRefine((value, ctx) => {
+    if (nestsDeeperThan(value, MAX_METADATA_DEPTH)) {
+      ctx.addIssue({ code: 'custom', message: `must nest at most ${MAX_METADATA_DEPTH} levels deep` });
+    } else if (holdsNonFiniteNumber(value)) {
+      ctx.addIssue({ code: 'custom', message: 'numbers must fit a 64-bit double (1e400 does not)' });
+    } else if (Buffer.byteLength(JSON.stringify(value)) > MAX_METADATA_BYTES) {
+      ctx.addIssue({ code: 'custom', message: `must be at most ${MAX_METADATA_BYTES} bytes as JSON` });
+    }
+  });
 
 /** A string the service stores or looks up: one every backend keeps exactly (contract/text.ts). */
 const exactText = () => z.string().refine(isExactText, EXACT_TEXT_RULE);

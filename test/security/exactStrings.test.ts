@@ -111,6 +111,22 @@ describe.each(backends())('strings no backend stores exactly are refused (%s)', 
     expect((await svc.api.get(`/v1/batches/${id}`)).body).toMatchObject({ failed: 0, pending: 1 });
   });
 
+  it('when metadata has a "__proto__" key at the top, then it is kept as a key like any other', async () => {
+    const body = '{"metadata":{"__proto__":{"x":1},"a":1}}';
+    const created = await svc.api.post('/v1/batches').set('Content-Type', 'application/json').send(body);
+    expect(created.status).toBe(201);
+    const read = await svc.api.get(`/v1/batches/${created.body.id}`);
+    expect(JSON.stringify(read.body.metadata)).toBe('{"__proto__":{"x":1},"a":1}');
+  });
+
+  it('when metadata holds a number no double holds (1e400), then 400 and no batch is made, where it was stored as null', async () => {
+    const before = await batchCount();
+    const res = await svc.api.post('/v1/batches').set('Content-Type', 'application/json').send('{"metadata":{"big":[1,{"n":1e400}]}}');
+    expect(res.status).toBe(400);
+    expect(res.body.error).toEqual({ code: 'invalid_request', message: expect.stringContaining('1e400') });
+    expect(await batchCount()).toBe(before);
+  });
+
   it('when metadata holds U+0000 or a lone surrogate, then it is kept exactly (metadata is stored as JSON text)', async () => {
     const metadata = { nul: 'a\u0000b', high: 'a\ud800', 'key\u0000': 'x' };
     const id = (await svc.api.post('/v1/batches').send({ metadata })).body.id as string;
