@@ -91,6 +91,9 @@ export const addItemsBody = z.strictObject({
 
 export const idempotencyKeyHeader = z.string().min(1).max(255).optional();
 
+/** Cancel and delete take no fields: a body, if any, is `{}` (unknown fields are 400, as everywhere). */
+export const noFieldsBody = z.strictObject({});
+
 export const sealBody = z.strictObject({
   expectedItems: z.number().int().min(0).optional(),
 });

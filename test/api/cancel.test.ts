@@ -48,6 +48,18 @@ describe.each(backends())('cancelling a batch (%s)', (_name, backend) => {
     expect((await svc.api.get(`/v1/batches?state=cancelled`)).body.batches.map((b: { id: string }) => b.id)).toContain(id);
   });
 
+  it('when cancel or delete carries a body with fields, then 400 and the batch is untouched; an empty body or {} is taken', async () => {
+    const { id } = await batchWith(svc.client, 1);
+    for (const send of [() => svc.api.post(`/v1/batches/${id}/cancel`), () => svc.api.delete(`/v1/batches/${id}`)]) {
+      const res = await send().send({ x: 1 });
+      expect(res.status).toBe(400);
+      expect(res.body.error.code).toBe('invalid_request');
+    }
+    expect((await svc.api.get(`/v1/batches/${id}`)).body.state).toBe('sealed');
+    expect((await svc.api.post(`/v1/batches/${id}/cancel`).send({})).status).toBe(200);
+    expect((await svc.api.delete(`/v1/batches/${id}`)).status).toBe(204);
+  });
+
   it('when a complete batch is cancelled, then 409 batch_complete; an unknown one is 404', async () => {
     const { id, ids } = await batchWith(svc.client, 1);
     await svc.api.post('/v1/acks').send({ ids });

@@ -10,7 +10,7 @@ import { getBatch, listBatchPage } from '../../service/readBatches';
 import { sealBatch } from '../../service/sealBatch';
 import { requireScope } from '../auth';
 import { batchIdOf } from '../params';
-import { addItemsBody, createBatchBody, failuresQuery, idempotencyKeyHeader, listQuery, sealBody } from '../schemas';
+import { addItemsBody, createBatchBody, failuresQuery, idempotencyKeyHeader, listQuery, noFieldsBody, sealBody } from '../schemas';
 import { parse } from '../validate';
 
 /** Producer and reader routes of /v1/batches: parse, call one use case, shape the reply. */
@@ -57,10 +57,12 @@ export function batchRoutes(deps: ServiceDeps): Router {
   });
 
   router.post('/v1/batches/:batchId/cancel', produce, async (req, res) => {
+    parse(noFieldsBody, req.body ?? {}, 'body');
     res.json(await cancelBatch(deps, req.caller, batchIdOf(req)));
   });
 
   router.delete('/v1/batches/:batchId', produce, async (req, res) => {
+    parse(noFieldsBody, req.body ?? {}, 'body');
     await deleteBatch(deps, req.caller, batchIdOf(req));
     res.status(204).end();
   });
