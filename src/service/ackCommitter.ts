@@ -33,7 +33,8 @@ const batchIdsOf = (call: AckCall): string[] => [...new Set(call.targets.map((t)
 /**
  * Group commit for acks: calls that arrive while transactions are running, or within `windowMs`
  * of each other, are merged into one transaction (a round). Each caller gets its own result, and
- * only after the commit; if the transaction fails, every merged caller gets the error.
+ * only after the commit. If the transaction fails because the database is busy or away, every
+ * merged caller gets that error (503); if it fails for another reason, each call runs again alone.
  *
  * Up to `concurrency` rounds run at once, and a batch is in at most one of them: a call waits while
  * a round in flight holds one of its batches, and so does every later call of that batch (each
@@ -128,6 +129,19 @@ export class AckCommitter {
     }
   }
 
+  /**
+   * After a merged transaction failed for a reason other than the database being busy or away (that
+   * one would fail each call alike: they get the 503 to retry), each call runs alone, in order, so
+   * only a call that cannot commit by itself gets the error. What one batch holds must not fail the
+   * acks of others (a callback host too long for its column once did).
+   */
+  private async eachAlone(round: Waiting[]): Promise<void> {
+    for (const w of round) {
+      this.stats.transactions += 1;
+      await ackItems(this.deps, [w.call]).then(([result]) => w.resolve(result as AckResult), w.reject);
+    }
+  }
+
   private run(round: Waiting[]): void {
     const batchIds = round.flatMap((w) => w.batchIds);
     for (const id of batchIds) this.busy.add(id);
@@ -142,7 +156,7 @@ export class AckCommitter {
     )
       .then(
         (results) => round.forEach((w, i) => w.resolve(results[i] as AckResult)),
-        (error: unknown) => round.forEach((w) => w.reject(error)),
+        (error: unknown) => (round.length > 1 && !(error instanceof UnavailableError) ? this.eachAlone(round) : round.forEach((w) => w.reject(error))),
       )
       .finally(() => {
         this.inFlight.delete(running);

@@ -42,34 +42,52 @@ describe.each(backends())('group commit of concurrent acks (%s)', (_name, backen
     expect((await svc.api.get(`/v1/batches/${id}`)).body).toMatchObject({ state: 'complete', succeeded: 250 });
   });
 
-  it('when the merged transaction fails, then every merged caller gets the error and nothing applies', async () => {
-    const { id, ids } = await sealed(40);
+  /** A real database failure: a trigger (on PostgreSQL a check, which Citus also takes on a distributed table). */
+  async function refuseBatchUpdates(condition: { pg: string; sql: string }): Promise<() => Promise<void>> {
     const db = svc.rollcall.db;
-    // A real database failure: a trigger (on PostgreSQL a check, which Citus also takes on a
-    // distributed table) refuses any transaction that acks more than five items.
-    if (profileOf(db).name === 'postgres') {
-      await db.raw('ALTER TABLE batches ADD CONSTRAINT refuse_big_ack CHECK (succeeded <= 5)');
-    } else if (profileOf(db).name === 'mysql') {
-      await db.raw(`CREATE TRIGGER refuse_big_ack BEFORE UPDATE ON batches FOR EACH ROW
-        BEGIN IF NEW.succeeded > 5 THEN SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'injected failure'; END IF; END`);
-    } else {
-      await db.raw(`CREATE TRIGGER refuse_big_ack BEFORE UPDATE ON batches WHEN NEW.succeeded > 5
-        BEGIN SELECT RAISE(ABORT, 'injected failure'); END`);
-    }
+    const dialect = profileOf(db).name;
+    if (dialect === 'postgres') await db.raw(`ALTER TABLE batches ADD CONSTRAINT injected CHECK (${condition.pg})`);
+    else if (dialect === 'mysql') {
+      await db.raw(`CREATE TRIGGER injected BEFORE UPDATE ON batches FOR EACH ROW
+        BEGIN IF ${condition.sql} THEN SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'injected failure'; END IF; END`);
+    } else await db.raw(`CREATE TRIGGER injected BEFORE UPDATE ON batches WHEN ${condition.sql} BEGIN SELECT RAISE(ABORT, 'injected failure'); END`);
+    return async () => {
+      await db.raw(dialect === 'postgres' ? 'ALTER TABLE batches DROP CONSTRAINT injected' : 'DROP TRIGGER injected');
+    };
+  }
+
+  it('when a merged transaction fails for what its calls hold, then each call runs alone: those that can commit do, the rest get the error', async () => {
+    const { id, ids } = await sealed(40);
+    // Refuses any transaction that takes the batch past five acked items.
+    const restore = await refuseBatchUpdates({ pg: 'succeeded <= 5', sql: 'NEW.succeeded > 5' });
     const before = { ...svc.rollcall.committer!.stats };
     const results = await Promise.all(ids.slice(0, 20).map((itemId) => svc.api.post('/v1/acks').send({ ids: [itemId] })));
-    const merged = svc.rollcall.committer!.stats.transactions - before.transactions;
-    expect(merged).toBeLessThan(20);
+    expect(svc.rollcall.committer!.stats.calls - before.calls).toBe(20);
     const failed = results.filter((r) => r.status === 500);
-    expect(failed.length).toBeGreaterThan(5);
     for (const r of failed) expect(r.body).toEqual({ error: { code: 'internal', message: 'internal error' } });
-    const answeredAcked = results.filter((r) => r.status === 200).reduce((n, r) => n + r.body.acked, 0);
-    expect((await svc.api.get(`/v1/batches/${id}`)).body.succeeded).toBe(answeredAcked);
+    // Merged, the first round past five items failed whole; alone, five single-item calls commit.
+    expect(results.filter((r) => r.status === 200).map((r) => r.body.acked)).toEqual([1, 1, 1, 1, 1]);
+    expect(failed).toHaveLength(15);
+    expect((await svc.api.get(`/v1/batches/${id}`)).body.succeeded).toBe(5);
 
-    await db.raw(profileOf(db).name === 'postgres' ? 'ALTER TABLE batches DROP CONSTRAINT refuse_big_ack' : 'DROP TRIGGER refuse_big_ack');
+    await restore();
     const retry = await svc.api.post('/v1/acks').send({ ids });
-    expect(retry.body.acked).toBe(40 - answeredAcked);
+    expect(retry.body.acked).toBe(35);
     expect(retry.body.completed).toHaveLength(1);
+  });
+
+  it("when one batch's transaction cannot commit, then acks of other batches merged with it still commit", async () => {
+    const poisoned = await sealed(1);
+    const healthy = await Promise.all(Array.from({ length: 8 }, () => sealed(5)));
+    const restore = await refuseBatchUpdates({ pg: `id <> '${poisoned.id}' OR succeeded = 0`, sql: `NEW.id = '${poisoned.id}' AND NEW.succeeded > 0` });
+    const calls = [{ ids: poisoned.ids }, ...healthy.flatMap((b) => b.ids.map((itemId) => ({ ids: [itemId] })))];
+    const before = { ...svc.rollcall.committer!.stats };
+    const results = await Promise.all(shuffled(calls, 3).map((body) => svc.api.post('/v1/acks').send(body).then((res) => ({ body, res }))));
+    expect(svc.rollcall.committer!.stats.calls - before.calls).toBe(41);
+    for (const { body, res } of results) expect([body.ids[0], res.status]).toEqual([body.ids[0], body.ids[0] === poisoned.ids[0] ? 500 : 200]);
+    for (const b of healthy) expect((await svc.api.get(`/v1/batches/${b.id}`)).body).toMatchObject({ state: 'complete', succeeded: 5 });
+    await restore();
+    expect((await svc.api.post('/v1/acks').send({ ids: poisoned.ids })).body.completed).toHaveLength(1);
   });
 
   it('when a call arrives with no round running, then it starts at once, and the calls that come meanwhile share the next round', async () => {
