@@ -82,7 +82,14 @@ describe.each(backends())('group commit of concurrent acks (%s)', (_name, backen
     const restore = await refuseBatchUpdates({ pg: `id <> '${poisoned.id}' OR succeeded = 0`, sql: `NEW.id = '${poisoned.id}' AND NEW.succeeded > 0` });
     const calls = [{ ids: poisoned.ids }, ...healthy.flatMap((b) => b.ids.map((itemId) => ({ ids: [itemId] })))];
     const before = { ...svc.rollcall.committer!.stats };
-    const results = await Promise.all(shuffled(calls, 3).map((body) => svc.api.post('/v1/acks').send(body).then((res) => ({ body, res }))));
+    const results = await Promise.all(
+      shuffled(calls, 3).map((body) =>
+        svc.api
+          .post('/v1/acks')
+          .send(body)
+          .then((res) => ({ body, res })),
+      ),
+    );
     expect(svc.rollcall.committer!.stats.calls - before.calls).toBe(41);
     for (const { body, res } of results) expect([body.ids[0], res.status]).toEqual([body.ids[0], body.ids[0] === poisoned.ids[0] ? 500 : 200]);
     for (const b of healthy) expect((await svc.api.get(`/v1/batches/${b.id}`)).body).toMatchObject({ state: 'complete', succeeded: 5 });
