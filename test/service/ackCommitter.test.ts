@@ -79,7 +79,7 @@ describe.each(backends())('the ack committer on a fake clock (%s)', (_name, back
     expect(await stateOf(batch.id)).toMatchObject({ succeeded: 3, pending: 3 });
   });
 
-  it('when a round fails, then every call merged into it gets the error and nothing is applied', async () => {
+  it('when a round fails, then every call merged into it gets an error (after running again alone) and nothing is applied', async () => {
     const batches = [await batchWith(svc.client, 2), await batchWith(svc.client, 2)];
     const gone = openDb(svc.database.config);
     await gone.destroy(); // the database is out of reach for this committer
@@ -91,7 +91,8 @@ describe.each(backends())('the ack committer on a fake clock (%s)', (_name, back
     expect(rounds).toEqual([3]);
     const [error] = answers.map((a) => a.error);
     expect(error).toBeInstanceOf(Error);
-    for (const answer of answers) expect(answer.error).toBe(error);
+    // Not a 503 (a pool this process destroyed), so each call ran again alone, and failed alike.
+    for (const answer of answers) expect(answer.error).toEqual(error);
     for (const b of batches) expect(await stateOf(b.id)).toMatchObject({ succeeded: 0, pending: 2 });
   });
 });
