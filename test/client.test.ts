@@ -1,7 +1,7 @@
 import { execFile } from 'node:child_process';
 import path from 'node:path';
 
-import { HttpSend, httpSend, RollcallApiError, RollcallClient } from '../src/client';
+import { HttpSend, httpSend, RollcallApiError, RollcallClient, RollcallPartialAckError } from '../src/client';
 import { backends } from './helpers/backends';
 import { startService, TestService } from './helpers/service';
 
@@ -89,6 +89,51 @@ describe.each(backends())('the TypeScript client and the CLI against a real serv
     const late = await client.ack(added.itemIds());
     expect(late.rejected.map((r) => r.reason)).toEqual(['batch_cancelled', 'batch_cancelled', 'batch_cancelled']);
     await expect(client.cancel(child.id)).resolves.toMatchObject({ cancelledAt: cancelled.cancelledAt });
+  });
+
+  it("when an ack of two calls fails at the second, then RollcallPartialAckError holds the first call's results, its completion included", async () => {
+    const big = await client.open();
+    const bigIds = [...(await client.addItems(big.id, 10_000)).itemIds()];
+    await client.seal(big.id);
+    const small = await client.open();
+    const smallIds = [...(await client.addItems(small.id, 5)).itemIds()];
+    await client.seal(small.id);
+    const send = httpSend();
+    let calls = 0;
+    const failingSecond = new RollcallClient({
+      baseUrl: svc.url,
+      fetch: async (url, request) => {
+        if (url.endsWith('/v1/acks') && ++calls === 2) throw Object.assign(new Error('socket hang up'), { code: 'ECONNRESET' });
+        return send(url, request);
+      },
+    });
+    const failed: unknown = await failingSecond.ack([...bigIds, ...smallIds]).catch((error: unknown) => error);
+    expect(failed).toBeInstanceOf(RollcallPartialAckError);
+    const partial = failed as RollcallPartialAckError;
+    expect(partial).toMatchObject({ code: 'partial_ack', cause: { code: 'ECONNRESET' } });
+    expect(partial.answered.acked).toBe(10_000);
+    expect(partial.answered.completed.map((b) => b.id)).toEqual([big.id]);
+    const rest = await client.ack([...bigIds, ...smallIds]);
+    expect(rest).toMatchObject({ acked: 5, duplicates: 10_000 });
+    expect(rest.completed.map((b) => b.id)).toEqual([small.id]);
+    // The first call failing throws its own error, as before.
+    calls = 1;
+    await expect(failingSecond.ack(smallIds)).rejects.toMatchObject({ code: 'ECONNRESET' });
+  });
+
+  it.each([
+    ['25 days (past what a timer takes)', 25 * 86_400_000],
+    ['Infinity', Infinity],
+    ['a fraction', 2_000.5],
+  ])('when waitForCompletion is given %s, then it waits for the completion (no RangeError, no early abort)', async (_what, timeoutMs) => {
+    const batch = await client.open();
+    const ids = [...(await client.addItems(batch.id, 1)).itemIds()];
+    await client.seal(batch.id);
+    const fractional = new RollcallClient({ baseUrl: svc.url, timeoutMs: 30_000.25 });
+    const waiting = fractional.waitForCompletion(batch.id, { timeoutMs });
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    await client.ack(ids);
+    expect((await waiting).state).toBe('complete');
   });
 
   it('when a wait times out, then the batch comes back in its current state', async () => {

@@ -121,6 +121,42 @@ describe("the client's default way of sending (httpSend)", () => {
     }
   });
 
+  it('when the server drops a kept-alive connection as a DELETE reuses it, then the DELETE fails and is not sent twice (a second one would answer 404)', async () => {
+    const srv = await server({ dropSecondRequestOnAConnection: true });
+    try {
+      const client = new RollcallClient({ baseUrl: srv.url });
+      await client.list();
+      await expect(client.delete('0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b')).rejects.toMatchObject({ code: 'ECONNRESET' });
+      expect(srv.seen).toEqual({ requests: 2, connections: 1 });
+    } finally {
+      await srv.close();
+    }
+  });
+
+  it('when batch IDs carry path characters, then each is sent as one segment and reaches no other route', async () => {
+    const srv = await server();
+    try {
+      const paths: string[] = [];
+      const spy = new RollcallClient({
+        baseUrl: srv.url,
+        fetch: (url, request) => {
+          paths.push(new URL(url).pathname + new URL(url).search);
+          return httpSend()(url, request);
+        },
+      });
+      await spy.cancel('../admin/sweep?');
+      await spy.status('?limit=1');
+      expect(paths).toEqual(['/v1/batches/..%2Fadmin%2Fsweep%3F/cancel', '/v1/batches/%3Flimit%3D1']);
+    } finally {
+      await srv.close();
+    }
+  });
+
+  it('when a 2xx answer is not JSON (a login page), then the client throws RollcallApiError invalid_response', async () => {
+    const client = new RollcallClient({ baseUrl: 'http://127.0.0.1:9', fetch: async () => ({ ok: true, status: 200, text: async () => '<html>sign in</html>' }) });
+    await expect(client.list()).rejects.toMatchObject({ name: 'RollcallApiError', status: 200, code: 'invalid_response' });
+  });
+
   it('when an answer takes longer than an idle connection is kept, then it still arrives (a long wait is not cut)', async () => {
     const srv = await server({ answerAfterMs: 4500 });
     try {

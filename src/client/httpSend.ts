@@ -20,8 +20,13 @@ export interface HttpAnswer {
 /** How the client sends a request: the global `fetch` is one, `httpSend()` (the default) another. */
 export type HttpSend = (url: string, request: HttpRequest) => Promise<HttpAnswer>;
 
-/** Methods that mean the same when sent twice (RFC 9110), and so may be sent again on a fresh connection. */
-const IDEMPOTENT = new Set(['GET', 'HEAD', 'PUT', 'DELETE', 'OPTIONS']);
+/**
+ * Methods sent again on a fresh connection when a kept-alive one was found closed: those whose
+ * second sending also answers as the first would. Not PUT and DELETE, although idempotent (RFC
+ * 9110): a DELETE that the service carried out before the connection broke would be answered 404
+ * the second time, a success reported as a failure.
+ */
+const IDEMPOTENT = new Set(['GET', 'HEAD', 'OPTIONS']);
 
 /**
  * How long an idle connection is kept: 4 s, as Node's fetch (undici) keeps one when the server does

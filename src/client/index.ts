@@ -55,6 +55,23 @@ export class RollcallApiError extends Error {
   }
 }
 
+/**
+ * `ack()` of more IDs than one call takes failed after some of its calls were answered: `answered`
+ * adds up their results, which are committed (a batch in `answered.completed` is reported complete
+ * only there); `cause` is what failed. Send the rest again (acks are idempotent).
+ */
+export class RollcallPartialAckError extends Error {
+  readonly code = 'partial_ack';
+
+  constructor(
+    readonly answered: AckResult,
+    cause: unknown,
+  ) {
+    super(`the ack failed after ${answered.acked + answered.duplicates + answered.rejected.length} of its IDs were answered: ${cause instanceof Error ? cause.message : String(cause)}`, { cause });
+    this.name = new.target.name;
+  }
+}
+
 export interface RollcallClientOptions {
   /** e.g. http://127.0.0.1:8080 */
   baseUrl: string;
@@ -75,6 +92,20 @@ export const MAX_IDS_PER_ACK = MAX_ACK_IDS;
 /** Item IDs of the given groups, in order, made lazily. */
 export function* itemIdsOf(batchId: string, groups: readonly Group[]): IterableIterator<string> {
   for (const group of groups) for (let i = 0; i < group.size; i++) yield `${batchId}:${group.id}:${i}`;
+}
+
+/**
+ * An ID as one path segment: an ID from elsewhere (a user's input) cannot then steer the request to
+ * another route (`../admin/sweep?`).
+ */
+const pathPart = (id: string): string => encodeURIComponent(id);
+
+/** Timers take whole milliseconds up to 2^31 - 1 (~24.8 days); longer is treated as that. */
+const MAX_TIMER_MS = 2 ** 31 - 1;
+
+/** A time limit as a timer takes it: whole, 0 to MAX_TIMER_MS (Infinity included); NaN is 0. */
+function timerMs(ms: number): number {
+  return Number.isNaN(ms) ? 0 : Math.min(Math.max(Math.ceil(ms), 0), MAX_TIMER_MS);
 }
 
 function queryString(query: Record<string, string | number | undefined>): string {
@@ -111,7 +142,7 @@ export class RollcallClient {
 
   /** Cancels a batch: terminal; later acks of its items are rejected as `batch_cancelled`. */
   cancel(batchId: string): Promise<Batch> {
-    return this.request('POST', `/v1/batches/${batchId}/cancel`);
+    return this.request('POST', `/v1/batches/${pathPart(batchId)}/cancel`);
   }
 
   /** One item's state and its batch's state (ask before costly work: a cancelled batch needs none). */
@@ -121,25 +152,25 @@ export class RollcallClient {
 
   /** A page of a batch's kept failure reasons, oldest first. */
   failures(batchId: string, query: { limit?: number; cursor?: string } = {}): Promise<FailurePage> {
-    return this.request('GET', `/v1/batches/${batchId}/failures${queryString(query)}`);
+    return this.request('GET', `/v1/batches/${pathPart(batchId)}/failures${queryString(query)}`);
   }
 
   async addItems(batchId: string, count: number, options: { idempotencyKey?: string } = {}): Promise<AddedItems> {
     const headers = options.idempotencyKey ? { 'idempotency-key': options.idempotencyKey } : undefined;
-    const added = await this.request<{ batchId: string; total: number; groups: Group[] }>('POST', `/v1/batches/${batchId}/items`, { count }, headers);
+    const added = await this.request<{ batchId: string; total: number; groups: Group[] }>('POST', `/v1/batches/${pathPart(batchId)}/items`, { count }, headers);
     return { ...added, itemIds: () => itemIdsOf(added.batchId, added.groups) };
   }
 
   seal(batchId: string, options: { expectedItems?: number } = {}): Promise<Batch> {
-    return this.request('POST', `/v1/batches/${batchId}/seal`, options);
+    return this.request('POST', `/v1/batches/${pathPart(batchId)}/seal`, options);
   }
 
   status(batchId: string): Promise<Batch> {
-    return this.request('GET', `/v1/batches/${batchId}`);
+    return this.request('GET', `/v1/batches/${pathPart(batchId)}`);
   }
 
   delete(batchId: string): Promise<void> {
-    return this.request('DELETE', `/v1/batches/${batchId}`);
+    return this.request('DELETE', `/v1/batches/${pathPart(batchId)}`);
   }
 
   /** Batches newest first; `parent` lists the children of that batch. */
@@ -152,13 +183,22 @@ export class RollcallClient {
   /**
    * Acks any number of IDs (an array or any iterable, such as `itemIds()`), in calls of at most
    * MAX_IDS_PER_ACK, one after another; returns the results added up. `error` goes with every call.
+   * A call that fails after others were answered throws RollcallPartialAckError with their results.
    */
   async ack(ids: Iterable<string>, options: AckOptions = {}): Promise<AckResult> {
     const total: AckResult = { acked: 0, duplicates: 0, rejected: [], completed: [] };
     let chunk: string[] = [];
+    let answeredCalls = 0;
     const extra = { ...(options.outcome ? { outcome: options.outcome } : {}), ...(options.error !== undefined ? { error: options.error } : {}) };
     const flush = async () => {
-      const result = await this.request<AckResult>('POST', '/v1/acks', { ids: chunk, ...extra });
+      let result: AckResult;
+      try {
+        result = await this.request<AckResult>('POST', '/v1/acks', { ids: chunk, ...extra });
+      } catch (error) {
+        // The calls answered before hold results (a completion among them is reported only once).
+        throw answeredCalls === 0 ? error : new RollcallPartialAckError(total, error);
+      }
+      answeredCalls += 1;
       total.acked += result.acked;
       total.duplicates += result.duplicates;
       total.rejected.push(...result.rejected);
@@ -173,13 +213,17 @@ export class RollcallClient {
     return total;
   }
 
-  /** Resolves with the batch once it is complete or cancelled, or with its state when `timeoutMs` has passed. */
+  /**
+   * Resolves with the batch once it is complete or cancelled, or with its state when `timeoutMs`
+   * (default 60 s; `Infinity` waits as long as it takes) has passed.
+   */
   async waitForCompletion(batchId: string, options: { timeoutMs?: number } = {}): Promise<Batch> {
-    const deadline = Date.now() + (options.timeoutMs ?? 60_000);
+    const limit = options.timeoutMs ?? 60_000;
+    const deadline = Date.now() + (Number.isNaN(limit) ? 0 : limit);
     for (;;) {
       const left = Math.max(0, deadline - Date.now());
       const seconds = Math.min(60, left / 1000);
-      const batch = await this.request<Batch>('GET', `/v1/batches/${batchId}/wait?timeout=${seconds.toFixed(3)}`, undefined, undefined, left);
+      const batch = await this.request<Batch>('GET', `/v1/batches/${pathPart(batchId)}/wait?timeout=${seconds.toFixed(3)}`, undefined, undefined, left);
       if (batch.state === 'complete' || batch.state === 'cancelled' || Date.now() >= deadline) return batch;
     }
   }
@@ -193,13 +237,18 @@ export class RollcallClient {
         ...headers,
       },
       body: body === undefined ? undefined : JSON.stringify(body),
-      signal: AbortSignal.timeout((this.options.timeoutMs ?? 30_000) + extraTimeoutMs),
+      signal: AbortSignal.timeout(timerMs((this.options.timeoutMs ?? 30_000) + extraTimeoutMs)),
     });
     const text = await res.text();
     if (!res.ok) {
       const error = (errorBody(text) as { error?: { code?: string; message?: string } } | undefined)?.error;
       throw new RollcallApiError(res.status, error?.code ?? 'http_error', error?.message ?? `HTTP ${res.status}`);
     }
-    return (text ? JSON.parse(text) : undefined) as T;
+    try {
+      return (text ? JSON.parse(text) : undefined) as T;
+    } catch {
+      // A 2xx that is not JSON is not rollcall's answer (a proxy's or a login page, a wrong baseUrl).
+      throw new RollcallApiError(res.status, 'invalid_response', `the answer to ${method} ${path} is not JSON: ${text.slice(0, 100)}`);
+    }
   }
 }
