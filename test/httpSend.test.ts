@@ -153,7 +153,10 @@ describe("the client's default way of sending (httpSend)", () => {
   });
 
   it('when a 2xx answer is not JSON (a login page), then the client throws RollcallApiError invalid_response', async () => {
-    const client = new RollcallClient({ baseUrl: 'http://127.0.0.1:9', fetch: async () => ({ ok: true, status: 200, text: async () => '<html>sign in</html>' }) });
+    const client = new RollcallClient({
+      baseUrl: 'http://127.0.0.1:9',
+      fetch: async () => ({ ok: true, status: 200, text: async () => '<html>sign in</html>' }),
+    });
     await expect(client.list()).rejects.toMatchObject({ name: 'RollcallApiError', status: 200, code: 'invalid_response' });
   });
 

@@ -67,7 +67,10 @@ export class RollcallPartialAckError extends Error {
     readonly answered: AckResult,
     cause: unknown,
   ) {
-    super(`the ack failed after ${answered.acked + answered.duplicates + answered.rejected.length} of its IDs were answered: ${cause instanceof Error ? cause.message : String(cause)}`, { cause });
+    super(
+      `the ack failed after ${answered.acked + answered.duplicates + answered.rejected.length} of its IDs were answered: ${cause instanceof Error ? cause.message : String(cause)}`,
+      { cause },
+    );
     this.name = new.target.name;
   }
 }
