@@ -7,7 +7,7 @@ import type { ConsumeMessage } from 'amqplib';
 
 import type { RollcallClient } from '../client';
 import { AckCoalescingOptions, Rejected, sharedCoalescer } from './ackCoalescer';
-import { CancelCheckOptions, CancelledBatches } from './cancelledBatches';
+import { CancelCheckOptions, sharedCancelledBatches } from './cancelledBatches';
 import { asError, RollcallIntegrationError } from './errors';
 
 /** The header that carries a message's item ID (set by the producer). */
@@ -101,7 +101,7 @@ export function rollcallConsumer(
   options: RollcallConsumerOptions = {},
 ): RollcallConsumeCallback {
   const acks = sharedCoalescer(client, options);
-  const cancelled = new CancelledBatches(client, options);
+  const cancelled = sharedCancelledBatches(client, options);
   const itemIdOf = options.itemIdOf ?? defaultItemIdOf;
   const maxDeliveries = options.maxDeliveries ?? 3;
   const report = (error: Error, message: ConsumeMessage) => {

@@ -7,7 +7,7 @@ import { Backoffs, BackoffStrategy, DelayedError, Job, UnrecoverableError, Waiti
 
 import type { RollcallClient } from '../client';
 import { AckCoalescingOptions, Rejected, Rejections, sharedCoalescer } from './ackCoalescer';
-import { CancelCheckOptions, CancelledBatches } from './cancelledBatches';
+import { CancelCheckOptions, sharedCancelledBatches } from './cancelledBatches';
 import { asError, IntegrationErrorCode } from './errors';
 
 export interface RollcallProcessorOptions<DataType, ResultType, NameType extends string> extends AckCoalescingOptions, CancelCheckOptions {
@@ -124,7 +124,7 @@ export function rollcallProcessor<DataType = any, ResultType = any, NameType ext
   options: RollcallProcessorOptions<DataType, ResultType, NameType> = {},
 ): RollcallBullmqProcessor<DataType, ResultType, NameType> {
   const acks = sharedCoalescer(client, options);
-  const cancelled = new CancelledBatches(client, options);
+  const cancelled = sharedCancelledBatches(client, options);
   const itemIdOf = options.itemIdOf ?? (defaultItemIdOf as (job: Job<DataType, ResultType, NameType>) => string | undefined);
 
   /** Acts on a rejection: cancelled batches are remembered; anything else cannot be fixed by a retry. */

@@ -16,6 +16,9 @@ interface Known {
   asking: Promise<boolean> | null;
 }
 
+/** How long "not cancelled" is trusted by default. */
+const DEFAULT_INTERVAL_MS = 1000;
+
 /** Batches remembered per process; the oldest are forgotten past this (a re-check costs one call). */
 const REMEMBERED_BATCHES = 10_000;
 
@@ -39,7 +42,7 @@ export class CancelledBatches {
     private readonly client: RollcallClient,
     options: CancelCheckOptions = {},
   ) {
-    this.intervalMs = options.cancelCheckIntervalMs ?? 1000;
+    this.intervalMs = options.cancelCheckIntervalMs ?? DEFAULT_INTERVAL_MS;
   }
 
   /** Remembers that the batch of this item is cancelled (from a `batch_cancelled` rejection). */
@@ -80,4 +83,22 @@ export class CancelledBatches {
     this.known.set(batchId, entry);
     if (this.known.size > REMEMBERED_BATCHES) this.known.delete(this.known.keys().next().value as string);
   }
+}
+
+/** The cancel knowledge of each client, by check interval: processors and consumers of one process share it. */
+const SHARED = new WeakMap<RollcallClient, Map<number, CancelledBatches>>();
+
+/**
+ * The process's CancelledBatches for this client and interval, made on first use: every
+ * `rollcallProcessor` and `rollcallConsumer` of one client asks through it, so a batch is looked up
+ * once per interval per process (as documented), and a cancel one of them learns from a rejected
+ * ack spares the others' jobs too.
+ */
+export function sharedCancelledBatches(client: RollcallClient, options: CancelCheckOptions = {}): CancelledBatches {
+  const intervalMs = options.cancelCheckIntervalMs ?? DEFAULT_INTERVAL_MS;
+  let byInterval = SHARED.get(client);
+  if (!byInterval) SHARED.set(client, (byInterval = new Map()));
+  let batches = byInterval.get(intervalMs);
+  if (!batches) byInterval.set(intervalMs, (batches = new CancelledBatches(client, { cancelCheckIntervalMs: intervalMs })));
+  return batches;
 }

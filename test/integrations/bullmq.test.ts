@@ -303,6 +303,30 @@ describeWith(redisUrl).each(backends())('rollcall/bullmq on a real Redis and a r
     expect(Math.max(...batchesPerCall)).toBe(2);
   });
 
+  it('when one process runs two workers with one client on one batch, then the batch is looked up for cancel once per interval, not once per worker', async () => {
+    const send = httpSend();
+    let lookups = 0;
+    const counting = new RollcallClient({
+      baseUrl: svc.url,
+      fetch: (url, request) => {
+        if (url.includes('/v1/items/')) lookups += 1;
+        return send(url, request);
+      },
+    });
+    const queue = newQueue();
+    const batch = await produce(queue, 200);
+    for (let i = 0; i < 2; i++)
+      workers.push(
+        new Worker<TestJobData>(
+          queue.name,
+          rollcallProcessor(counting, async () => 'done', { cancelCheckIntervalMs: 60_000 }),
+          { connection, prefix, concurrency: 20 },
+        ),
+      );
+    expect(await client.waitForCompletion(batch.id, { timeoutMs: 30_000 })).toMatchObject({ state: 'complete', succeeded: 200 });
+    expect(lookups).toBe(1);
+  });
+
   it("when the handler takes BullMQ's abort signal, then it gets it; when it does not, BullMQ makes none", async () => {
     const queue = newQueue();
     const batch = await produce(queue, 20);
