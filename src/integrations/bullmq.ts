@@ -96,6 +96,28 @@ async function backoffStops(job: Job, error: Error, strategy: BackoffStrategy | 
   }
 }
 
+/**
+ * What was thrown, as BullMQ's Worker will judge it. In the worker's own process BullMQ looks at
+ * the thrown value itself, a plain object too (`{ name: 'UnrecoverableError', … }`). From a sandboxed
+ * processor it gets the value's own properties copied onto a new Error (child-processor.ts,
+ * `errorToJSON`): a class survives only as an own `name` (so a subclass of UnrecoverableError,
+ * whose constructor names it after itself, is retried), and a value without a message becomes
+ * `new Error(String(value))`.
+ */
+export function asBullmqSeesIt(thrown: unknown, sandboxed: boolean): Error {
+  const value = typeof thrown === 'object' && thrown !== null ? (thrown as Record<string, unknown>) : null;
+  if (!sandboxed) return value ? (value as unknown as Error) : asError(thrown);
+  if (!value?.message) return new Error(String(thrown));
+  const copy = new Error();
+  for (const key of Object.getOwnPropertyNames(value)) Object.assign(copy, { [key]: value[key] });
+  return copy;
+}
+
+/** The failure reason of what was thrown: its message when it has one, else the value as text. */
+function messageOf(error: Error, thrown: unknown): string {
+  return typeof error.message === 'string' ? error.message : String(thrown);
+}
+
 function defaultItemIdOf(job: Job): string | undefined {
   const data: unknown = job.data;
   const id = data && typeof data === 'object' ? (data as { rollcallItemId?: unknown }).rollcallItemId : undefined;
@@ -136,15 +158,19 @@ export function rollcallProcessor<DataType = any, ResultType = any, NameType ext
     throw new RollcallJobError('ack_rejected', `rollcall rejected item ${itemId}: ${rejected}`);
   };
 
-  /** Acks the last failure; if rollcall cannot be told, the job's failure says so (its item stays pending). */
-  const ackLastFailure = async (itemId: string, error: Error): Promise<void> => {
+  /**
+   * Acks the last failure; if rollcall cannot be told, or refuses it, the job's failure says so (its
+   * item stays pending).
+   */
+  const ackLastFailure = async (itemId: string, message: string): Promise<void> => {
     let rejected: Rejected;
     try {
-      rejected = await acks.ack(itemId, 'failed', error.message);
+      rejected = await acks.ack(itemId, 'failed', message);
     } catch (ackError) {
-      throw new Error(`${error.message} (and rollcall could not record the failure: ${asError(ackError).message})`, { cause: ackError });
+      throw new Error(`${message} (and rollcall could not record the failure: ${asError(ackError).message})`, { cause: ackError });
     }
     if (rejected === 'batch_cancelled') cancelled.learnCancelled(itemId);
+    else if (rejected !== null) throw new RollcallJobError('ack_rejected', `${message} (and rollcall rejected the failure of item ${itemId}: ${rejected})`);
   };
 
   const processor: RollcallBullmqProcessor<DataType, ResultType, NameType> = async (job, token, signal) => {
@@ -156,9 +182,10 @@ export function rollcallProcessor<DataType = any, ResultType = any, NameType ext
     try {
       result = await handler(job, token, signal);
     } catch (thrown) {
-      const error = asError(thrown);
+      // A sandboxed processor gets a plain object, not a Job of any copy of bullmq (child-processor.ts `wrapJob`).
+      const error = asBullmqSeesIt(thrown, Object.getPrototypeOf(job) === Object.prototype);
       if (!steersBullmq(error) && (isLastAttempt(job, error, options.maxStartedAttempts) || (await backoffStops(job, error, options.backoffStrategy))))
-        await ackLastFailure(itemId, error);
+        await ackLastFailure(itemId, messageOf(error, thrown));
       throw thrown;
     }
     settle(itemId, await acks.ackInCall(itemId, 'succeeded'));

@@ -342,6 +342,44 @@ describeWith(redisUrl).each(backends())('rollcall/bullmq on a real Redis and a r
     expect(rollcallProcessor(client, async (job: Job<TestJobData>) => job.data.n).length).toBeLessThan(3);
   });
 
+  it('when the processor runs sandboxed, then a subclass of UnrecoverableError (which BullMQ retries from a sandbox) is not recorded as failed', async () => {
+    const queue = newQueue();
+    const batch = await produce(queue, 30);
+    const child = spawn(process.execPath, ['--import', 'tsx', 'test/integrations/fixtures/bullmqWorker.ts'], {
+      cwd: ROOT,
+      env: { ...process.env, ROLLCALL_URL: svc.url, REDIS_URL: redisUrl, QUEUE: queue.name, PREFIX: prefix, SANDBOX: '1' },
+      stdio: 'ignore', // its sandbox children warn of listeners on the pipes they share
+    });
+    try {
+      const done = await client.waitForCompletion(batch.id, { timeoutMs: 30_000 });
+      expect(done).toMatchObject({ state: 'complete', succeeded: 20, failed: 10 });
+      await settled(queue, 30);
+      expect(await queue.getJobCounts('completed', 'failed')).toEqual({ completed: 20, failed: 10 });
+      const reasons = (await client.failures(batch.id, { limit: 100 })).failures.map((f) => f.error).sort();
+      expect(reasons).toEqual(Array.from({ length: 10 }, (_, i) => `gone ${3 * i + 1}`).sort());
+    } finally {
+      child.kill('SIGKILL');
+    }
+  });
+
+  it('when a handler throws a plain object named UnrecoverableError, then BullMQ fails the job for good and its failure is recorded with its message', async () => {
+    const queue = newQueue();
+    const batch = await produce(queue, 3);
+    workers.push(
+      new Worker<TestJobData>(
+        queue.name,
+        rollcallProcessor<TestJobData, string>(client, async () => {
+          throw { name: 'UnrecoverableError', message: 'gone for good' }; // a plain object, as some libraries throw
+        }),
+        { connection, prefix, concurrency: 3 },
+      ),
+    );
+    expect(await client.waitForCompletion(batch.id, { timeoutMs: 15_000 })).toMatchObject({ state: 'complete', failed: 3 });
+    expect((await client.failures(batch.id)).failures.map((f) => f.error)).toEqual(['gone for good', 'gone for good', 'gone for good']);
+    await settled(queue, 3);
+    expect(await queue.getJobCounts('failed')).toEqual({ failed: 3 });
+  });
+
   it('when a worker is killed with SIGKILL mid-run, then its stalled jobs rerun and counts stay exact', async () => {
     const queue = newQueue();
     const batch = await produce(queue, 2000);
