@@ -362,6 +362,27 @@ describeWith(redisUrl).each(backends())('rollcall/bullmq on a real Redis and a r
     }
   });
 
+  it("when rollcall refuses a job's last failure (its batch was deleted), then the job's failure says so", async () => {
+    const queue = newQueue();
+    const batch = await produce(queue, 2, { attempts: 1 });
+    await client.delete(batch.id);
+    workers.push(
+      new Worker<TestJobData>(
+        queue.name,
+        rollcallProcessor<TestJobData, string>(client, async () => {
+          throw new Error('boom');
+        }),
+        { connection, prefix, concurrency: 2 },
+      ),
+    );
+    await settled(queue, 2);
+    const failed = await queue.getFailed();
+    expect(failed.map((job) => job.failedReason)).toEqual([
+      expect.stringMatching(/^boom \(and rollcall rejected the failure of item .+: unknown_batch\)$/),
+      expect.stringMatching(/^boom \(and rollcall rejected the failure of item .+: unknown_batch\)$/),
+    ]);
+  });
+
   it('when a handler throws a plain object named UnrecoverableError, then BullMQ fails the job for good and its failure is recorded with its message', async () => {
     const queue = newQueue();
     const batch = await produce(queue, 3);
