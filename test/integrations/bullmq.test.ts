@@ -358,7 +358,9 @@ describeWith(redisUrl).each(backends())('rollcall/bullmq on a real Redis and a r
       const reasons = (await client.failures(batch.id, { limit: 100 })).failures.map((f) => f.error).sort();
       expect(reasons).toEqual(Array.from({ length: 10 }, (_, i) => `gone ${3 * i + 1}`).sort());
     } finally {
-      child.kill('SIGKILL');
+      const exited = new Promise((resolve) => child.once('exit', resolve));
+      child.kill('SIGTERM'); // the worker closes, and with it its sandbox child processes
+      await exited;
     }
   });
 
