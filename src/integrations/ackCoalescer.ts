@@ -1,4 +1,4 @@
-import { AckOptions, MAX_IDS_PER_ACK, Rejection, RollcallApiError, RollcallClient } from '../client';
+import { AckOptions, MAX_IDS_PER_ACK, RollcallApiError, RollcallClient } from '../client';
 import { toExactText, truncateText } from '../contract/text';
 import { MAX_ERROR_LENGTH } from '../contract/vocabulary';
 import { DEFAULT_RETRY, RetryPolicy, withRetries } from './retry';
@@ -37,6 +37,12 @@ export interface AckCoalescingOptions {
 
 /** What rollcall said about one item: `null` when recorded (or a duplicate), else the rejection reason. */
 export type Rejected = string | null;
+
+/** An item the service refused, or one the coalescer could not send (`payload_too_large`), and why. */
+interface Refusal {
+  id: string;
+  reason: string;
+}
 
 /** The rejections of one call by item ID; an item not in it was recorded (or was a duplicate). */
 export type Rejections = ReadonlyMap<string, string>;
@@ -140,8 +146,10 @@ export class AckCoalescer {
   private async call(entry: Pending): Promise<void> {
     try {
       const options: AckOptions = entry.error === undefined ? { outcome: entry.outcome } : { outcome: entry.outcome, error: entry.error };
-      const rejected = await this.acked(entry.ids, options);
-      entry.resolve(new Map(rejected.map((rejection) => [rejection.id, rejection.reason])));
+      const { refusals, largestTaken } = await this.acked(entry.ids, options);
+      // Split for its size: later calls keep to what was taken.
+      if (largestTaken > 0 && largestTaken < entry.ids.length) this.maxIds = Math.min(this.maxIds, largestTaken);
+      entry.resolve(new Map(refusals.map((refusal) => [refusal.id, refusal.reason])));
     } catch (error) {
       entry.reject(error);
     }
@@ -149,18 +157,20 @@ export class AckCoalescer {
 
   /**
    * Sends one call's acks. A service whose BODY_LIMIT is below what the call takes answers 413: the
-   * acks go again in halves, and later calls stay as small as the half (a call of many jobs must not
-   * fail them all for its size).
+   * acks go again in halves until a part is taken (a call of many jobs must not fail them all for
+   * its size), and an ID too large to go even alone is refused as `payload_too_large`: its job
+   * fails, the others do not. `largestTaken` is the most IDs of a part that was taken whole.
    */
-  private async acked(ids: string[], options: AckOptions): Promise<Rejection[]> {
+  private async acked(ids: string[], options: AckOptions): Promise<{ refusals: Refusal[]; largestTaken: number }> {
     try {
-      return (await withRetries(() => this.client.ack(ids, options), this.retry)).rejected;
+      return { refusals: (await withRetries(() => this.client.ack(ids, options), this.retry)).rejected, largestTaken: ids.length };
     } catch (error) {
-      if (!(error instanceof RollcallApiError && error.status === 413) || ids.length < 2) throw error;
+      if (!(error instanceof RollcallApiError && error.status === 413)) throw error;
+      if (ids.length === 1) return { refusals: [{ id: ids[0] as string, reason: 'payload_too_large' }], largestTaken: 0 };
       const half = Math.ceil(ids.length / 2);
-      this.maxIds = Math.min(this.maxIds, half);
       const first = await this.acked(ids.slice(0, half), options);
-      return [...first, ...(await this.acked(ids.slice(half), options))];
+      const second = await this.acked(ids.slice(half), options);
+      return { refusals: [...first.refusals, ...second.refusals], largestTaken: Math.max(first.largestTaken, second.largestTaken) };
     }
   }
 }

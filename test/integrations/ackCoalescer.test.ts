@@ -111,4 +111,31 @@ describe('the ack coalescer against a service whose BODY_LIMIT is below a full c
     expect(statuses.length).toBeGreaterThan(1);
     expect(statuses.every((status) => status === 200)).toBe(true);
   });
+
+  it('when one ID is too large to be sent even alone, then only its ack is refused (payload_too_large), the others are recorded, and calls stay large', async () => {
+    const { id, ids } = await batchWith(svc.client, 600);
+    const send = httpSend();
+    const sizes: Array<[number, number]> = [];
+    const acks = new AckCoalescer(
+      new RollcallClient({
+        baseUrl: svc.url,
+        fetch: async (url, request) => {
+          const answer = await send(url, request);
+          sizes.push([(JSON.parse(String(request.body)) as { ids: string[] }).ids.length, answer.status]);
+          return answer;
+        },
+      }),
+    );
+    const huge = `${id}:${'x'.repeat(30_000)}:0`;
+    const first = [...ids.slice(0, 150), huge, ...ids.slice(150, 300)];
+    const answers = await Promise.all(first.map((itemId) => acks.ack(itemId, 'succeeded')));
+    expect(answers).toEqual(first.map((itemId) => (itemId === huge ? 'payload_too_large' : null)));
+    sizes.length = 0;
+    const rest = ids.slice(300);
+    expect(await Promise.all(rest.map((itemId) => acks.ack(itemId, 'succeeded')))).toEqual(rest.map(() => null));
+    expect(await svc.client.status(id)).toMatchObject({ succeeded: 600, pending: 0 });
+    // Not one ID a call for the rest of the process: the 300 others went in calls the service took.
+    expect(sizes.every(([, status]) => status === 200)).toBe(true);
+    expect(sizes.length).toBeLessThanOrEqual(3);
+  });
 });
