@@ -44,6 +44,9 @@ interface Refusal {
   reason: string;
 }
 
+/** The refusal of an item ID too large to be sent even alone (the service answered 413 to it). */
+const PAYLOAD_TOO_LARGE = 'payload_too_large';
+
 /** The rejections of one call by item ID; an item not in it was recorded (or was a duplicate). */
 export type Rejections = ReadonlyMap<string, string>;
 
@@ -146,9 +149,9 @@ export class AckCoalescer {
   private async call(entry: Pending): Promise<void> {
     try {
       const options: AckOptions = entry.error === undefined ? { outcome: entry.outcome } : { outcome: entry.outcome, error: entry.error };
-      const { refusals, largestTaken } = await this.acked(entry.ids, options);
-      // Split for its size: later calls keep to what was taken.
-      if (largestTaken > 0 && largestTaken < entry.ids.length) this.maxIds = Math.min(this.maxIds, largestTaken);
+      const { refusals, largestTaken, tooManyIds } = await this.acked(entry.ids, options);
+      // Refused for its number of IDs (not for one ID too large alone): later calls keep to what was taken.
+      if (tooManyIds && largestTaken > 0) this.maxIds = Math.min(this.maxIds, largestTaken);
       entry.resolve(new Map(refusals.map((refusal) => [refusal.id, refusal.reason])));
     } catch (error) {
       entry.reject(error);
@@ -159,18 +162,25 @@ export class AckCoalescer {
    * Sends one call's acks. A service whose BODY_LIMIT is below what the call takes answers 413: the
    * acks go again in halves until a part is taken (a call of many jobs must not fail them all for
    * its size), and an ID too large to go even alone is refused as `payload_too_large`: its job
-   * fails, the others do not. `largestTaken` is the most IDs of a part that was taken whole.
+   * fails, the others do not. `largestTaken` is the most IDs of a part that was taken whole;
+   * `tooManyIds` says a part was refused that held no such ID (its number of IDs was too large).
    */
-  private async acked(ids: string[], options: AckOptions): Promise<{ refusals: Refusal[]; largestTaken: number }> {
+  private async acked(ids: string[], options: AckOptions): Promise<{ refusals: Refusal[]; largestTaken: number; tooManyIds: boolean }> {
     try {
-      return { refusals: (await withRetries(() => this.client.ack(ids, options), this.retry)).rejected, largestTaken: ids.length };
+      const { rejected } = await withRetries(() => this.client.ack(ids, options), this.retry);
+      return { refusals: rejected, largestTaken: ids.length, tooManyIds: false };
     } catch (error) {
       if (!(error instanceof RollcallApiError && error.status === 413)) throw error;
-      if (ids.length === 1) return { refusals: [{ id: ids[0] as string, reason: 'payload_too_large' }], largestTaken: 0 };
+      if (ids.length === 1) return { refusals: [{ id: ids[0] as string, reason: PAYLOAD_TOO_LARGE }], largestTaken: 0, tooManyIds: false };
       const half = Math.ceil(ids.length / 2);
       const first = await this.acked(ids.slice(0, half), options);
       const second = await this.acked(ids.slice(half), options);
-      return { refusals: [...first.refusals, ...second.refusals], largestTaken: Math.max(first.largestTaken, second.largestTaken) };
+      const refusals = [...first.refusals, ...second.refusals];
+      return {
+        refusals,
+        largestTaken: Math.max(first.largestTaken, second.largestTaken),
+        tooManyIds: first.tooManyIds || second.tooManyIds || !refusals.some((refusal) => refusal.reason === PAYLOAD_TOO_LARGE),
+      };
     }
   }
 }
