@@ -3,7 +3,8 @@ import http from 'node:http';
 import net, { AddressInfo } from 'node:net';
 import readline from 'node:readline';
 
-import { httpSend, RollcallApiError, RollcallClient } from '../src/client';
+import { httpSend, retryAfterMs, RollcallApiError, RollcallClient } from '../src/client';
+import { AckCoalescer } from '../src/integrations/ackCoalescer';
 
 interface ServerOptions {
   /** Drop a kept-alive connection as its second request arrives: a server closing an idle connection just as the client reuses it. */
@@ -13,6 +14,10 @@ interface ServerOptions {
   answerAfterMs?: number;
   /** Answer every request with this status, a `location` and an HTML body, as a proxy would. */
   redirectTo?: { status: number; location: string };
+  /** Answer 429 with this `Retry-After` for `ms` after the first request, as a busy service or a rate limiter would. */
+  busyFor?: { ms: number; retryAfter: string };
+  /** The body of every other answer (default `{"n": <request number>}`). */
+  body?: unknown;
 }
 
 /** A server that answers `{"n": <request number>}`, counting connections and keeping what the last request carried. */
@@ -20,6 +25,7 @@ async function server(options: ServerOptions = {}) {
   const seen = { requests: 0, connections: 0 };
   const last = { method: '', headers: {} as http.IncomingHttpHeaders, body: '' };
   const onConnection = new WeakMap<object, number>();
+  let firstAt: number | undefined;
   const srv = http.createServer((req, res) => {
     const n = (onConnection.get(req.socket) ?? 0) + 1;
     onConnection.set(req.socket, n);
@@ -35,7 +41,12 @@ async function server(options: ServerOptions = {}) {
       Object.assign(last, { method: req.method, headers: req.headers, body });
       if (options.redirectTo)
         return res.writeHead(options.redirectTo.status, { location: options.redirectTo.location, 'content-type': 'text/html' }).end('<html>moved</html>');
-      res.setHeader('content-type', 'application/json').end(JSON.stringify({ n: seen.requests }));
+      firstAt ??= Date.now();
+      if (options.busyFor && Date.now() - firstAt < options.busyFor.ms)
+        return res
+          .writeHead(429, { 'retry-after': options.busyFor.retryAfter, 'content-type': 'application/json' })
+          .end(JSON.stringify({ error: { code: 'rate_limited', message: 'slow down' } }));
+      res.setHeader('content-type', 'application/json').end(JSON.stringify(options.body ?? { n: seen.requests }));
     };
     req.on('end', () => setTimeout(answer, options.answerAfterMs ?? 0).unref());
   });
@@ -158,6 +169,31 @@ describe("the client's default way of sending (httpSend)", () => {
       fetch: async () => ({ ok: true, status: 200, text: async () => '<html>sign in</html>' }),
     });
     await expect(client.list()).rejects.toMatchObject({ name: 'RollcallApiError', status: 200, code: 'invalid_response' });
+  });
+
+  it('when the service answers 429 with Retry-After, then the error says how long, and the integrations wait that long before sending again', async () => {
+    const limited = await server({ busyFor: { ms: 60_000, retryAfter: '7' } });
+    const busy = await server({ busyFor: { ms: 1500, retryAfter: '1' }, body: { acked: 1, duplicates: 0, rejected: [], completed: [] } });
+    try {
+      await expect(new RollcallClient({ baseUrl: limited.url }).list()).rejects.toMatchObject({ status: 429, code: 'rate_limited', retryAfterMs: 7000 });
+      const acks = new AckCoalescer(new RollcallClient({ baseUrl: busy.url }));
+      expect(await acks.ack('b:g:0', 'succeeded')).toBeNull();
+      // Sent at 0 s and 1 s (both refused, each asking for a second), then taken at 2 s: not the
+      // six tries of the backoff alone (50 ms, 100 ms, … apart) within the busy 1.5 s.
+      expect(busy.seen.requests).toBe(3);
+    } finally {
+      await limited.close();
+      await busy.close();
+    }
+  });
+
+  it('when Retry-After is an HTTP date, or unreadable, then it is read as such', () => {
+    const now = Date.parse('2026-11-24T06:00:00Z');
+    expect(retryAfterMs('Tue, 24 Nov 2026 06:00:30 GMT', now)).toBe(30_000);
+    expect(retryAfterMs('Tue, 24 Nov 2026 05:00:00 GMT', now)).toBe(0);
+    expect(retryAfterMs(' 12 ', now)).toBe(12_000);
+    expect(retryAfterMs('soon', now)).toBeUndefined();
+    expect(retryAfterMs(null, now)).toBeUndefined();
   });
 
   it('when an answer takes longer than an idle connection is kept, then it still arrives (a long wait is not cut)', async () => {

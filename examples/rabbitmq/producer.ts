@@ -8,7 +8,7 @@ async function main(): Promise<void> {
   const connection = await amqp.connect(process.env.AMQP_URL ?? 'amqp://guest:guest@127.0.0.1:5672');
   const channel = await connection.createConfirmChannel();
   // A quorum queue counts deliveries (x-delivery-count), which tells the consumer its last try.
-  await channel.assertQueue('thumbnails', { durable: true, arguments: { 'x-queue-type': 'quorum', 'x-delivery-limit': 3 } });
+  await channel.assertQueue('thumbnails', { durable: true, arguments: { 'x-queue-type': 'quorum', 'x-delivery-limit': 6 } });
   let n = 0;
   const batch = await openBatch(client, {
     count: 1000,

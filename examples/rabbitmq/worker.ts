@@ -7,7 +7,7 @@ import { client, work } from '../shared';
 async function main(): Promise<void> {
   const connection = await amqp.connect(process.env.AMQP_URL ?? 'amqp://guest:guest@127.0.0.1:5672');
   const channel = await connection.createChannel();
-  await channel.assertQueue('thumbnails', { durable: true, arguments: { 'x-queue-type': 'quorum', 'x-delivery-limit': 3 } });
+  await channel.assertQueue('thumbnails', { durable: true, arguments: { 'x-queue-type': 'quorum', 'x-delivery-limit': 6 } });
   await channel.prefetch(50);
   const watching = new Set<string>();
   const consume = rollcallConsumer(

@@ -15,6 +15,8 @@ export interface HttpAnswer {
   ok: boolean;
   status: number;
   text(): Promise<string>;
+  /** The answer's headers (fetch has them; a send function of its own may leave them out). */
+  headers?: { get(name: string): string | null };
 }
 
 /** How the client sends a request: the global `fetch` is one, `httpSend()` (the default) another. */
@@ -104,7 +106,7 @@ function send(url: URL, request: HttpRequest, attempt: Attempt): Promise<HttpAns
       let text = '';
       res.on('data', (chunk: string) => (text += chunk));
       res.on('error', reject);
-      res.on('end', () => resolve({ ok: status >= 200 && status < 300, status, text: () => Promise.resolve(text) }));
+      res.on('end', () => resolve({ ok: status >= 200 && status < 300, status, text: () => Promise.resolve(text), headers: headersOf(res) }));
     });
     req.on('socket', (socket) => limitConnect(req, socket, attempt.connectTimeoutMs));
     req.on('error', (error: NodeJS.ErrnoException) => {
@@ -114,6 +116,16 @@ function send(url: URL, request: HttpRequest, attempt: Attempt): Promise<HttpAns
     });
     req.end(request.body);
   });
+}
+
+/** An answer's headers as fetch reads them: by name, any case; a repeated header joined with ", ". */
+function headersOf(res: http.IncomingMessage): NonNullable<HttpAnswer['headers']> {
+  return {
+    get(name) {
+      const value = res.headers[name.toLowerCase()];
+      return value === undefined ? null : Array.isArray(value) ? value.join(', ') : value;
+    },
+  };
 }
 
 /** Where a redirect answer sends the request, if it is one fetch would follow; its credentials stay with its origin. */

@@ -49,10 +49,21 @@ export class RollcallApiError extends Error {
     readonly status: number,
     readonly code: string,
     message: string,
+    /** How long the answer's `Retry-After` asked to wait before sending again, when it had one. */
+    readonly retryAfterMs?: number,
   ) {
     super(message);
     this.name = new.target.name;
   }
+}
+
+/** A `Retry-After` value (seconds, or an HTTP date) in milliseconds from now; nothing when unreadable. */
+export function retryAfterMs(value: string | null | undefined, now = Date.now()): number | undefined {
+  if (!value) return undefined;
+  const text = value.trim();
+  if (/^\d+$/.test(text)) return Number(text) * 1000;
+  const at = Date.parse(text);
+  return Number.isNaN(at) ? undefined : Math.max(0, at - now);
 }
 
 /**
@@ -245,7 +256,8 @@ export class RollcallClient {
     const text = await res.text();
     if (!res.ok) {
       const error = (errorBody(text) as { error?: { code?: string; message?: string } } | undefined)?.error;
-      throw new RollcallApiError(res.status, error?.code ?? 'http_error', error?.message ?? `HTTP ${res.status}`);
+      const retryAfter = retryAfterMs(res.headers?.get('retry-after'));
+      throw new RollcallApiError(res.status, error?.code ?? 'http_error', error?.message ?? `HTTP ${res.status}`, retryAfter);
     }
     try {
       return (text ? JSON.parse(text) : undefined) as T;

@@ -9,6 +9,7 @@ import type { RollcallClient } from '../client';
 import { AckCoalescingOptions, Rejected, sharedCoalescer } from './ackCoalescer';
 import { CancelCheckOptions, sharedCancelledBatches } from './cancelledBatches';
 import { asError, RollcallIntegrationError } from './errors';
+import { isTransient } from './retry';
 
 /** The header that carries a message's item ID (set by the producer). */
 export const ITEM_ID_HEADER = 'x-rollcall-item-id';
@@ -36,15 +37,15 @@ export interface RollcallConsumerOptions extends AckCoalescingOptions, CancelChe
   /**
    * The `x-delivery-count` at which a failure is final (the API's contract): a failure on a delivery
    * whose count is below it is requeued, one at it is acked `failed`. The handler so runs at most
-   * `maxDeliveries + 1` times, as RabbitMQ delivers a message at most `x-delivery-limit + 1` times:
-   * set it to the queue's own `x-delivery-limit`, or lower, or RabbitMQ drops the message before its
-   * failure is recorded. Default 3.
+   * `maxDeliveries + 1` times. Set the queue's `x-delivery-limit` a few above it: a delivery cut
+   * short (a crash, a closed channel) counts too, and past the limit RabbitMQ drops the message
+   * before its failure is recorded. Default 3.
    */
   maxDeliveries?: number;
   /**
    * Told what a consume callback cannot throw to anyone: an ack rollcall rejected (`ack_rejected`;
-   * the message is acked, no retry can fix it), an ack rollcall could not take after retries (the
-   * message is requeued), a message without an item ID (`missing_item_id`; nacked without requeue,
+   * the message is acked, no retry can fix it), an ack call that failed after its retries or was
+   * refused with a `4xx` (the message is requeued: see `record`), a message without an item ID (`missing_item_id`; nacked without requeue,
    * so it is dead-lettered where the queue has a dead-letter exchange). Default: ignore. What it
    * throws is ignored: the message is settled all the same.
    */
@@ -129,14 +130,19 @@ export function rollcallConsumer(
     }
   };
 
-  /** Tells rollcall, then settles the message; a rollcall that cannot be told means a requeue. */
+  /**
+   * Tells rollcall, then settles the message. A rollcall that cannot be told means a requeue: after
+   * an outage (the retries spent) one that counts no delivery, but after an answer no retry changes
+   * (a `4xx`: a token refused, a wrong baseUrl) a failed delivery, so the queue's delivery limit ends
+   * the reruns where RabbitMQ 4.3 on would otherwise redeliver it at once, forever.
+   */
   const record = async (message: ConsumeMessage, itemId: string, outcome: 'succeeded' | 'failed', error?: string) => {
     let rejected: Rejected;
     try {
       rejected = await acks.ack(itemId, outcome, error);
     } catch (ackError) {
       report(asError(ackError), message);
-      return settleMessage(message, 'requeue');
+      return settleMessage(message, isTransient(ackError) ? 'requeue' : 'retry');
     }
     if (rejected === 'batch_cancelled') cancelled.learnCancelled(itemId);
     else if (rejected !== null) report(new RollcallIntegrationError('ack_rejected', `rollcall rejected item ${itemId}: ${rejected}`), message);

@@ -1,15 +1,21 @@
 import { RollcallApiError } from '../client';
 
 /**
- * Tries, waiting 50 ms, 100 ms, … (capped at 2 s) between them: 1.55 s of waiting in all at the
- * default, plus each try's own time, up to the client's `timeoutMs` when the service does not answer.
+ * Tries, waiting 50 ms, 100 ms, … (capped at 2 s) between them, or as long as an answer's
+ * `Retry-After` asks when that is longer (up to MAX_RETRY_AFTER_MS). The default waits ~29 s in all,
+ * plus each try's own time (up to the client's `timeoutMs` when the service does not answer): long
+ * enough to ride out a restart of the service, so a worker's acks are not given up in a deploy.
  */
 export interface RetryPolicy {
   attempts: number;
   firstDelayMs: number;
 }
 
-export const DEFAULT_RETRY: RetryPolicy = { attempts: 6, firstDelayMs: 50 };
+export const DEFAULT_RETRY: RetryPolicy = { attempts: 20, firstDelayMs: 50 };
+
+/** The longest wait between two tries: a longer `Retry-After` is taken as this. */
+const MAX_DELAY_MS = 2000;
+const MAX_RETRY_AFTER_MS = 30_000;
 
 /**
  * Whether a failed call may succeed when sent again: a network error or time-out, `429`, or a `5xx`
@@ -18,6 +24,13 @@ export const DEFAULT_RETRY: RetryPolicy = { attempts: 6, firstDelayMs: 50 };
 export function isTransient(error: unknown): boolean {
   if (error instanceof RollcallApiError) return error.status === 429 || error.status >= 500;
   return true;
+}
+
+/** How long to wait after the `attempt`-th try failed with `error`. */
+function retryDelayMs(policy: RetryPolicy, attempt: number, error: unknown): number {
+  const backoff = Math.min(MAX_DELAY_MS, policy.firstDelayMs * 2 ** (attempt - 1));
+  const asked = error instanceof RollcallApiError ? (error.retryAfterMs ?? 0) : 0;
+  return Math.max(backoff, Math.min(asked, MAX_RETRY_AFTER_MS));
 }
 
 /**
@@ -30,8 +43,7 @@ export async function withRetries<T>(call: () => Promise<T>, policy: RetryPolicy
       return await call();
     } catch (error) {
       if (attempt >= policy.attempts || !isTransient(error)) throw error;
-      const delay = Math.min(2000, policy.firstDelayMs * 2 ** (attempt - 1));
-      await new Promise((resolve) => setTimeout(resolve, delay));
+      await new Promise((resolve) => setTimeout(resolve, retryDelayMs(policy, attempt, error)));
     }
   }
 }

@@ -177,6 +177,38 @@ describeWith(amqpUrl).each(backends())('rollcall/amqp on a real RabbitMQ quorum 
     await drained(queue);
   });
 
+  it('when rollcall refuses the ack call itself (a 4xx: a wrong baseUrl), then the message goes back as a failed delivery, so the delivery limit ends its reruns', async () => {
+    const { queue, batch } = await produce(new RollcallClient({ baseUrl: svc.url }), 1, { 'x-delivery-limit': 2 });
+    const channel = await (await connect()).createChannel();
+    channel.on('error', () => undefined);
+    const returns: string[] = [];
+    const errors: string[] = [];
+    let runs = 0;
+    const recording = {
+      ack: (m: ConsumeMessage) => channel.ack(m),
+      nack: (m: ConsumeMessage, allUpTo?: boolean, requeue?: boolean) => {
+        returns.push('nack');
+        channel.nack(m, allUpTo, requeue);
+      },
+      reject: (m: ConsumeMessage, requeue?: boolean) => {
+        returns.push('reject');
+        channel.reject(m, requeue);
+      },
+    };
+    const misrouted = new RollcallClient({ baseUrl: `${svc.url}/misrouted` });
+    await channel.consume(
+      queue,
+      rollcallConsumer(misrouted, recording, () => void runs++, { onError: (error) => errors.push(error.message) }),
+    );
+    await drained(queue);
+    // Delivered 3 times (x-delivery-limit 2), each run's ack refused, each return counted: basic.reject,
+    // which every RabbitMQ counts (from 4.3 on a basic.nack is not counted: it would rerun forever).
+    expect({ runs, returns }).toEqual({ runs: 3, returns: ['reject', 'reject', 'reject'] });
+    expect(errors).toHaveLength(3);
+    expect(errors[0]).toMatch(/no route/);
+    expect(await svc.client.status(batch.id)).toMatchObject({ pending: 1 });
+  });
+
   it('when itemIdOf throws or gives no string on some messages and onError throws too, then those are dropped and the rest still flow', async () => {
     const client = new RollcallClient({ baseUrl: svc.url });
     const { queue, batch } = await produce(client, 30);

@@ -11,7 +11,9 @@ import { openBatch } from '../../src/integrations/producer';
 import { backends } from '../helpers/backends';
 import { describeWith, redisConnection, redisUrl } from '../helpers/brokers';
 import { AckTally, countingFetch } from '../helpers/countingFetch';
+import { realSleep, until } from '../helpers/realTime';
 import { startService, TestService } from '../helpers/service';
+import { TcpProxy } from '../helpers/tcpProxy';
 import { kindOf, permanentMessage, runTestJob, TestJobData, unrecoverableMessage } from './fixtures/jobs';
 
 const ROOT = path.resolve(__dirname, '../..');
@@ -401,6 +403,34 @@ describeWith(redisUrl).each(backends())('rollcall/bullmq on a real Redis and a r
     expect((await client.failures(batch.id)).failures.map((f) => f.error)).toEqual(['gone for good', 'gone for good', 'gone for good']);
     await settled(queue, 3);
     expect(await queue.getJobCounts('failed')).toEqual({ failed: 3 });
+  });
+
+  it('when rollcall is out of reach for 3 s mid-run (a restart), then jobs on their only attempt wait for it: none fails, counts are exact', async () => {
+    const queue = newQueue();
+    const batch = await produce(queue, 1200, { attempts: 1 });
+    const proxy = new TcpProxy('127.0.0.1', Number(new URL(svc.url).port));
+    await proxy.open();
+    const throughProxy = new RollcallClient({ baseUrl: `http://127.0.0.1:${proxy.port}` });
+    let runs = 0;
+    workers.push(
+      new Worker<TestJobData>(
+        queue.name,
+        rollcallProcessor<TestJobData, string>(throughProxy, async () => {
+          runs++;
+          await realSleep(30);
+          return 'ok';
+        }),
+        { connection, prefix, concurrency: 20 },
+      ),
+    );
+    await until(() => runs >= 100);
+    await proxy.cut(); // connections dropped, new ones refused
+    await realSleep(3000);
+    await proxy.open();
+    await settled(queue, 1200);
+    await proxy.cut();
+    expect(await queue.getJobCounts('completed', 'failed')).toEqual({ completed: 1200, failed: 0 });
+    expect(await client.status(batch.id)).toMatchObject({ state: 'complete', succeeded: 1200, failed: 0, pending: 0 });
   });
 
   it('when a worker is killed with SIGKILL mid-run, then its stalled jobs rerun and counts stay exact', async () => {
