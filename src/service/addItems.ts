@@ -6,7 +6,7 @@ import { BatchNotOpenError, IdempotencyConflictError } from '../domain/errors';
 import { AddAnswer, findAddRequest, insertAddRequest } from '../store/addRequests';
 import { updateBatch } from '../store/batches';
 import { insertGroups } from '../store/groups';
-import { inTransaction } from '../store/transaction';
+import { inBatchTransaction } from '../store/transaction';
 import { ServiceDeps } from './deps';
 import { lockExistingBatch } from './existingBatch';
 
@@ -16,7 +16,7 @@ import { lockExistingBatch } from './existingBatch';
  * Idempotency-Key, a repeat returns the first answer and adds nothing.
  */
 export async function addItems(deps: ServiceDeps, caller: Caller, batchId: string, count: number, idempotencyKey?: string): Promise<AddAnswer> {
-  return inTransaction(deps.db, deps.tx, async (trx) => {
+  return inBatchTransaction(deps.db, deps.tx, batchId, async (trx) => {
     const batch = await lockExistingBatch(trx, caller, batchId);
     if (idempotencyKey !== undefined) {
       const earlier = await findAddRequest(trx, batch.id, idempotencyKey);

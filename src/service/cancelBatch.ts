@@ -3,7 +3,7 @@ import { BatchView } from '../contract/responses';
 import { Caller, cancelled } from '../domain/batch';
 import { BatchCompleteError } from '../domain/errors';
 import { updateBatch } from '../store/batches';
-import { inTransaction } from '../store/transaction';
+import { inBatchTransaction } from '../store/transaction';
 import { recordCompletions } from './completion';
 import { ServiceDeps } from './deps';
 import { lockExistingBatch } from './existingBatch';
@@ -15,7 +15,7 @@ import { lockExistingBatch } from './existingBatch';
  * (for a child) the parent item's failure are written in the same transaction.
  */
 export async function cancelBatch(deps: ServiceDeps, caller: Caller, batchId: string): Promise<BatchView> {
-  const { batch, cancelledNow } = await inTransaction(deps.db, deps.tx, async (trx) => {
+  const { batch, cancelledNow } = await inBatchTransaction(deps.db, deps.tx, batchId, async (trx) => {
     const locked = await lockExistingBatch(trx, caller, batchId);
     if (locked.state === 'complete') throw new BatchCompleteError(locked.id);
     if (locked.state === 'cancelled') return { batch: locked, cancelledNow: false };

@@ -3,7 +3,7 @@ import { BatchView } from '../contract/responses';
 import { Caller, seal } from '../domain/batch';
 import { BatchNotOpenError, ExpectedItemsMismatchError } from '../domain/errors';
 import { updateBatch } from '../store/batches';
-import { inTransaction } from '../store/transaction';
+import { inBatchTransaction } from '../store/transaction';
 import { announceCompletions, recordCompletions } from './completion';
 import { ServiceDeps } from './deps';
 import { lockExistingBatch } from './existingBatch';
@@ -21,7 +21,7 @@ export interface SealResult {
  * cannot be sealed (batch_not_open).
  */
 export async function sealBatch(deps: ServiceDeps, caller: Caller, batchId: string, expectedItems?: number): Promise<SealResult> {
-  const { next, sealedNow, completedNow } = await inTransaction(deps.db, deps.tx, async (trx) => {
+  const { next, sealedNow, completedNow } = await inBatchTransaction(deps.db, deps.tx, batchId, async (trx) => {
     const batch = await lockExistingBatch(trx, caller, batchId);
     if (batch.state === 'cancelled') throw new BatchNotOpenError(batch.id, batch.state);
     if (batch.state !== 'open') return { next: batch, sealedNow: false, completedNow: false };

@@ -43,8 +43,23 @@ export function inTransaction<T>(db: Db, options: TransactionOptions, work: (trx
 /** When a request stops waiting for locks: LOCK_TIMEOUT after it started. */
 const lockDeadline = (options: TransactionOptions) => (options.lockTimeoutMs === undefined ? Infinity : Date.now() + options.lockTimeoutMs);
 
-/** The tail of each SQLite file's queue of write transactions in this process. */
-const sqliteWriters = new Map<string, Promise<unknown>>();
+/** The tail of each queue of this process: its SQLite files' write transactions, its batches' transactions. */
+type Queues = Map<string, Promise<unknown>>;
+
+/**
+ * Runs `work` after the earlier work of the same queue key has settled; work whose turn comes after
+ * its deadline is not started, and fails with `late` (a 503).
+ */
+function inTurn<T>(queues: Queues, key: string, deadline: number, late: string, work: () => Promise<T>): Promise<T> {
+  const turn = () => (Date.now() > deadline ? Promise.reject(new UnavailableError(late)) : work());
+  const run = (queues.get(key) ?? Promise.resolve()).then(turn, turn);
+  const tail = run.catch(() => undefined);
+  queues.set(key, tail);
+  void tail.then(() => queues.get(key) === tail && queues.delete(key));
+  return run;
+}
+
+const sqliteWriters: Queues = new Map();
 
 /**
  * Runs SQLite write transactions of this process one after another per database file, across
@@ -55,13 +70,30 @@ const sqliteWriters = new Map<string, Promise<unknown>>();
  */
 function oneWriterPerFile<T>(db: Db, deadline: number, work: () => Promise<T>): Promise<T> {
   const file = path.resolve(String((db.client.config.connection as { filename?: string }).filename));
-  const turn = () => (Date.now() > deadline ? Promise.reject(new UnavailableError('the database file is busy (LOCK_TIMEOUT); try again')) : work());
-  const run = (sqliteWriters.get(file) ?? Promise.resolve()).then(turn, turn);
-  const tail = run.catch(() => undefined);
-  sqliteWriters.set(file, tail);
-  void tail.then(() => sqliteWriters.get(file) === tail && sqliteWriters.delete(file));
-  return run;
+  return inTurn(sqliteWriters, file, deadline, 'the database file is busy (LOCK_TIMEOUT); try again', work);
 }
+
+/** Each pool's queues of transactions by batch. */
+const batchTurns = new WeakMap<Db, Queues>();
+
+/**
+ * Runs a transaction that locks batch `batchId`'s row first (add, seal, cancel, delete) after this
+ * process's earlier ones on the same batch. A transaction waiting for a row lock holds a pooled
+ * connection: while another connection held one batch's row, ten producer calls for that batch took
+ * the whole pool, and every other batch's requests waited for a connection (503 after 5 s). So
+ * only one transaction per batch and process holds a connection; the others wait here without
+ * one, and one whose turn has not come within LOCK_TIMEOUT is answered 503 as a lock wait would be.
+ * (The ack path has its own such bound: one group-commit round per batch.) SQLite runs one writer
+ * per file already.
+ */
+export function inBatchTransaction<T>(db: Db, options: TransactionOptions, batchId: string, work: (trx: Knex.Transaction) => Promise<T>): Promise<T> {
+  if (profileOf(db).writers !== 'pool') return inTransaction(db, options, work);
+  let queues = batchTurns.get(db);
+  if (!queues) batchTurns.set(db, (queues = new Map()));
+  return inTurn(queues, batchId, lockDeadline(options), LOCK_HELD_ELSEWHERE, () => inTransaction(db, options, work));
+}
+
+const LOCK_HELD_ELSEWHERE = 'a lock this request needs is held elsewhere (LOCK_TIMEOUT); try again';
 
 /** Pause between tries while another process holds the SQLite file. */
 const BUSY_PAUSE_MS = 10;
@@ -97,7 +129,7 @@ export async function withRetries<T>(options: TransactionOptions, attempt: () =>
 
 /** Maps what the caller can only retry later to UnavailableError and passes every other error through. */
 export function asUnavailable(error: Error): Error {
-  if (isLockTimeout(error)) return new UnavailableError('a lock this request needs is held elsewhere (LOCK_TIMEOUT); try again', { cause: error });
+  if (isLockTimeout(error)) return new UnavailableError(LOCK_HELD_ELSEWHERE, { cause: error });
   return isUnavailable(error) ? new UnavailableError('the database is not available', { cause: error }) : error;
 }
 
