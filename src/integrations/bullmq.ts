@@ -14,13 +14,14 @@ export interface RollcallProcessorOptions<DataType, ResultType, NameType extends
   /** Where a job's item ID is. Default: `job.data.rollcallItemId`. */
   itemIdOf?: (job: Job<DataType, ResultType, NameType>) => string | undefined;
   /**
-   * The Worker's `maxStartedAttempts`, when it sets one: a job started that many times is not
-   * retried, so its failure is then the last one. (The processor cannot read the Worker's options.)
+   * The Worker's `maxStartedAttempts`: a job started that many times is not retried, so its failure
+   * is then the last one. Read from the Worker (`job.queue.opts`, where BullMQ reads it) when not
+   * given; give it for a sandboxed processor, whose jobs do not carry the Worker.
    */
   maxStartedAttempts?: number;
   /**
-   * The Worker's `settings.backoffStrategy`, when it sets one: a failure for which it returns -1 is
-   * not retried, so it is then the last. (The processor cannot read the Worker's options.)
+   * The Worker's `settings.backoffStrategy`: a failure for which it returns -1 is not retried, so it
+   * is then the last. Read from the Worker as `maxStartedAttempts` is when not given.
    */
   backoffStrategy?: BackoffStrategy;
 }
@@ -78,6 +79,15 @@ export function isLastAttempt(job: Pick<Job, 'attemptsMade' | 'attemptsStarted' 
   if ((job as { discarded?: unknown }).discarded === true) return true;
   if (maxStartedAttempts && maxStartedAttempts <= job.attemptsStarted) return true;
   return job.attemptsMade + 1 >= (job.opts.attempts ?? 1);
+}
+
+/**
+ * The options of the Worker running `job`, as BullMQ's own retry decision reads them (job.ts
+ * `shouldRetryJob`, bullmq 5 and 6: `this.queue.opts`, a property its typings mark protected);
+ * none in a sandbox, whose jobs are plain objects.
+ */
+function workerOptionsOf(job: Job): { maxStartedAttempts?: number; settings?: { backoffStrategy?: BackoffStrategy } } {
+  return (job as unknown as { queue?: { opts?: ReturnType<typeof workerOptionsOf> } }).queue?.opts ?? {};
 }
 
 /**
@@ -173,6 +183,13 @@ export function rollcallProcessor<DataType = any, ResultType = any, NameType ext
     else if (rejected !== null) throw new RollcallJobError('ack_rejected', `${message} (and rollcall rejected the failure of item ${itemId}: ${rejected})`);
   };
 
+  /** Whether BullMQ will not run the job again after this failure, with the Worker's options as BullMQ reads them. */
+  const isLastFailure = async (job: Job<DataType, ResultType, NameType>, error: Error): Promise<boolean> => {
+    const worker = workerOptionsOf(job);
+    if (isLastAttempt(job, error, options.maxStartedAttempts ?? worker.maxStartedAttempts)) return true;
+    return backoffStops(job, error, options.backoffStrategy ?? worker.settings?.backoffStrategy);
+  };
+
   const processor: RollcallBullmqProcessor<DataType, ResultType, NameType> = async (job, token, signal) => {
     const itemId = itemIdOf(job);
     if (typeof itemId !== 'string' || !itemId) throw new RollcallJobError('missing_item_id', `job ${job.id} has no rollcall item ID`);
@@ -184,8 +201,7 @@ export function rollcallProcessor<DataType = any, ResultType = any, NameType ext
     } catch (thrown) {
       // A sandboxed processor gets a plain object, not a Job of any copy of bullmq (child-processor.ts `wrapJob`).
       const error = asBullmqSeesIt(thrown, Object.getPrototypeOf(job) === Object.prototype);
-      if (!steersBullmq(error) && (isLastAttempt(job, error, options.maxStartedAttempts) || (await backoffStops(job, error, options.backoffStrategy))))
-        await ackLastFailure(itemId, messageOf(error, thrown));
+      if (!steersBullmq(error) && (await isLastFailure(job, error))) await ackLastFailure(itemId, messageOf(error, thrown));
       throw thrown;
     }
     settle(itemId, await acks.ackInCall(itemId, 'succeeded'));

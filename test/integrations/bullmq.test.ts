@@ -243,6 +243,27 @@ describeWith(redisUrl).each(backends())('rollcall/bullmq on a real Redis and a r
     expect(failures).toEqual([0, 2, 4, 6, 8].map((k) => `stop: job ${k} cannot succeed`).sort());
   });
 
+  it('when only the Worker is given maxStartedAttempts or a backoff strategy that stops, then the processor reads them there and records the last failure', async () => {
+    const stopping = newQueue();
+    const started = newQueue();
+    const stoppingBatch = await produce(stopping, 4, { attempts: 3, backoff: { type: 'give-up' } });
+    const startedBatch = await produce(started, 4, { attempts: 3 });
+    const fail = rollcallProcessor<TestJobData, string>(client, async (job) => {
+      throw new Error(`job ${job.data.n} failed`);
+    });
+    workers.push(
+      new Worker<TestJobData>(stopping.name, fail, { connection, prefix, concurrency: 4, settings: { backoffStrategy: () => -1 } }),
+      new Worker<TestJobData>(started.name, fail, { connection, prefix, concurrency: 4, maxStartedAttempts: 1 }),
+    );
+    // BullMQ runs each job once; the processor, not told the Worker's options, must see that too.
+    for (const batch of [stoppingBatch, startedBatch])
+      expect(await client.waitForCompletion(batch.id, { timeoutMs: 15_000 })).toMatchObject({ state: 'complete', failed: 4, pending: 0 });
+    await settled(stopping, 4);
+    await settled(started, 4);
+    expect(await stopping.getJobCounts('failed')).toEqual({ failed: 4 });
+    expect(await started.getJobCounts('failed')).toEqual({ failed: 4 });
+  });
+
   it('when itemIdOf gives a job no string, then that job fails at once without running, unretried; the rest complete', async () => {
     const queue = newQueue();
     const batch = await produce(queue, 10, { attempts: 3 });

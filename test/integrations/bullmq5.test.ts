@@ -34,12 +34,12 @@ describeWith(redisUrl).each(backends())('rollcall/bullmq with BullMQ 5 on a real
     await svc.stop();
   });
 
-  async function produce(client: RollcallClient, queue: Queue<Data>, count: number): Promise<Batch> {
+  async function produce(client: RollcallClient, queue: Queue<Data>, count: number, backoff?: { type: string }): Promise<Batch> {
     let n = 0;
     return openBatch(client, {
       count,
       enqueue: async (ids) => {
-        await queue.addBulk(ids.map((id) => ({ name: 'item', data: { rollcallItemId: id, n: n++ }, opts: { attempts: 3 } })));
+        await queue.addBulk(ids.map((id) => ({ name: 'item', data: { rollcallItemId: id, n: n++ }, opts: { attempts: 3, backoff } })));
       },
     });
   }
@@ -73,5 +73,22 @@ describeWith(redisUrl).each(backends())('rollcall/bullmq with BullMQ 5 on a real
     expect(new Set(failures)).toEqual(
       new Set([...Array(30).keys()].filter((n) => n % 3 !== 0).map((n) => (n % 3 === 1 ? `job ${n} fails every time` : `job ${n} gave up`))),
     );
+  });
+
+  it('when only the Worker has a backoff strategy that stops retries, then the processor reads it there and records each failure', async () => {
+    const client = new RollcallClient({ baseUrl: svc.url });
+    const queue = new Queue<Data>(`q-${randomBytes(4).toString('hex')}`, { connection, prefix });
+    queues.push(queue);
+    const batch = await produce(client, queue, 4, { type: 'give-up' });
+    workers.push(
+      new Worker<Data>(
+        queue.name,
+        rollcallProcessor(client, async () => {
+          throw new Error('no retry helps');
+        }) as unknown as Processor<Data>,
+        { connection, prefix, concurrency: 4, settings: { backoffStrategy: () => -1 } },
+      ),
+    );
+    expect(await client.waitForCompletion(batch.id, { timeoutMs: 15_000 })).toMatchObject({ state: 'complete', failed: 4, pending: 0 });
   });
 });
