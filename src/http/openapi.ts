@@ -35,7 +35,9 @@ function componentSchemas(): Record<string, JsonObject> {
 }
 
 function stripSchemaKey(schema: JsonObject): JsonObject {
-  const { $schema: _ignored, ...rest } = schema;
+  // Nor `$id`: zod names each schema by its reference (`#/components/schemas/<name>`), and JSON
+  // Schema 2020-12 (OpenAPI 3.1's) refuses an `$id` with a fragment; the components' keys name them.
+  const { $schema: _schema, $id: _id, ...rest } = schema;
   return rest;
 }
 
@@ -61,6 +63,10 @@ export function openApiDocument(): JsonObject {
     '421': failure('misdirected_request: a token-less loopback service named by a non-loopback Host'),
     '503': failure('unavailable, with Retry-After: database down, LOCK_TIMEOUT passed, retries used up, ack queue full'),
   };
+  /** Routes that read a JSON body (it may be empty where the request body is optional). */
+  const withBody = { ...common, '413': failure('payload_too_large: a body over BODY_LIMIT') };
+  /** The routes an operator may close to the public (PUBLIC_METRICS, PUBLIC_OPENAPI off): a token with scope admin. */
+  const closable = { '401': failure('unauthorized, when closed to the public'), '403': failure('forbidden, when closed to the public') };
   return {
     openapi: '3.1.0',
     info: { title: 'rollcall', version: '1', description: 'Tracks when a fan-out batch is finished; completion is reported exactly once.' },
@@ -78,7 +84,7 @@ export function openApiDocument(): JsonObject {
             '201': answer('the new batch', 'Batch'),
             '404': failure('item_not_found (parentItem)'),
             '409': failure('item_not_pending (parentItem)'),
-            ...common,
+            ...withBody,
           },
         },
         get: {
@@ -96,7 +102,7 @@ export function openApiDocument(): JsonObject {
         delete: {
           summary: 'Delete a batch with its groups and callbacks',
           parameters: [batchId],
-          responses: { '204': { description: 'deleted' }, '404': failure('batch_not_found'), ...common },
+          responses: { '204': { description: 'deleted' }, '404': failure('batch_not_found'), ...withBody },
         },
       },
       '/v1/batches/{batchId}/items': {
@@ -108,7 +114,7 @@ export function openApiDocument(): JsonObject {
             '201': answer('the groups made', 'AddResult'),
             '404': failure('batch_not_found'),
             '409': failure('batch_not_open or idempotency_key_reused'),
-            ...common,
+            ...withBody,
           },
         },
       },
@@ -121,7 +127,7 @@ export function openApiDocument(): JsonObject {
             '200': answer('the batch, sealed or complete', 'Batch'),
             '404': failure('batch_not_found'),
             '409': failure('expected_items_mismatch'),
-            ...common,
+            ...withBody,
           },
         },
       },
@@ -129,7 +135,7 @@ export function openApiDocument(): JsonObject {
         post: {
           summary: 'Record item outcomes (IDs, or the compact form by group with ranges)',
           requestBody: { required: true, content: { 'application/json': { schema: { oneOf: [ref('Ack'), ref('CompactAck')] } } } },
-          responses: { '200': answer('what this call changed', 'AckResult'), '413': failure('payload_too_large'), ...common },
+          responses: { '200': answer('what this call changed', 'AckResult'), ...withBody },
         },
       },
       '/v1/batches/{batchId}/wait': {
@@ -147,7 +153,7 @@ export function openApiDocument(): JsonObject {
             '200': answer('the batch, cancelled (again: unchanged)', 'Batch'),
             '404': failure('batch_not_found'),
             '409': failure('batch_complete'),
-            ...common,
+            ...withBody,
           },
         },
       },
@@ -173,19 +179,26 @@ export function openApiDocument(): JsonObject {
           responses: { '200': answer('events', 'Events'), '404': failure('batch_not_found'), ...common },
         },
       },
-      '/v1/admin/sweep': { post: { summary: 'Run one sweep now', responses: { '200': answer('what was removed', 'SweepResult'), ...common } } },
+      '/v1/admin/sweep': { post: { summary: 'Run one sweep now', responses: { '200': answer('what was removed', 'SweepResult'), ...withBody } } },
       '/healthz': { get: { summary: 'Liveness', security: [], responses: { '200': answer('the process runs', 'Status') } } },
       '/readyz': { get: { summary: 'Readiness', security: [], responses: { '200': answer('ready', 'Status'), '503': failure('unavailable') } } },
       '/metrics': {
         get: {
           summary: 'Prometheus metrics',
-          responses: { '200': { description: 'text exposition format', content: { 'text/plain': { schema: { type: 'string' } } } } },
+          responses: { '200': { description: 'text exposition format', content: { 'text/plain': { schema: { type: 'string' } } } }, ...closable },
         },
       },
       '/openapi.json': {
         get: {
           summary: 'This document',
-          responses: { '200': { description: 'OpenAPI 3.1', content: { 'application/json': { schema: { type: 'object' } } } } },
+          responses: { '200': { description: 'OpenAPI 3.1', content: { 'application/json': { schema: { type: 'object' } } } }, ...closable },
+        },
+      },
+      '/': {
+        get: {
+          summary: 'The dashboard (HTML; asks for a token with scope read when tokens are configured)',
+          security: [],
+          responses: { '200': { description: 'the dashboard page', content: { 'text/html': { schema: { type: 'string' } } } } },
         },
       },
     },

@@ -75,6 +75,9 @@ const callbackUrl = exactText()
   // eslint-disable-next-line no-control-regex -- control characters are what this refuses
   .regex(/^[^\s\u0000-\u001f\u007f]*$/, 'must not contain spaces or control characters')
   .pipe(z.url({ protocol: /^https?$/, error: 'must be an http(s) URL' }))
+  // zod's check is looser than Node's URL parser (a port of 99999, a host of five numbers): what
+  // the service could not call is refused here, not met later as an error of its own (500).
+  .refine((url) => URL.canParse(url), { message: 'must be a URL the service can call', abort: true })
   .refine((url) => new URL(url).hostname.length <= MAX_CALLBACK_HOST_LENGTH, `its host name must be at most ${MAX_CALLBACK_HOST_LENGTH} characters`);
 
 export const createBatchBody = z.strictObject({
@@ -139,19 +142,29 @@ export const compactAckBody = z
   })
   .refine(errorOnlyWhenFailed, errorRule);
 
+/**
+ * A number in a query string as people write one: digits, an optional fraction. Not what
+ * `Number()` also reads (`0x2`, `1e1`, an empty or blank value as 0).
+ */
+const queryNumber = () =>
+  z
+    .string()
+    .regex(/^\d+(\.\d+)?$/, 'must be a decimal number')
+    .transform(Number);
+
 export const listQuery = z.strictObject({
   state: z.enum(BATCH_STATES).optional(),
   userKey: exactText().min(1).max(255).optional(),
   parent: z.uuid().optional(),
-  limit: z.coerce.number().int().min(1).max(500).default(50),
+  limit: queryNumber().pipe(z.number().int().min(1).max(500)).default(50),
   cursor: z.string().min(1).max(200).optional(),
 });
 
 export const waitQuery = z.strictObject({
-  timeout: z.coerce.number().min(0).max(60).default(30),
+  timeout: queryNumber().pipe(z.number().min(0).max(60)).default(30),
 });
 
 export const failuresQuery = z.strictObject({
-  limit: z.coerce.number().int().min(1).max(500).default(50),
+  limit: queryNumber().pipe(z.number().int().min(1).max(500)).default(50),
   cursor: z.string().min(1).max(200).optional(),
 });

@@ -108,7 +108,7 @@ describe.each(backends())('failure reasons (%s)', (_name, backend) => {
     expect(seen).toEqual([ids[4], ids[2], ids[0], ids[3], ids[1]]);
     // A cursor of the right shape whose index no item column holds (PostgreSQL's integer answered 500).
     const pastIndexes = Buffer.from(`f1.1795488728294.${id}.9999999999`).toString('base64url');
-    for (const q of ['?limit=501', '?limit=0', '?cursor=nope', '?other=1', `?cursor=${pastIndexes}`]) {
+    for (const q of ['?limit=501', '?limit=0', '?limit=0x5', '?limit=', '?cursor=nope', '?other=1', `?cursor=${pastIndexes}`]) {
       const res = await svc.api.get(`/v1/batches/${id}/failures${q}`);
       expect(res.status).toBe(400);
       expect(res.body.error.code).toBe('invalid_request');

@@ -61,6 +61,11 @@ describe.each(backends())('observability (%s)', (_name, backend) => {
     const docRes = await svc.api.get('/openapi.json');
     expect(docRes.status).toBe(200);
     expect(docRes.body.openapi).toBe('3.1.0');
+    // Each schema is valid JSON Schema 2020-12, OpenAPI 3.1's (an `$id` with a fragment was not).
+    const meta = new Ajv2020({ strict: false });
+    addFormats(meta);
+    for (const [name, schema] of Object.entries((docRes.body as Doc).components.schemas))
+      expect([name, meta.validateSchema(schema), meta.errorsText(meta.errors)]).toEqual([name, true, 'No errors']);
     const check = validator(docRes.body);
     const seen = async (method: string, path: string, res: { status: number; body: unknown }) => {
       check(method, path, res.status, res.body);
@@ -73,6 +78,8 @@ describe.each(backends())('observability (%s)', (_name, backend) => {
     );
     const id = (created.body as { id: string }).id;
     await seen('post', '/v1/batches', await svc.api.post('/v1/batches').send({ userKey: 5 }));
+    const tooLarge = await seen('post', '/v1/batches', await svc.api.post('/v1/batches').send({ metadata: { big: 'x'.repeat(3_000_000) } }));
+    expect(tooLarge.status).toBe(413);
     await seen('get', '/v1/batches/{batchId}', await svc.api.get(`/v1/batches/${id}`));
     await seen('get', '/v1/batches/{batchId}', await svc.api.get('/v1/batches/0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b'));
     const added = await seen('post', '/v1/batches/{batchId}/items', await svc.api.post(`/v1/batches/${id}/items`).send({ count: 5 }));

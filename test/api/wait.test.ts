@@ -73,7 +73,8 @@ describe.each(backends())('waiting for completion (%s)', (_name, backend) => {
   it('when the batch does not exist or the timeout is out of range, then 404 or 400', async () => {
     expect((await svc.api.get('/v1/batches/0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b/wait')).status).toBe(404);
     const { id } = await sealed(1);
-    for (const t of ['61', '-1', 'soon']) {
+    // Also what Number() reads but no one writes as a timeout: hex, exponents, empty or blank (0).
+    for (const t of ['61', '-1', 'soon', '0x2', '1e1', '', '%20', '2.']) {
       const res = await svc.api.get(`/v1/batches/${id}/wait?timeout=${t}`);
       expect(res.status).toBe(400);
       expect(res.body.error.code).toBe('invalid_request');
