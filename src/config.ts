@@ -5,7 +5,12 @@ import { z } from 'zod';
 import { EXACT_TEXT_RULE, isExactText } from './contract/text';
 import { invalidAllowEntry } from './domain/callbackTarget';
 
-const int = (min: number, max: number) => z.coerce.number().int().min(min).max(max);
+/**
+ * A whole number as written in an environment variable: digits only. Not what `Number()` also
+ * reads (a blank value as 0, so PORT=' ' listened on a random port; `1e3`, `0x10`).
+ */
+const int = (min: number, max: number) =>
+  z.string().trim().regex(/^\d+$/, 'must be a whole number (digits only)').transform(Number).pipe(z.number().int().min(min).max(max));
 
 const UNIT_MS: Record<string, number> = { ms: 1, s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 };
 

@@ -21,7 +21,10 @@ export async function serve(): Promise<void> {
   await once(server, 'listening');
   const address = server.address();
   const port = typeof address === 'object' && address ? address.port : config.PORT;
-  log.info({ host: config.HOST, port, database: config.DATABASE_URL ? 'mysql' : `sqlite:${config.SQLITE_PATH}` }, 'rollcall listening');
+  log.info(
+    { host: config.HOST, port, database: config.DATABASE_URL ? databaseKind(config.DATABASE_URL) : `sqlite:${config.SQLITE_PATH}` },
+    'rollcall listening',
+  );
   // Machine-readable line for scripts that start the service on port 0.
   if (process.env.ROLLCALL_ANNOUNCE_PORT === '1') process.stdout.write(`ROLLCALL_PORT=${port}\n`);
 
@@ -67,3 +70,8 @@ export function exitOnStartFailure(caught: unknown): never {
 }
 
 if (require.main === module) serve().catch(exitOnStartFailure);
+
+/** The kind of database a URL names (its scheme: mysql, postgres, …), without its credentials. */
+function databaseKind(url: string): string {
+  return url.slice(0, Math.max(0, url.indexOf(':')));
+}

@@ -21,6 +21,10 @@ describe('configuration', () => {
 
   it.each([
     ['PORT', 'eighty'],
+    // What Number() reads but no one means: a blank value (0, a random port), exponents, hex.
+    ['PORT', ' '],
+    ['PORT', '1e3'],
+    ['DB_POOL_SIZE', '0x10'],
     ['GROUP_SIZE', '100'],
     ['DATABASE_URL', 'redis://x'],
     ['OPEN_BATCH_TTL', 'a week'],

@@ -116,6 +116,7 @@ export const PROFILES: Readonly<Record<DialectName, DialectProfile>> = {
         'Connection terminated due to connection timeout',
         'Client has encountered a connection error and is not queryable',
         'Client was closed and is not queryable',
+        'timeout expired', // pg's connectionTimeoutMillis: a server that takes the connection but does not answer
       ],
       // unique_violation
       duplicateKey: ['23505'],

@@ -58,4 +58,17 @@ describeOnServers('when the database goes away (%s)', (_name, backend) => {
     expect(res.body.acked).toBe(1);
     expect((await api.get(`/v1/batches/${batch.id}`)).body).toMatchObject({ succeeded: 1, total: 10 });
   });
+
+  it('when the database host takes connections but never answers, then requests get 503 unavailable, not 500', async () => {
+    const api = request(createServer(rollcall.app));
+    const batch = (await api.post('/v1/batches').send({})).body;
+    proxy.silence();
+    try {
+      for (const res of [await api.get(`/v1/batches/${batch.id}`), await api.post('/v1/batches').send({})]) {
+        expect([res.status, res.body.error?.code]).toEqual([503, 'unavailable']);
+      }
+    } finally {
+      proxy.speak();
+    }
+  }, 30_000);
 });

@@ -42,6 +42,8 @@ describe('errors', () => {
   it('when PostgreSQL shuts down or its connection is lost, then the database counts as unavailable', () => {
     for (const code of ['57P01', '57P03', '08006', '3D000']) expect(isUnavailable({ code })).toBe(true);
     expect(isUnavailable(new Error('ROLLBACK - Connection terminated unexpectedly'))).toBe(true);
+    // pg's connectionTimeoutMillis, against a host that takes the connection and says nothing (was 500).
+    expect(isUnavailable(new Error('timeout expired'))).toBe(true);
     expect(isUnavailable(new Error('Connection terminated unexpectedly, or so a user wrote'))).toBe(false);
     expect(isUnavailable({ code: '23505', message: 'Connection terminated unexpectedly' })).toBe(false);
   });

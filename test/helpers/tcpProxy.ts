@@ -11,8 +11,16 @@ export class TcpProxy {
     private readonly targetPort: number,
   ) {}
 
+  /** While set, new connections are taken but never answered: a database host that hangs. */
+  private silent = false;
+
   async open(): Promise<void> {
     const server = net.createServer((client) => {
+      if (this.silent) {
+        this.sockets.add(client);
+        client.on('close', () => this.sockets.delete(client));
+        return void client.on('error', () => client.destroy());
+      }
       const upstream = net.connect(this.targetPort, this.targetHost);
       for (const s of [client, upstream]) {
         this.sockets.add(s);
@@ -26,6 +34,17 @@ export class TcpProxy {
     await new Promise<void>((resolve) => server.listen(this.port, '127.0.0.1', resolve));
     this.port = (server.address() as net.AddressInfo).port;
     this.server = server;
+  }
+
+  /** Drops every connection; new ones are taken and never answered (until `speak()`). */
+  silence(): void {
+    this.silent = true;
+    for (const s of this.sockets) s.destroy();
+  }
+
+  /** New connections reach the database again. */
+  speak(): void {
+    this.silent = false;
   }
 
   /** Drops every connection and stops accepting new ones: the database "goes away". */
