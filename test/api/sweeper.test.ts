@@ -37,6 +37,16 @@ describe.each(backends())('sweeping stale batches (%s)', (_name, backend) => {
     expect(await sweep()).toEqual({ batchesRemoved: 0, groupsRemoved: 0 });
   });
 
+  it('when a sweep is asked for with a body that has fields, then 400 and nothing is swept', async () => {
+    const { id } = await open(1);
+    svc.clock.now += 8 * DAY;
+    const res = await svc.api.post('/v1/admin/sweep').send({ dryRun: true });
+    expect([res.status, res.body.error?.code]).toEqual([400, 'invalid_request']);
+    expect(await exists(id)).toBe(true);
+    expect((await svc.api.post('/v1/admin/sweep').send({})).status).toBe(200);
+    expect(await exists(id)).toBe(false);
+  });
+
   it('when an ack touched an old batch, then its clock starts again', async () => {
     const { id, ids } = await open(2);
     svc.clock.now += 6 * DAY;
