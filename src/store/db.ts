@@ -6,7 +6,7 @@ import type { Logger } from 'pino';
 
 import type { Config } from '../config';
 import { toError, UnavailableError } from '../domain/errors';
-import { profileOf } from './dialect';
+import { lockWaitSeconds, profileOf } from './dialect';
 
 export type Db = Knex;
 /** Anything that runs a query: the pool or an open transaction. */
@@ -37,9 +37,6 @@ const SAFE_SQL_MODE = 'STRICT_TRANS_TABLES,ERROR_FOR_DIVISION_BY_ZERO,NO_ENGINE_
 interface MysqlSession {
   query(sql: string, values: unknown[], callback: (error: Error | null, rows?: unknown) => void): void;
 }
-
-/** Lock waits end after LOCK_TIMEOUT (InnoDB counts whole seconds, at least one). */
-const lockWaitSeconds = (lockTimeoutMs: number) => Math.max(1, Math.ceil(lockTimeoutMs / 1000));
 
 /**
  * On a Galera node (wsrep_on), a session whose reads must see what other nodes committed waits for

@@ -30,6 +30,12 @@ export interface DialectProfile {
   writers: 'pool' | 'one-per-file';
   /** Appended to a raw CREATE TABLE: on MySQL the transactional engine, whatever the server's default. */
   tableOptions: string;
+  /**
+   * The statement that makes this transaction's lock waits end after `ms` (null where a file lock,
+   * not a row lock, is waited for). `endsWithTransaction`: false where it holds for the session, so
+   * it is set back to LOCK_TIMEOUT's value after the transaction.
+   */
+  lockWaitStatement(ms: number): { sql: string; bindings: ReadonlyArray<string | number>; endsWithTransaction: boolean } | null;
   /** Driver error codes (never message text): see dbErrors.ts for what each class means. */
   errors: {
     retryable: readonly string[];
@@ -48,6 +54,9 @@ export interface DialectProfile {
   };
 }
 
+/** A lock wait of `ms` as InnoDB takes it: whole seconds, at least one. */
+export const lockWaitSeconds = (ms: number) => Math.max(1, Math.ceil(ms / 1000));
+
 /** Socket-level codes every network driver reports when the server is away. */
 const NETWORK_DOWN = ['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EPIPE', 'ENOTFOUND', 'EHOSTUNREACH'];
 
@@ -60,6 +69,12 @@ export const PROFILES: Readonly<Record<DialectName, DialectProfile>> = {
     hotPath: 'mysql2-multi-statement',
     writers: 'pool',
     tableOptions: ' ENGINE=InnoDB',
+    // Row locks and table/metadata locks alike (db.ts sets both per session).
+    lockWaitStatement: (ms) => ({
+      sql: 'SET SESSION innodb_lock_wait_timeout = ?, lock_wait_timeout = ?',
+      bindings: [lockWaitSeconds(ms), lockWaitSeconds(ms)],
+      endsWithTransaction: false,
+    }),
     errors: {
       retryable: ['ER_LOCK_DEADLOCK'],
       retryablePrefixes: [],
@@ -91,6 +106,12 @@ export const PROFILES: Readonly<Record<DialectName, DialectProfile>> = {
     hotPath: 'pg-pipeline',
     writers: 'pool',
     tableOptions: '',
+    // is_local: for this transaction only. At least 1 ms: a lock_timeout of 0 means no limit.
+    lockWaitStatement: (ms) => ({
+      sql: "SELECT set_config('lock_timeout', ?, true)",
+      bindings: [`${Math.max(1, Math.floor(ms))}ms`],
+      endsWithTransaction: true,
+    }),
     errors: {
       // deadlock_detected, serialization_failure: the server aborted the transaction; run it again.
       retryable: ['40P01', '40001'],
@@ -130,6 +151,7 @@ export const PROFILES: Readonly<Record<DialectName, DialectProfile>> = {
     hotPath: 'knex',
     writers: 'one-per-file',
     tableOptions: '',
+    lockWaitStatement: () => null,
     errors: {
       retryable: [],
       // Extended codes: SQLITE_BUSY_SNAPSHOT, SQLITE_BUSY_RECOVERY, SQLITE_LOCKED_SHAREDCACHE …

@@ -96,6 +96,24 @@ describeOnServers('a batch row held locked by another connection (%s)', (name, b
     expect(await svc.client.status(y.id)).toMatchObject({ state: 'complete' });
   }, 30_000);
 
+  it('when an add of a locked batch arrives while another waits for it, then it too is answered 503 within LOCK_TIMEOUT of its start', async () => {
+    const x = await svc.client.open();
+    const release = await holdRow(x.id);
+    const unlock = setTimeout(() => void release(), 8000);
+    try {
+      const first = timed(Promise.resolve(svc.api.post(`/v1/batches/${x.id}/items`).send({ count: 1 })));
+      await new Promise((resolve) => setTimeout(resolve, 1000));
+      // Its turn comes when the first gives up (~1 s from now); its own wait must end by its deadline.
+      const [second, ms] = await timed(Promise.resolve(svc.api.post(`/v1/batches/${x.id}/items`).send({ count: 1 })));
+      expect([second.status, ms < 2500]).toEqual([503, true]);
+      expect((await first)[0].status).toBe(503);
+    } finally {
+      clearTimeout(unlock);
+      await release();
+    }
+    expect(await svc.client.status(x.id)).toMatchObject({ total: 0 });
+  }, 30_000);
+
   /** Locks the tables an ack needs as a whole (LOCK TABLES on MySQL, LOCK TABLE in a transaction on PostgreSQL). */
   async function lockTables(): Promise<() => Promise<void>> {
     if (postgres) {
