@@ -21,18 +21,19 @@ export function parseDuration(text: string): number | null {
   return Math.round(Number(match[1]) * (UNIT_MS[match[2] ?? 's'] ?? 1000));
 }
 
-const duration = (fallback: string, minMs = 0) =>
-  z
-    .string()
-    .default(fallback)
-    .transform((text, ctx) => {
-      const ms = parseDuration(text);
-      if (ms === null || ms < minMs) {
-        ctx.addIssue({ code: 'custom', message: `must be a duration such as 500ms, 60s, 15m, 12h or 7d (at least ${minMs} ms)` });
-        return z.NEVER;
-      }
-      return ms;
-    });
+const inMs = (minMs: number) => (text: string, ctx: z.RefinementCtx) => {
+  const ms = parseDuration(text);
+  if (ms === null || ms < minMs) {
+    ctx.addIssue({ code: 'custom', message: `must be a duration such as 500ms, 60s, 15m, 12h or 7d (at least ${minMs} ms)` });
+    return z.NEVER;
+  }
+  return ms;
+};
+
+const duration = (fallback: string, minMs = 0) => z.string().default(fallback).transform(inMs(minMs));
+
+/** A duration whose default depends on other settings (filled in by loadConfig). */
+const durationOrUnset = (minMs = 0) => z.string().transform(inMs(minMs)).optional();
 
 /** Every setting of the service, from the environment, validated once at boot. */
 export const configSchema = z.object({
@@ -53,6 +54,7 @@ export const configSchema = z.object({
     .default('2mb'),
   TX_RETRIES: int(0, 50).default(8),
   LOCK_TIMEOUT: duration('2s', 1),
+  DB_QUERY_TIMEOUT: durationOrUnset(0),
   ACK_GROUP_COMMIT: z.enum(['on', 'off']).default('on'),
   ACK_GROUP_COMMIT_WINDOW_MS: int(0, 50).default(2),
   ACK_GROUP_COMMIT_MAX_IDS: int(1, 1_000_000).default(20_000),
@@ -113,7 +115,9 @@ const tokensSchema = z
 
 export type TokenEntry = z.infer<typeof tokensSchema>[number];
 
-export type Config = z.infer<typeof configSchema> & {
+export type Config = Omit<z.infer<typeof configSchema>, 'DB_QUERY_TIMEOUT'> & {
+  /** Milliseconds a statement may go unanswered; 0: no limit. */
+  DB_QUERY_TIMEOUT: number;
   /** Parsed from API_TOKENS or API_TOKENS_FILE; null when the service runs without authentication. */
   tokens: TokenEntry[] | null;
 };
@@ -154,6 +158,25 @@ function loadTokens(settings: z.infer<typeof configSchema>): TokenEntry[] | null
   return parsed.data;
 }
 
+/** The longest a statement may wait for a lock: LOCK_TIMEOUT, in whole seconds as MySQL counts it. */
+const longestLockWait = (lockTimeoutMs: number) => Math.ceil(lockTimeoutMs / 1000) * 1000;
+
+/** DB_QUERY_TIMEOUT when unset: 30 s, and at least 10 s beyond the longest lock wait. */
+const DEFAULT_QUERY_TIMEOUT_MS = 30_000;
+const QUERY_TIME_BEYOND_LOCK_WAIT_MS = 10_000;
+
+/**
+ * DB_QUERY_TIMEOUT as set, or its default. A statement may wait LOCK_TIMEOUT for a lock and then
+ * still run: a limit not above that would take a busy database for one that does not answer.
+ */
+function queryTimeoutOf(settings: z.infer<typeof configSchema>): number {
+  const lockWait = longestLockWait(settings.LOCK_TIMEOUT);
+  const timeout = settings.DB_QUERY_TIMEOUT ?? Math.max(DEFAULT_QUERY_TIMEOUT_MS, lockWait + QUERY_TIME_BEYOND_LOCK_WAIT_MS);
+  if (timeout !== 0 && timeout <= lockWait)
+    throw new ConfigError(`invalid configuration:\n  DB_QUERY_TIMEOUT: must be longer than LOCK_TIMEOUT in whole seconds (${lockWait} ms), or 0 for no limit`);
+  return timeout;
+}
+
 /** Parses settings; an invalid value stops the process with a message naming the key. */
 export function loadConfig(env: Record<string, string | undefined> = process.env): Config {
   const present = Object.fromEntries(Object.entries(env).filter(([, value]) => value !== undefined && value !== ''));
@@ -162,5 +185,5 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     const lines = parsed.error.issues.map((issue) => `  ${issue.path.join('.')}: ${issue.message}`);
     throw new ConfigError(`invalid configuration:\n${lines.join('\n')}`);
   }
-  return { ...parsed.data, tokens: loadTokens(parsed.data) };
+  return { ...parsed.data, DB_QUERY_TIMEOUT: queryTimeoutOf(parsed.data), tokens: loadTokens(parsed.data) };
 }

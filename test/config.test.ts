@@ -14,6 +14,7 @@ describe('configuration', () => {
       SQLITE_PATH: './data/rollcall.sqlite',
       OPEN_BATCH_TTL: 7 * 86_400_000,
       HEAP_GROWTH_PERCENT: 100,
+      DB_QUERY_TIMEOUT: 30_000,
       tokens: null,
     });
     expect(config.DATABASE_URL).toBeUndefined();
@@ -30,6 +31,9 @@ describe('configuration', () => {
     ['OPEN_BATCH_TTL', 'a week'],
     ['LOG_LEVEL', 'loud'],
     ['HEAP_GROWTH_PERCENT', '500'],
+    ['DB_QUERY_TIMEOUT', 'soon'],
+    // Not above LOCK_TIMEOUT (2 s): a lock wait would be cut short.
+    ['DB_QUERY_TIMEOUT', '2s'],
     ['API_TOKENS', '[{"token":"short","tenant":"a","scopes":["read"]}]'],
     ['API_TOKENS', 'not json'],
     ['API_TOKENS', '[{"token":"a-long-enough-token-123","tenant":"a\\u0000b","scopes":["read"]}]'],
@@ -62,5 +66,13 @@ describe('configuration', () => {
       OPEN_BATCH_TTL: 7_200_000,
       COMPLETED_RETENTION: 90_000,
     });
+  });
+
+  it('when LOCK_TIMEOUT is long and DB_QUERY_TIMEOUT unset, then statements may take 10 s beyond the longest lock wait', () => {
+    expect(loadConfig({ LOCK_TIMEOUT: '60s' }).DB_QUERY_TIMEOUT).toBe(70_000);
+    // MySQL waits for locks in whole seconds: 1.2 s is 2 s there.
+    expect(() => loadConfig({ LOCK_TIMEOUT: '1200ms', DB_QUERY_TIMEOUT: '2s' })).toThrow(/DB_QUERY_TIMEOUT.*2000 ms/);
+    expect(loadConfig({ LOCK_TIMEOUT: '1200ms', DB_QUERY_TIMEOUT: '2100ms' }).DB_QUERY_TIMEOUT).toBe(2100);
+    expect(loadConfig({ LOCK_TIMEOUT: '60s', DB_QUERY_TIMEOUT: '0' }).DB_QUERY_TIMEOUT).toBe(0);
   });
 });

@@ -25,7 +25,7 @@ function knexLog(log?: Logger): Knex.Config['log'] {
 /** How long one SQLite statement waits, blocking, for a file another process holds. */
 const SQLITE_BUSY_SLICE_MS = 20;
 
-export type DbConfig = Pick<Config, 'DATABASE_URL' | 'SQLITE_PATH' | 'DB_POOL_SIZE' | 'LOCK_TIMEOUT'>;
+export type DbConfig = Pick<Config, 'DATABASE_URL' | 'SQLITE_PATH' | 'DB_POOL_SIZE' | 'LOCK_TIMEOUT' | 'DB_QUERY_TIMEOUT'>;
 
 /**
  * The sql_mode of every MySQL connection, whatever the server's default. Without
@@ -36,6 +36,30 @@ const SAFE_SQL_MODE = 'STRICT_TRANS_TABLES,ERROR_FOR_DIVISION_BY_ZERO,NO_ENGINE_
 
 interface MysqlSession {
   query(sql: string, values: unknown[], callback: (error: Error | null, rows?: unknown) => void): void;
+}
+
+type MysqlQuery = (options: unknown, ...rest: unknown[]) => unknown;
+
+/**
+ * Gives every query of a mysql2 connection DB_QUERY_TIMEOUT (mysql2 has no per-connection setting):
+ * a query unanswered by then fails (PROTOCOL_SEQUENCE_TIMEOUT, 503) and the connection is closed, so
+ * knex's pool drops it and no later query queues behind the silent one. Without it, a database host
+ * that stops answering on an open connection (a network cut, a frozen VM) held each request until
+ * TCP gave up, some fifteen minutes. Covers knex's queries and the hot paths' alike (mysqlDriver.ts).
+ */
+function answeredWithin(conn: MysqlSession & { destroy(): void }, timeoutMs: number): void {
+  const query = (conn.query as unknown as MysqlQuery).bind(conn);
+  const bounded: MysqlQuery = (options, ...rest) => {
+    const callbackAt = rest.findIndex((arg) => typeof arg === 'function');
+    const callback = rest[callbackAt] as ((error: { code?: unknown } | null, ...results: unknown[]) => void) | undefined;
+    if (callback)
+      rest[callbackAt] = (error: { code?: unknown } | null, ...results: unknown[]) => {
+        if (error?.code === 'PROTOCOL_SEQUENCE_TIMEOUT') conn.destroy();
+        callback(error, ...results);
+      };
+    return query({ timeout: timeoutMs, ...(typeof options === 'string' ? { sql: options } : (options as object)) }, ...rest);
+  };
+  (conn as unknown as { query: MysqlQuery }).query = bounded;
 }
 
 /**
@@ -66,7 +90,8 @@ function mysqlPool(config: DbConfig, log: Logger | undefined, multipleStatements
     pool: {
       min: 0,
       max: config.DB_POOL_SIZE,
-      afterCreate(conn: MysqlSession, done: (err: Error | null, conn: unknown) => void) {
+      afterCreate(conn: MysqlSession & { destroy(): void }, done: (err: Error | null, conn: unknown) => void) {
+        if (config.DB_QUERY_TIMEOUT > 0) answeredWithin(conn, config.DB_QUERY_TIMEOUT);
         // Row locks (innodb_lock_wait_timeout) and table/metadata locks (lock_wait_timeout: LOCK
         // TABLES, FLUSH TABLES WITH READ LOCK, an ALTER's end) both end at LOCK_TIMEOUT, with 1205.
         const seconds = lockWaitSeconds(config.LOCK_TIMEOUT);
@@ -173,7 +198,14 @@ function openPostgres(config: DbConfig, log?: Logger): Db {
     // Pipeline mode: statements queued on a client go out without waiting for each answer (the hot
     // paths' two round trips, pgDriver.ts). knex awaits each of its own statements, so for knex
     // nothing changes.
-    connection: { connectionString: config.DATABASE_URL as string, connectionTimeoutMillis: 5000, pipeline: true },
+    // query_timeout (DB_QUERY_TIMEOUT): a statement unanswered by then fails ('Query read timeout',
+    // 503) and, in pipeline mode, node-postgres closes the connection, which knex's pool then drops.
+    connection: {
+      connectionString: config.DATABASE_URL as string,
+      connectionTimeoutMillis: 5000,
+      pipeline: true,
+      ...(config.DB_QUERY_TIMEOUT > 0 ? { query_timeout: config.DB_QUERY_TIMEOUT } : {}),
+    },
     pool: {
       min: 0,
       max: config.DB_POOL_SIZE,
@@ -189,9 +221,16 @@ function openPostgres(config: DbConfig, log?: Logger): Db {
   } as Knex.Config);
 }
 
+/** How each server database's pool was opened, to open its like without DB_QUERY_TIMEOUT. */
+const openedWith = new WeakMap<Db, { config: DbConfig; log?: Logger }>();
+
 /** Opens the configured database: MySQL/MariaDB or PostgreSQL when DATABASE_URL is set, else an embedded SQLite file. */
 export function openDb(config: DbConfig, log?: Logger): Db {
-  if (config.DATABASE_URL) return isPostgresUrl(config.DATABASE_URL) ? openPostgres(config, log) : openMysql(config, log);
+  if (config.DATABASE_URL) {
+    const db = isPostgresUrl(config.DATABASE_URL) ? openPostgres(config, log) : openMysql(config, log);
+    openedWith.set(db, { config, log });
+    return db;
+  }
   if (config.SQLITE_PATH !== ':memory:') fs.mkdirSync(path.dirname(path.resolve(config.SQLITE_PATH)), { recursive: true });
   return knex({
     log: knexLog(log),
@@ -215,6 +254,22 @@ export function openDb(config: DbConfig, log?: Logger): Db {
       },
     },
   });
+}
+
+/**
+ * Runs `work` on a pool like `db` whose statements may take as long as they take: migrations (an
+ * index built on a large table) and waiting for another replica's migration lock are slow by
+ * nature, not a database that stopped answering. SQLite, in-process, has no such limit.
+ */
+export async function withoutQueryTimeout<T>(db: Db, work: (db: Db) => Promise<T>): Promise<T> {
+  const opened = openedWith.get(db);
+  if (!opened || opened.config.DB_QUERY_TIMEOUT === 0) return work(db);
+  const unlimited = openDb({ ...opened.config, DB_QUERY_TIMEOUT: 0 }, opened.log);
+  try {
+    return await work(unlimited);
+  } finally {
+    await unlimited.destroy();
+  }
 }
 
 /** Checks that the database answers; UnavailableError when it does not. */

@@ -138,6 +138,7 @@ export const PROFILES: Readonly<Record<DialectName, DialectProfile>> = {
         'Client has encountered a connection error and is not queryable',
         'Client was closed and is not queryable',
         'timeout expired', // pg's connectionTimeoutMillis: a server that takes the connection but does not answer
+        'Query read timeout', // pg's query_timeout (DB_QUERY_TIMEOUT): a statement the server never answered
       ],
       // unique_violation
       duplicateKey: ['23505'],

@@ -1,7 +1,7 @@
 import { Knex } from 'knex';
 
 import { Migration, migrations } from '../../migrations';
-import { advisoryMigrationLock, Db } from './db';
+import { advisoryMigrationLock, Db, withoutQueryTimeout } from './db';
 import { withMigrationLock } from './migrationLock';
 
 /** Feeds knex's migrator from the imported list, so the same code runs from TypeScript and from dist/. */
@@ -27,11 +27,13 @@ const migratorConfig: Knex.MigratorConfig = { migrationSource: new ListMigration
 export async function migrateLatest(db: Db): Promise<string[]> {
   // PostgreSQL: an advisory lock first (concurrent CREATE TABLE of the lock table would collide);
   // then, everywhere, the lock-table row that Galera certification serialises across nodes.
-  return advisoryMigrationLock(db, () =>
-    withMigrationLock(db, async () => {
-      const [, applied] = (await db.migrate.latest(migratorConfig)) as [number, string[]];
-      return applied;
-    }),
+  return withoutQueryTimeout(db, (unlimited) =>
+    advisoryMigrationLock(unlimited, () =>
+      withMigrationLock(unlimited, async () => {
+        const [, applied] = (await unlimited.migrate.latest(migratorConfig)) as [number, string[]];
+        return applied;
+      }),
+    ),
   );
 }
 

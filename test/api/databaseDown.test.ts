@@ -72,3 +72,61 @@ describeOnServers('when the database goes away (%s)', (_name, backend) => {
     }
   }, 30_000);
 });
+
+describeOnServers('when the database stops answering on open connections (%s)', (_name, backend) => {
+  const QUERY_TIMEOUT_MS = 1500;
+  let database: TestDatabase;
+  let proxy: TcpProxy;
+  let rollcall: Rollcall;
+
+  beforeAll(async () => {
+    database = await backend!.create();
+    const url = new URL(database.config.DATABASE_URL!);
+    proxy = new TcpProxy(url.hostname, Number(url.port || (url.protocol === 'mysql:' ? 3306 : 5432)));
+    await proxy.open();
+    url.host = `127.0.0.1:${proxy.port}`;
+    rollcall = await createRollcall(
+      loadConfig({ LOG_LEVEL: 'silent', DATABASE_URL: url.toString(), LOCK_TIMEOUT: '500ms', DB_QUERY_TIMEOUT: `${QUERY_TIMEOUT_MS}ms`, TX_RETRIES: '1' }),
+    );
+  });
+  afterAll(async () => {
+    proxy.speak();
+    await proxy.cut();
+    await rollcall.close();
+    await database.drop();
+  });
+
+  it('then requests get 503 unavailable after DB_QUERY_TIMEOUT instead of hanging, and service resumes when it answers again', async () => {
+    const api = request(createServer(rollcall.app));
+    const batch = (await api.post('/v1/batches').send({})).body;
+    const added = (await api.post(`/v1/batches/${batch.id}/items`).send({ count: 10 })).body;
+    const id0 = `${batch.id}:${added.groups[0].id}:0`;
+    // Warm connections in the pool, for the requests below to take.
+    await Promise.all(Array.from({ length: 6 }, () => api.get(`/v1/batches/${batch.id}`)));
+
+    proxy.freeze();
+    const asked = [
+      () => api.get(`/v1/batches/${batch.id}`),
+      () => api.post('/v1/acks').send({ ids: [id0] }),
+      () => api.post(`/v1/batches/${batch.id}/items`).send({ count: 1 }),
+      () => api.post('/v1/batches').send({}),
+      () => api.get('/readyz'),
+    ];
+    for (const ask of asked) {
+      const started = Date.now();
+      const res = await ask();
+      // Each took a frozen connection (or found none answering: knex's 5 s wait for a new one).
+      expect([res.status, res.body.error?.code]).toEqual([503, 'unavailable']);
+      expect(Date.now() - started).toBeLessThan(QUERY_TIMEOUT_MS + 6000);
+    }
+
+    proxy.speak();
+    const deadline = Date.now() + 10_000;
+    let res = await api.post('/v1/acks').send({ ids: [id0] });
+    while (res.status !== 200 && Date.now() < deadline) res = await api.post('/v1/acks').send({ ids: [id0] });
+    expect(res.status).toBe(200);
+    // A 503 may hide a commit whose answer was lost; the ack, sent again, still counts once.
+    expect((await api.get(`/v1/batches/${batch.id}`)).body).toMatchObject({ succeeded: 1 });
+    expect((await api.get('/readyz')).status).toBe(200);
+  }, 90_000);
+});

@@ -13,6 +13,9 @@ export class TcpProxy {
 
   /** While set, new connections are taken but never answered: a database host that hangs. */
   private silent = false;
+  /** Open connections, each as its two sockets, and those `freeze()` stopped. */
+  private readonly pairs = new Set<[net.Socket, net.Socket]>();
+  private readonly frozen = new Set<[net.Socket, net.Socket]>();
 
   async open(): Promise<void> {
     const server = net.createServer((client) => {
@@ -27,9 +30,15 @@ export class TcpProxy {
         s.on('close', () => this.sockets.delete(s));
         s.on('error', () => s.destroy());
       }
+      const pair: [net.Socket, net.Socket] = [client, upstream];
+      this.pairs.add(pair);
       client.pipe(upstream).pipe(client);
       client.on('close', () => upstream.destroy());
-      upstream.on('close', () => client.destroy());
+      upstream.on('close', () => {
+        client.destroy();
+        this.pairs.delete(pair);
+        this.frozen.delete(pair);
+      });
     });
     await new Promise<void>((resolve) => server.listen(this.port, '127.0.0.1', resolve));
     this.port = (server.address() as net.AddressInfo).port;
@@ -42,9 +51,27 @@ export class TcpProxy {
     for (const s of this.sockets) s.destroy();
   }
 
-  /** New connections reach the database again. */
+  /**
+   * Open connections stay open but carry nothing either way (what is sent to them waits), and new
+   * ones are taken and never answered: a database host that froze (a network cut, a paused VM).
+   */
+  freeze(): void {
+    this.silent = true;
+    for (const pair of this.pairs) {
+      const [client, upstream] = pair;
+      client.unpipe(upstream);
+      upstream.unpipe(client);
+      client.pause();
+      upstream.pause();
+      this.frozen.add(pair);
+    }
+  }
+
+  /** New connections reach the database again, and connections `freeze()` stopped carry on. */
   speak(): void {
     this.silent = false;
+    for (const [client, upstream] of this.frozen) client.pipe(upstream).pipe(client);
+    this.frozen.clear();
   }
 
   /** Drops every connection and stops accepting new ones: the database "goes away". */
