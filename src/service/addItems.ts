@@ -6,9 +6,8 @@ import { BatchNotOpenError, IdempotencyConflictError } from '../domain/errors';
 import { AddAnswer, findAddRequest, insertAddRequest } from '../store/addRequests';
 import { updateBatch } from '../store/batches';
 import { insertGroups } from '../store/groups';
-import { inBatchTransaction } from '../store/transaction';
 import { ServiceDeps } from './deps';
-import { lockExistingBatch } from './existingBatch';
+import { withLockedBatch } from './existingBatch';
 
 /**
  * Adds `count` items as new groups of at most GROUP_SIZE. Locks the batch row first (refusing
@@ -16,8 +15,7 @@ import { lockExistingBatch } from './existingBatch';
  * Idempotency-Key, a repeat returns the first answer and adds nothing.
  */
 export async function addItems(deps: ServiceDeps, caller: Caller, batchId: string, count: number, idempotencyKey?: string): Promise<AddAnswer> {
-  return inBatchTransaction(deps.db, deps.tx, batchId, async (trx) => {
-    const batch = await lockExistingBatch(trx, caller, batchId);
+  return withLockedBatch(deps, caller, batchId, async (trx, batch) => {
     if (idempotencyKey !== undefined) {
       const earlier = await findAddRequest(trx, batch.id, idempotencyKey);
       if (earlier) {

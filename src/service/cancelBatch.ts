@@ -3,10 +3,9 @@ import { BatchView } from '../contract/responses';
 import { Caller, cancelled } from '../domain/batch';
 import { BatchCompleteError } from '../domain/errors';
 import { updateBatch } from '../store/batches';
-import { inBatchTransaction } from '../store/transaction';
 import { recordCompletions } from './completion';
 import { ServiceDeps } from './deps';
-import { lockExistingBatch } from './existingBatch';
+import { withLockedBatch } from './existingBatch';
 
 /**
  * Cancels a batch under its row lock. Acks and seals take the same lock, so exactly one of "the
@@ -15,8 +14,7 @@ import { lockExistingBatch } from './existingBatch';
  * (for a child) the parent item's failure are written in the same transaction.
  */
 export async function cancelBatch(deps: ServiceDeps, caller: Caller, batchId: string): Promise<BatchView> {
-  const { batch, cancelledNow } = await inBatchTransaction(deps.db, deps.tx, batchId, async (trx) => {
-    const locked = await lockExistingBatch(trx, caller, batchId);
+  const { batch, cancelledNow } = await withLockedBatch(deps, caller, batchId, async (trx, locked) => {
     if (locked.state === 'complete') throw new BatchCompleteError(locked.id);
     if (locked.state === 'cancelled') return { batch: locked, cancelledNow: false };
     const next = cancelled(locked, deps.now());

@@ -3,6 +3,7 @@ import { BatchNotFoundError } from '../domain/errors';
 import { isUuid } from '../domain/itemId';
 import { findBatch, lockBatch } from '../store/batches';
 import { Transaction } from '../store/db';
+import { inBatchTransaction } from '../store/transaction';
 import { ServiceDeps } from './deps';
 import { reading } from './reading';
 
@@ -21,7 +22,16 @@ export function findExistingBatch(deps: ServiceDeps, caller: Caller, batchId: st
   return existingBatch(caller, batchId, (id) => reading(() => findBatch(deps.db, id)));
 }
 
-/** The caller's batch, its row locked for the rest of the transaction. */
-export function lockExistingBatch(trx: Transaction, caller: Caller, batchId: string): Promise<BatchRecord> {
-  return existingBatch(caller, batchId, (id) => lockBatch(trx, id));
+/**
+ * Runs `work` in a transaction that holds the caller's batch row locked (add, seal, cancel, delete),
+ * in this process's one queue for that batch (inBatchTransaction). The queue is the batch's by its
+ * lower-case id: the same batch spelt in other cases (2^20 spellings of a UUID) took a queue each, so
+ * many calls again waited for its row on pooled connections, the pool ran dry, and other tenants'
+ * requests got 503. An id that is not a UUID is batch_not_found without a transaction.
+ */
+export function withLockedBatch<T>(deps: ServiceDeps, caller: Caller, batchId: string, work: (trx: Transaction, batch: BatchRecord) => Promise<T>): Promise<T> {
+  if (!isUuid(batchId)) return Promise.reject(new BatchNotFoundError(batchId));
+  return inBatchTransaction(deps.db, deps.tx, batchId.toLowerCase(), async (trx) =>
+    work(trx, await existingBatch(caller, batchId, (id) => lockBatch(trx, id))),
+  );
 }

@@ -3,10 +3,9 @@ import { BatchView } from '../contract/responses';
 import { Caller, seal } from '../domain/batch';
 import { BatchNotOpenError, ExpectedItemsMismatchError } from '../domain/errors';
 import { updateBatch } from '../store/batches';
-import { inBatchTransaction } from '../store/transaction';
 import { announceCompletions, recordCompletions } from './completion';
 import { ServiceDeps } from './deps';
-import { lockExistingBatch } from './existingBatch';
+import { withLockedBatch } from './existingBatch';
 
 export interface SealResult {
   batch: BatchView;
@@ -21,8 +20,7 @@ export interface SealResult {
  * cannot be sealed (batch_not_open).
  */
 export async function sealBatch(deps: ServiceDeps, caller: Caller, batchId: string, expectedItems?: number): Promise<SealResult> {
-  const { next, sealedNow, completedNow } = await inBatchTransaction(deps.db, deps.tx, batchId, async (trx) => {
-    const batch = await lockExistingBatch(trx, caller, batchId);
+  const { next, sealedNow, completedNow } = await withLockedBatch(deps, caller, batchId, async (trx, batch) => {
     if (batch.state === 'cancelled') throw new BatchNotOpenError(batch.id, batch.state);
     if (batch.state !== 'open') return { next: batch, sealedNow: false, completedNow: false };
     if (expectedItems !== undefined && expectedItems !== batch.total) throw new ExpectedItemsMismatchError(expectedItems, batch.total);
