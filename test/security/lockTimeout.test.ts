@@ -77,33 +77,39 @@ describeOnServers('a batch row held locked by another connection (%s)', (name, b
   it.each([
     ['', (id: string) => id],
     [', its id spelt in 40 cases,', (id: string, n: number) => spelt(id, n)],
-  ])('when 40 adds of a locked batch X%s wait for it, then they do not take the pool: acks and adds of Y go at once, X changes not', async (_, spelling) => {
-    const x = await svc.client.open();
-    const y = await batchWith(svc.client, 15);
-    const yOpen = await svc.client.open();
-    const release = await holdRow(x.id);
-    const unlock = setTimeout(() => void release(), 6000);
-    try {
-      // More waiting calls for X than the pool has connections (DB_POOL_SIZE, 10).
-      const waiting = Promise.all(Array.from({ length: 40 }, (_, n) => Promise.resolve(svc.api.post(`/v1/batches/${spelling(x.id, n)}/items`).send({ count: 1 }))));
-      await new Promise((resolve) => setTimeout(resolve, 200));
-      for (const id of y.ids) {
-        const [res, ms] = await timed(svc.api.post('/v1/acks').send({ ids: [id] }));
-        expect([res.status, ms < 1000]).toEqual([200, true]);
+  ])(
+    'when 40 adds of a locked batch X%s wait for it, then they do not take the pool: acks and adds of Y go at once, X changes not',
+    async (_, spelling) => {
+      const x = await svc.client.open();
+      const y = await batchWith(svc.client, 15);
+      const yOpen = await svc.client.open();
+      const release = await holdRow(x.id);
+      const unlock = setTimeout(() => void release(), 6000);
+      try {
+        // More waiting calls for X than the pool has connections (DB_POOL_SIZE, 10).
+        const waiting = Promise.all(
+          Array.from({ length: 40 }, (_, n) => Promise.resolve(svc.api.post(`/v1/batches/${spelling(x.id, n)}/items`).send({ count: 1 }))),
+        );
+        await new Promise((resolve) => setTimeout(resolve, 200));
+        for (const id of y.ids) {
+          const [res, ms] = await timed(svc.api.post('/v1/acks').send({ ids: [id] }));
+          expect([res.status, ms < 1000]).toEqual([200, true]);
+        }
+        for (let i = 0; i < 3; i++) {
+          const [res, ms] = await timed(svc.api.post(`/v1/batches/${yOpen.id}/items`).send({ count: 1 }));
+          expect([res.status, ms < 1000]).toEqual([201, true]);
+        }
+        const answers = await waiting;
+        expect(answers.map((res) => res.status)).toEqual(Array(40).fill(503));
+      } finally {
+        clearTimeout(unlock);
+        await release();
       }
-      for (let i = 0; i < 3; i++) {
-        const [res, ms] = await timed(svc.api.post(`/v1/batches/${yOpen.id}/items`).send({ count: 1 }));
-        expect([res.status, ms < 1000]).toEqual([201, true]);
-      }
-      const answers = await waiting;
-      expect(answers.map((res) => res.status)).toEqual(Array(40).fill(503));
-    } finally {
-      clearTimeout(unlock);
-      await release();
-    }
-    expect(await svc.client.status(x.id)).toMatchObject({ total: 0 });
-    expect(await svc.client.status(y.id)).toMatchObject({ state: 'complete' });
-  }, 30_000);
+      expect(await svc.client.status(x.id)).toMatchObject({ total: 0 });
+      expect(await svc.client.status(y.id)).toMatchObject({ state: 'complete' });
+    },
+    30_000,
+  );
 
   it('when an add of a locked batch arrives while another waits for it, then it too is answered 503 within LOCK_TIMEOUT of its start', async () => {
     const x = await svc.client.open();
