@@ -5,6 +5,7 @@ import readline from 'node:readline';
 
 import { httpSend, retryAfterMs, RollcallApiError, RollcallClient } from '../src/client';
 import { AckCoalescer } from '../src/integrations/ackCoalescer';
+import { withRetries } from '../src/integrations/retry';
 
 interface ServerOptions {
   /** Drop a kept-alive connection as its second request arrives: a server closing an idle connection just as the client reuses it. */
@@ -193,6 +194,13 @@ describe("the client's default way of sending (httpSend)", () => {
     expect(retryAfterMs('Tue, 24 Nov 2026 05:00:00 GMT', now)).toBe(0);
     expect(retryAfterMs(' 12 ', now)).toBe(12_000);
     expect(retryAfterMs('soon', now)).toBeUndefined();
+    // Not what Date.parse makes of them (days in 2001: "retry now").
+    expect(retryAfterMs('1.5', now)).toBeUndefined();
+    expect(retryAfterMs('0.5', now)).toBeUndefined();
+    // A proxy's header and the service's, joined: the first.
+    expect(retryAfterMs('7, 1', now)).toBe(7_000);
+    expect(retryAfterMs('Tuesday, 24-Nov-26 06:00:30 GMT', now)).toBe(30_000);
+    expect(retryAfterMs('Tue Nov 24 06:00:30 2026', now)).toBe(30_000);
     expect(retryAfterMs(null, now)).toBeUndefined();
   });
 
@@ -213,6 +221,56 @@ describe("the client's default way of sending (httpSend)", () => {
       const started = Date.now();
       await expect(client.list()).rejects.toMatchObject({ name: 'AbortError' });
       expect(Date.now() - started).toBeLessThan(5000);
+    } finally {
+      await srv.close();
+    }
+  });
+
+  it('when waitForCompletion waits longer than one /wait may (60 s) and the service never answers, then it fails after ~60 s, not at the end of the whole wait', async () => {
+    const srv = await server({ answerAfterMs: 200_000 });
+    try {
+      const client = new RollcallClient({ baseUrl: srv.url, timeoutMs: 500 });
+      const started = Date.now();
+      await expect(client.waitForCompletion('0190a0e0-0000-7000-8000-000000000000', { timeoutMs: 120_000 })).rejects.toMatchObject({ name: 'AbortError' });
+      expect(Date.now() - started).toBeLessThan(75_000);
+    } finally {
+      await srv.close();
+    }
+  }, 100_000);
+
+  it('when ack() is given one ID as a string, then it refuses it (its characters went out as IDs, nothing acked)', async () => {
+    const srv = await server();
+    try {
+      const client = new RollcallClient({ baseUrl: srv.url });
+      // @ts-expect-error -- a string is an Iterable<string>, which ack's type refuses
+      await expect(client.ack('0190a0e0-0000-7000-8000-000000000000:0190a0e0-0000-7000-8000-000000000001:0')).rejects.toThrow(TypeError);
+      expect(srv.seen.requests).toBe(0);
+    } finally {
+      await srv.close();
+    }
+  });
+
+  it('when a request cannot be sent (a token with a line break, a URL without http), then the integrations do not retry it', async () => {
+    const srv = await server();
+    try {
+      for (const client of [
+        new RollcallClient({ baseUrl: srv.url, token: 'a-token-read-with-its-newline\n' }),
+        new RollcallClient({ baseUrl: 'rollcall:18501' }),
+      ]) {
+        const started = Date.now();
+        await expect(withRetries(() => client.list())).rejects.toMatchObject({ code: expect.stringMatching(/^ERR_INVALID_/) });
+        expect(Date.now() - started).toBeLessThan(1000); // not ~29 s of retries
+      }
+      expect(srv.seen.requests).toBe(0);
+      // A network error is still tried again.
+      let tries = 0;
+      const refused = () => {
+        tries += 1;
+        return Promise.reject(Object.assign(new Error('connect ECONNREFUSED'), { code: 'ECONNREFUSED' }));
+      };
+      const gone = new RollcallClient({ baseUrl: srv.url, fetch: refused });
+      await expect(withRetries(() => gone.list(), { attempts: 3, firstDelayMs: 1 })).rejects.toMatchObject({ code: 'ECONNREFUSED' });
+      expect(tries).toBe(3);
     } finally {
       await srv.close();
     }

@@ -57,13 +57,28 @@ export class RollcallApiError extends Error {
   }
 }
 
-/** A `Retry-After` value (seconds, or an HTTP date) in milliseconds from now; nothing when unreadable. */
+/** HTTP's three date forms (RFC 9110): IMF-fixdate, RFC 850 and asctime (which is GMT without saying so). */
+const HTTP_DATES: ReadonlyArray<[RegExp, string]> = [
+  [/^[A-Z][a-z]{2}, \d{2} [A-Z][a-z]{2} \d{4} \d{2}:\d{2}:\d{2} GMT/, ''],
+  [/^[A-Z][a-z]+, \d{2}-[A-Z][a-z]{2}-\d{2} \d{2}:\d{2}:\d{2} GMT/, ''],
+  [/^[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d{2}:\d{2}:\d{2} \d{4}/, ' GMT'],
+];
+
+/**
+ * A `Retry-After` value (seconds, or an HTTP date) in milliseconds from now; nothing when unreadable.
+ * Of a header sent twice (a proxy's and the service's, joined with ", ") the first counts. Not
+ * whatever `Date.parse` reads: it took `1.5` for a day in 2001, so "retry now".
+ */
 export function retryAfterMs(value: string | null | undefined, now = Date.now()): number | undefined {
   if (!value) return undefined;
   const text = value.trim();
-  if (/^\d+$/.test(text)) return Number(text) * 1000;
-  const at = Date.parse(text);
-  return Number.isNaN(at) ? undefined : Math.max(0, at - now);
+  const seconds = /^(\d+)\s*(?:,|$)/.exec(text);
+  if (seconds) return Number(seconds[1]) * 1000;
+  for (const [form, zone] of HTTP_DATES) {
+    const date = form.exec(text);
+    if (date) return Math.max(0, Date.parse(date[0] + zone) - now);
+  }
+  return undefined;
 }
 
 /**
@@ -199,7 +214,9 @@ export class RollcallClient {
    * MAX_IDS_PER_ACK, one after another; returns the results added up. `error` goes with every call.
    * A call that fails after others were answered throws RollcallPartialAckError with their results.
    */
-  async ack(ids: Iterable<string>, options: AckOptions = {}): Promise<AckResult> {
+  async ack<Ids extends Iterable<string>>(ids: Ids extends string ? never : Ids, options: AckOptions = {}): Promise<AckResult> {
+    // A string is an iterable of strings: its characters went out as IDs, all rejected, nothing acked.
+    if (typeof ids === 'string') throw new TypeError('ack() takes a list or iterable of item IDs; pass one ID as [itemId]');
     const total: AckResult = { acked: 0, duplicates: 0, rejected: [], completed: [] };
     let chunk: string[] = [];
     let answeredCalls = 0;
@@ -237,7 +254,14 @@ export class RollcallClient {
     for (;;) {
       const left = Math.max(0, deadline - Date.now());
       const seconds = Math.min(60, left / 1000);
-      const batch = await this.request<Batch>('GET', `/v1/batches/${pathPart(batchId)}/wait?timeout=${seconds.toFixed(3)}`, undefined, undefined, left);
+      // Each request waits at most `seconds` at the service: beyond that and timeoutMs it is not answering.
+      const batch = await this.request<Batch>(
+        'GET',
+        `/v1/batches/${pathPart(batchId)}/wait?timeout=${seconds.toFixed(3)}`,
+        undefined,
+        undefined,
+        seconds * 1000,
+      );
       if (batch.state === 'complete' || batch.state === 'cancelled' || Date.now() >= deadline) return batch;
     }
   }

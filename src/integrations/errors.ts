@@ -18,15 +18,18 @@ export class RollcallIntegrationError extends Error {
   constructor(
     readonly code: IntegrationErrorCode,
     message: string,
-    options: { cause?: unknown; batchId?: string } = {},
+    options: { cause?: unknown; batchId?: string; enqueued?: number } = {},
   ) {
     super(message, { cause: options.cause });
     this.name = new.target.name;
     this.batchId = options.batchId;
+    this.enqueued = options.enqueued;
   }
 
   /** The batch concerned, when there is one. */
   readonly batchId: string | undefined;
+  /** `openBatch`'s failures: how many item IDs `enqueue` took (their chunks' calls returned) before it. */
+  readonly enqueued: number | undefined;
 }
 
 /** `unknown` from a catch as an Error, keeping what was thrown as the cause. */

@@ -19,8 +19,14 @@ export interface OpenBatchInput {
   userKey?: string;
   metadata?: Record<string, unknown>;
   callbackUrl?: string;
-  /** Puts one job or message per item ID on the queue; called one chunk (≤ 1,000 IDs) at a time, in order. */
-  enqueue: (itemIds: string[]) => Promise<void>;
+  /** An item ID of another batch: the new batch is a child standing for that item (`client.open`). */
+  parentItem?: string;
+  /**
+   * Puts one job or message per item ID on the queue; called one chunk (≤ 1,000 IDs) at a time, in
+   * order, each after the last one's promise (if it returns one) resolved. The array is the
+   * callback's own: it may empty it.
+   */
+  enqueue: (itemIds: string[]) => unknown;
 }
 
 /**
@@ -36,15 +42,22 @@ export interface OpenBatchInput {
  *   or cancel it; otherwise the service sweeps it after `OPEN_BATCH_TTL`.
  */
 export async function openBatch(client: RollcallClient, input: OpenBatchInput): Promise<Batch> {
-  const { count, enqueue, ...details } = input;
+  const { count, enqueue, userKey, metadata, callbackUrl, parentItem } = input;
   if (!Number.isSafeInteger(count) || count < 0) throw new RangeError(`count must be a whole number ≥ 0, not ${count}`);
-  const batch = await client.open(details);
-  /** Runs one step on the open batch; its failure names the batch, or the caller could not reach it again. */
+  // Only the open's own fields: an input object that also carries the caller's other settings (a
+  // queue name, say) would be refused by the service's strict body schema.
+  const batch = await client.open({ userKey, metadata, callbackUrl, parentItem });
+  const progress = { enqueued: 0 };
+  /** Runs one step on the open batch; its failure names the batch (or the caller could not reach it again) and how far enqueue got. */
   const step = async <T>(code: IntegrationErrorCode, what: string, work: () => Promise<T>): Promise<T> => {
     try {
       return await work();
     } catch (error) {
-      throw new RollcallIntegrationError(code, `${what} failed; batch ${batch.id} is not sealed`, { cause: error, batchId: batch.id });
+      throw new RollcallIntegrationError(code, `${what} failed; batch ${batch.id} is not sealed`, {
+        cause: error,
+        batchId: batch.id,
+        enqueued: progress.enqueued,
+      });
     }
   };
   for (let left = count; left > 0; left -= MAX_ITEMS_PER_ADD) {
@@ -52,20 +65,22 @@ export async function openBatch(client: RollcallClient, input: OpenBatchInput): 
     const added = await step('add_failed', 'adding items', () =>
       withRetries(() => client.addItems(batch.id, Math.min(left, MAX_ITEMS_PER_ADD), { idempotencyKey })),
     );
-    await step('enqueue_failed', 'enqueue', () => enqueueInChunks(added.itemIds(), enqueue));
+    await step('enqueue_failed', 'enqueue', () => enqueueInChunks(added.itemIds(), enqueue, progress));
   }
   return step('seal_failed', 'the seal', () => withRetries(() => client.seal(batch.id, { expectedItems: count })));
 }
 
-async function enqueueInChunks(ids: Iterator<string>, enqueue: (itemIds: string[]) => Promise<void>): Promise<void> {
-  for (;;) {
+/**
+ * Hands every ID to `enqueue`, a chunk at a time, counting those it took. Whether a chunk was the
+ * last is the iterator's to say, never the chunk's length after the call: a callback that empties
+ * its array (sending it on in tens, say) made the rest of the batch go unqueued, sealed all the same.
+ */
+async function enqueueInChunks(ids: Iterator<string>, enqueue: OpenBatchInput['enqueue'], progress: { enqueued: number }): Promise<void> {
+  for (let next = ids.next(); !next.done;) {
     const chunk: string[] = [];
-    for (let next = ids.next(); !next.done; next = ids.next()) {
-      chunk.push(next.value);
-      if (chunk.length === MAX_ENQUEUE_CHUNK) break;
-    }
-    if (chunk.length === 0) return;
+    for (; !next.done && chunk.length < MAX_ENQUEUE_CHUNK; next = ids.next()) chunk.push(next.value);
+    const size = chunk.length;
     await enqueue(chunk);
-    if (chunk.length < MAX_ENQUEUE_CHUNK) return;
+    progress.enqueued += size;
   }
 }

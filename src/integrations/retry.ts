@@ -18,12 +18,28 @@ const MAX_DELAY_MS = 2000;
 const MAX_RETRY_AFTER_MS = 30_000;
 
 /**
+ * Node's refusals of a request it cannot even send: a header with a line break (a token read from a
+ * file with its newline), a URL without http(s), a malformed URL. A setting to fix, not an outage.
+ */
+const UNSENDABLE = /^ERR_(INVALID_|UNESCAPED_CHARACTERS$)/;
+
+/** Whether `error` or one of its causes (fetch wraps them) is a request Node would not send. */
+function unsendable(error: unknown): boolean {
+  for (let at = error, depth = 0; typeof at === 'object' && at !== null && depth < 4; at = (at as { cause?: unknown }).cause, depth++) {
+    const code = (at as { code?: unknown }).code;
+    if (typeof code === 'string' && UNSENDABLE.test(code)) return true;
+  }
+  return false;
+}
+
+/**
  * Whether a failed call may succeed when sent again: a network error or time-out, `429`, or a `5xx`
- * (`503` is what the service answers while its database is away). A `4xx` answer will not change.
+ * (`503` is what the service answers while its database is away). A `4xx` answer will not change,
+ * nor will a request Node refuses to send (each job's ack waited out ~29 s of retries for it).
  */
 export function isTransient(error: unknown): boolean {
   if (error instanceof RollcallApiError) return error.status === 429 || error.status >= 500;
-  return true;
+  return !unsendable(error);
 }
 
 /** How long to wait after the `attempt`-th try failed with `error`. */

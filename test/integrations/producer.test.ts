@@ -27,6 +27,19 @@ describe.each(backends())('rollcall/producer openBatch (%s)', (_name, backend) =
     expect(acked.completed.map((b) => b.id)).toEqual([batch.id]);
   });
 
+  it('when enqueue empties the array it is given (sending it on in tens), then every ID is still enqueued and the batch completes', async () => {
+    const sent: string[] = [];
+    // A synchronous callback, as a queue client that buffers may be.
+    const batch = await openBatch(client, {
+      count: 2500,
+      enqueue: (ids) => {
+        while (ids.length > 0) sent.push(...ids.splice(0, 10));
+      },
+    });
+    expect([sent.length, new Set(sent).size]).toEqual([2500, 2500]);
+    expect((await client.ack(sent)).completed.map((b) => b.id)).toEqual([batch.id]);
+  });
+
   it('when the answer to an add is lost and the add is retried, then nothing is added twice', async () => {
     const keys: string[] = [];
     let lost = 0;
@@ -73,9 +86,20 @@ describe.each(backends())('rollcall/producer openBatch (%s)', (_name, backend) =
       },
     }).catch((e: unknown) => e);
     expect(error).toBeInstanceOf(RollcallIntegrationError);
-    expect(error).toMatchObject({ code: 'enqueue_failed', cause: { message: 'queue is down' } });
+    expect(error).toMatchObject({ code: 'enqueue_failed', enqueued: 0, cause: { message: 'queue is down' } });
     const batchId = (error as RollcallIntegrationError).batchId!;
     expect((await client.status(batchId)).state).toBe('open');
+  });
+
+  it('when enqueue throws at its third chunk, then the error says how many IDs it took before', async () => {
+    let calls = 0;
+    const error = await openBatch(client, {
+      count: 2500,
+      enqueue: async () => {
+        if (++calls === 3) throw new Error('queue is down');
+      },
+    }).catch((e: unknown) => e);
+    expect(error).toMatchObject({ code: 'enqueue_failed', enqueued: 2000 });
   });
 
   it('when the add is refused once the batch is open, then the error names the batch', async () => {
@@ -104,6 +128,15 @@ describe.each(backends())('rollcall/producer openBatch (%s)', (_name, backend) =
     }).catch((e: unknown) => e);
     expect(error).toBeInstanceOf(RollcallIntegrationError);
     expect(error).toMatchObject({ code: 'seal_failed', batchId, cause: { status: 409 } });
+  });
+
+  it('when the input carries other settings of the caller, then only the fields of the batch are sent; parentItem opens a child', async () => {
+    let parentItem = '';
+    const parent = await openBatch(client, { count: 1, enqueue: ([id]) => void (parentItem = id!) });
+    const settings = { count: 2, queueName: 'thumbnails', enqueue: async () => undefined, parentItem };
+    const child = await openBatch(client, settings);
+    expect(child).toMatchObject({ state: 'sealed', total: 2, parentItem });
+    expect((await client.status(parent.id)).pending).toBe(1);
   });
 
   it('when the count is 0, then the batch is complete at once and enqueue is never called', async () => {
