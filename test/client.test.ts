@@ -121,6 +121,20 @@ describe.each(backends())('the TypeScript client and the CLI against a real serv
     await expect(failingSecond.ack(smallIds)).rejects.toMatchObject({ code: 'ECONNRESET' });
   });
 
+  it('when the iterable of IDs throws after a call was answered, then RollcallPartialAckError holds that call, its completion included', async () => {
+    const big = await client.open();
+    const bigIds = [...(await client.addItems(big.id, 10_000)).itemIds()];
+    await client.seal(big.id);
+    function* idsThenFailure() {
+      yield* bigIds;
+      throw new Error('the ID source broke');
+    }
+    const failed: unknown = await client.ack(idsThenFailure()).catch((error: unknown) => error);
+    expect(failed).toBeInstanceOf(RollcallPartialAckError);
+    expect((failed as RollcallPartialAckError).answered.completed.map((b) => b.id)).toEqual([big.id]);
+    expect(failed).toMatchObject({ cause: { message: 'the ID source broke' } });
+  });
+
   it.each([
     ['25 days (past what a timer takes)', 25 * 86_400_000],
     ['Infinity', Infinity],

@@ -236,9 +236,15 @@ export class RollcallClient {
       total.completed.push(...result.completed);
       chunk = [];
     };
-    for (const id of ids) {
-      chunk.push(id);
-      if (chunk.length === MAX_IDS_PER_ACK) await flush();
+    try {
+      for (const id of ids) {
+        chunk.push(id);
+        if (chunk.length === MAX_IDS_PER_ACK) await flush();
+      }
+    } catch (error) {
+      // The caller's iterable threw: what was answered before still holds (a completion among it).
+      if (error instanceof RollcallPartialAckError || answeredCalls === 0) throw error;
+      throw new RollcallPartialAckError(total, error);
     }
     if (chunk.length > 0) await flush();
     return total;
