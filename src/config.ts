@@ -21,19 +21,28 @@ export function parseDuration(text: string): number | null {
   return Math.round(Number(match[1]) * (UNIT_MS[match[2] ?? 's'] ?? 1000));
 }
 
-const inMs = (minMs: number) => (text: string, ctx: z.RefinementCtx) => {
+/**
+ * The longest wait Node's timers take (~24.8 days; PostgreSQL's lock_timeout too): a longer one
+ * fires after 1 ms, so SWEEP_INTERVAL=30d swept without pause and DB_QUERY_TIMEOUT=25d timed every
+ * statement out. Settings that are only compared with timestamps (ages, retention) may be longer.
+ */
+const TIMER_MAX_MS = 2 ** 31 - 1;
+
+const inMs = (minMs: number, maxMs: number) => (text: string, ctx: z.RefinementCtx) => {
   const ms = parseDuration(text);
-  if (ms === null || ms < minMs) {
-    ctx.addIssue({ code: 'custom', message: `must be a duration such as 500ms, 60s, 15m, 12h or 7d (at least ${minMs} ms)` });
+  if (ms === null || ms < minMs || ms > maxMs) {
+    const most = maxMs === TIMER_MAX_MS ? ' and at most 24 days' : '';
+    ctx.addIssue({ code: 'custom', message: `must be a duration such as 500ms, 60s, 15m, 12h or 7d (at least ${minMs} ms${most})` });
     return z.NEVER;
   }
   return ms;
 };
 
-const duration = (fallback: string, minMs = 0) => z.string().default(fallback).transform(inMs(minMs));
+/** A duration setting; `maxMs` Infinity for one that no timer waits (an age compared with timestamps). */
+const duration = (fallback: string, minMs = 0, maxMs = TIMER_MAX_MS) => z.string().default(fallback).transform(inMs(minMs, maxMs));
 
 /** A duration whose default depends on other settings (filled in by loadConfig). */
-const durationOrUnset = (minMs = 0) => z.string().transform(inMs(minMs)).optional();
+const durationOrUnset = (minMs = 0) => z.string().transform(inMs(minMs, TIMER_MAX_MS)).optional();
 
 /** Every setting of the service, from the environment, validated once at boot. */
 export const configSchema = z.object({
@@ -60,16 +69,16 @@ export const configSchema = z.object({
   ACK_GROUP_COMMIT_MAX_IDS: int(1, 1_000_000).default(20_000),
   ACK_GROUP_COMMIT_CONCURRENCY: int(1, 64).default(4),
   ACK_QUEUE_MAX_IDS: int(10_000, 100_000_000).default(200_000),
-  OPEN_BATCH_TTL: duration('7d', 1000),
-  COMPLETED_RETENTION: duration('7d', 0),
+  OPEN_BATCH_TTL: duration('7d', 1000, Infinity),
+  COMPLETED_RETENTION: duration('7d', 0, Infinity),
   SWEEP_INTERVAL: duration('60s', 0),
   SWEEP_CHUNK: int(1, 100_000).default(1000),
   FAILURE_REASONS_PER_BATCH: int(0, 100_000).default(1000),
   CALLBACK_SECRET: z.string().min(16, 'must be at least 16 characters').optional(),
   CALLBACK_TIMEOUT: duration('10s', 100),
-  CALLBACK_BACKOFF_BASE: duration('1s', 1),
-  CALLBACK_BACKOFF_CAP: duration('10m', 1),
-  CALLBACK_MAX_AGE: duration('3d', 1000),
+  CALLBACK_BACKOFF_BASE: duration('1s', 1, Infinity),
+  CALLBACK_BACKOFF_CAP: duration('10m', 1, Infinity),
+  CALLBACK_MAX_AGE: duration('3d', 1000, Infinity),
   CALLBACK_CONCURRENCY: int(1, 256).default(8),
   CALLBACK_POLL_INTERVAL: duration('1s', 10),
   CALLBACK_ALLOW_HOSTS: z
@@ -171,7 +180,7 @@ const QUERY_TIME_BEYOND_LOCK_WAIT_MS = 10_000;
  */
 function queryTimeoutOf(settings: z.infer<typeof configSchema>): number {
   const lockWait = longestLockWait(settings.LOCK_TIMEOUT);
-  const timeout = settings.DB_QUERY_TIMEOUT ?? Math.max(DEFAULT_QUERY_TIMEOUT_MS, lockWait + QUERY_TIME_BEYOND_LOCK_WAIT_MS);
+  const timeout = settings.DB_QUERY_TIMEOUT ?? Math.min(TIMER_MAX_MS, Math.max(DEFAULT_QUERY_TIMEOUT_MS, lockWait + QUERY_TIME_BEYOND_LOCK_WAIT_MS));
   if (timeout !== 0 && timeout <= lockWait)
     throw new ConfigError(`invalid configuration:\n  DB_QUERY_TIMEOUT: must be longer than LOCK_TIMEOUT in whole seconds (${lockWait} ms), or 0 for no limit`);
   return timeout;

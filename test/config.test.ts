@@ -34,6 +34,10 @@ describe('configuration', () => {
     ['DB_QUERY_TIMEOUT', 'soon'],
     // Not above LOCK_TIMEOUT (2 s): a lock wait would be cut short.
     ['DB_QUERY_TIMEOUT', '2s'],
+    // Past what Node's timers take (~24.8 days): such a timer fires at once.
+    ['DB_QUERY_TIMEOUT', '25d'],
+    ['SWEEP_INTERVAL', '30d'],
+    ['LOCK_TIMEOUT', '25d'],
     ['API_TOKENS', '[{"token":"short","tenant":"a","scopes":["read"]}]'],
     ['API_TOKENS', 'not json'],
     ['API_TOKENS', '[{"token":"a-long-enough-token-123","tenant":"a\\u0000b","scopes":["read"]}]'],
@@ -58,6 +62,13 @@ describe('configuration', () => {
     fs.writeFileSync(file, JSON.stringify([{ token: 'a-long-enough-token-123', tenant: 't', scopes: ['read'] }]));
     expect(loadConfig({ API_TOKENS_FILE: file }).tokens).toEqual([{ token: 'a-long-enough-token-123', tenant: 't', scopes: ['read'] }]);
     expect(() => loadConfig({ API_TOKENS_FILE: `${file}.missing` })).toThrow(/API_TOKENS_FILE/);
+  });
+
+  it('when an age is longer than a timer takes, then it is taken (it is compared with timestamps, never waited)', () => {
+    expect(loadConfig({ COMPLETED_RETENTION: '400d', OPEN_BATCH_TTL: '90d' })).toMatchObject({
+      COMPLETED_RETENTION: 400 * 86_400_000,
+      OPEN_BATCH_TTL: 90 * 86_400_000,
+    });
   });
 
   it('when durations are written with units, then they become milliseconds', () => {
