@@ -62,19 +62,47 @@ function answeredWithin(conn: MysqlSession & { destroy(): void }, timeoutMs: num
   (conn as unknown as { query: MysqlQuery }).query = bounded;
 }
 
+const run = (conn: MysqlSession, sql: string, values: unknown[] = []) =>
+  new Promise<unknown>((resolve, reject) => conn.query(sql, values, (error, rows) => (error ? reject(error) : resolve(rows))));
+
+/**
+ * Every MySQL session: the safe sql_mode; row locks (innodb_lock_wait_timeout) and table/metadata
+ * locks (lock_wait_timeout: LOCK TABLES, FLUSH TABLES WITH READ LOCK, an ALTER's end) both end at
+ * LOCK_TIMEOUT, with 1205; abandoned transactions end at the server (endsAbandonedTransactions);
+ * and with `causalReads`, Galera's causal reads (syncWaitOnGalera).
+ */
+async function prepareMysqlSession(conn: MysqlSession, config: DbConfig, causalReads: boolean): Promise<void> {
+  const seconds = lockWaitSeconds(config.LOCK_TIMEOUT);
+  await run(conn, 'SET SESSION sql_mode = ?, innodb_lock_wait_timeout = ?, lock_wait_timeout = ?', [SAFE_SQL_MODE, seconds, seconds]);
+  if (config.DB_QUERY_TIMEOUT > 0) await endsAbandonedTransactions(conn, config.DB_QUERY_TIMEOUT);
+  if (causalReads) await syncWaitOnGalera(conn);
+}
+
+/**
+ * A transaction idle for DB_QUERY_TIMEOUT ends at the server, connection and all (MariaDB's
+ * idle_transaction_timeout, 10.3 on). The service never leaves one idle that long: one idle so
+ * long is one whose client timed out on an answer that was lost, and the server, which may never
+ * hear the client go (a partition), kept it and its row locks for hours (wait_timeout), every
+ * replica's requests for that batch answered 503. MySQL has no such setting: there it stays.
+ */
+async function endsAbandonedTransactions(conn: MysqlSession, timeoutMs: number): Promise<void> {
+  try {
+    await run(conn, 'SET SESSION idle_transaction_timeout = ?', [Math.ceil(timeoutMs / 1000)]);
+  } catch (error) {
+    if ((error as { code?: unknown }).code !== 'ER_UNKNOWN_SYSTEM_VARIABLE') throw error;
+  }
+}
+
 /**
  * On a Galera node (wsrep_on), a session whose reads must see what other nodes committed waits for
  * the cluster's causality before each read (wsrep_sync_wait=1: SELECT, SHOW, BEGIN): a status read
  * or /wait on node B right after an ack answered on node A sees that ack. Elsewhere (plain MariaDB,
  * MySQL, where the variable may not exist) nothing is set.
  */
-function syncWaitOnGalera(conn: MysqlSession, done: (err: Error | null) => void): void {
-  conn.query("SHOW VARIABLES LIKE 'wsrep_on'", [], (err, rows) => {
-    if (err) return done(err);
-    const on = Array.isArray(rows) && rows.some((row: { Value?: unknown }) => String(row.Value).toUpperCase() === 'ON');
-    if (!on) return done(null);
-    conn.query('SET SESSION wsrep_sync_wait = 1', [], (setErr) => done(setErr));
-  });
+async function syncWaitOnGalera(conn: MysqlSession): Promise<void> {
+  const rows = await run(conn, "SHOW VARIABLES LIKE 'wsrep_on'");
+  const on = Array.isArray(rows) && rows.some((row: { Value?: unknown }) => String(row.Value).toUpperCase() === 'ON');
+  if (on) await run(conn, 'SET SESSION wsrep_sync_wait = 1');
 }
 
 /**
@@ -92,13 +120,10 @@ function mysqlPool(config: DbConfig, log: Logger | undefined, multipleStatements
       max: config.DB_POOL_SIZE,
       afterCreate(conn: MysqlSession & { destroy(): void }, done: (err: Error | null, conn: unknown) => void) {
         if (config.DB_QUERY_TIMEOUT > 0) answeredWithin(conn, config.DB_QUERY_TIMEOUT);
-        // Row locks (innodb_lock_wait_timeout) and table/metadata locks (lock_wait_timeout: LOCK
-        // TABLES, FLUSH TABLES WITH READ LOCK, an ALTER's end) both end at LOCK_TIMEOUT, with 1205.
-        const seconds = lockWaitSeconds(config.LOCK_TIMEOUT);
-        conn.query('SET SESSION sql_mode = ?, innodb_lock_wait_timeout = ?, lock_wait_timeout = ?', [SAFE_SQL_MODE, seconds, seconds], (err) => {
-          if (err || !causalReads) return done(err, conn);
-          syncWaitOnGalera(conn, (syncErr) => done(syncErr, conn));
-        });
+        prepareMysqlSession(conn, config, causalReads).then(
+          () => done(null, conn),
+          (error: unknown) => done(toError(error), conn),
+        );
       },
     },
     acquireConnectionTimeout: 5000,
@@ -210,9 +235,10 @@ function openPostgres(config: DbConfig, log?: Logger): Db {
       min: 0,
       max: config.DB_POOL_SIZE,
       afterCreate(conn: PostgresSession, done: (err: Error | null, conn: unknown) => void) {
+        // idle_in_transaction_session_timeout: as MariaDB's idle_transaction_timeout (endsAbandonedTransactions); 0 is none.
         conn.query(
-          "SELECT set_config('default_transaction_isolation', 'read committed', false), set_config('lock_timeout', $1, false)",
-          [`${config.LOCK_TIMEOUT}ms`],
+          "SELECT set_config('default_transaction_isolation', 'read committed', false), set_config('lock_timeout', $1, false), set_config('idle_in_transaction_session_timeout', $2, false)",
+          [`${config.LOCK_TIMEOUT}ms`, `${config.DB_QUERY_TIMEOUT}ms`],
           (err) => done(err, conn),
         );
       },

@@ -130,3 +130,48 @@ describeOnServers('when the database stops answering on open connections (%s)', 
     expect((await api.get('/readyz')).status).toBe(200);
   }, 90_000);
 });
+
+describeOnServers('when the answers of the database are lost and it never hears the service go (%s)', (_name, backend) => {
+  let database: TestDatabase;
+  let proxy: TcpProxy;
+  let cutOff: Rollcall;
+  let direct: Rollcall;
+
+  beforeAll(async () => {
+    database = await backend!.create();
+    const url = new URL(database.config.DATABASE_URL!);
+    proxy = new TcpProxy(url.hostname, Number(url.port || (url.protocol === 'mysql:' ? 3306 : 5432)));
+    await proxy.open();
+    const directUrl = url.toString();
+    url.host = `127.0.0.1:${proxy.port}`;
+    const settings = { LOG_LEVEL: 'silent', LOCK_TIMEOUT: '500ms', DB_QUERY_TIMEOUT: '1500ms', TX_RETRIES: '1' };
+    cutOff = await createRollcall(loadConfig({ ...settings, DATABASE_URL: url.toString() }));
+    direct = await createRollcall(loadConfig({ ...settings, DATABASE_URL: directUrl }));
+  });
+  afterAll(async () => {
+    await proxy.cut();
+    await cutOff.close();
+    await direct.close();
+    await database.drop();
+  });
+
+  it('then the transaction its lost answer left open ends at the database too, and other replicas ack the batch again', async () => {
+    const api = request(createServer(direct.app));
+    const batch = (await api.post('/v1/batches').send({})).body;
+    const added = (await api.post(`/v1/batches/${batch.id}/items`).send({ count: 10 })).body;
+    const ids = Array.from({ length: 10 }, (_, i) => `${batch.id}:${added.groups[0].id}:${i}`);
+    const cutOffApi = request(createServer(cutOff.app));
+    expect((await cutOffApi.post('/v1/acks').send({ ids: [ids[0]] })).status).toBe(200); // a warm connection
+
+    proxy.holdAnswers();
+    // The database runs its locking reads (the batch's row is now held) but the answer never arrives.
+    expect((await cutOffApi.post('/v1/acks').send({ ids: [ids[1]] })).status).toBe(503);
+
+    // The other replica waits for that row only until the database ends the abandoned transaction.
+    const started = Date.now();
+    let res = await api.post('/v1/acks').send({ ids: [ids[2]] });
+    while (res.status !== 200 && Date.now() - started < 15_000) res = await api.post('/v1/acks').send({ ids: [ids[2]] });
+    expect(res.status).toBe(200);
+    expect((await api.get(`/v1/batches/${batch.id}`)).body).toMatchObject({ succeeded: 2 });
+  }, 60_000);
+});

@@ -16,6 +16,8 @@ export class TcpProxy {
   /** Open connections, each as its two sockets, and those `freeze()` stopped. */
   private readonly pairs = new Set<[net.Socket, net.Socket]>();
   private readonly frozen = new Set<[net.Socket, net.Socket]>();
+  /** While set, the database's answers are held and a client's close does not reach it (`holdAnswers()`). */
+  private holding = false;
 
   async open(): Promise<void> {
     const server = net.createServer((client) => {
@@ -32,8 +34,10 @@ export class TcpProxy {
       }
       const pair: [net.Socket, net.Socket] = [client, upstream];
       this.pairs.add(pair);
-      client.pipe(upstream).pipe(client);
-      client.on('close', () => upstream.destroy());
+      // A client's end reaches the database through the close handler below, not through the pipe: a
+      // held connection's must not reach it at all.
+      client.pipe(upstream, { end: false }).pipe(client);
+      client.on('close', () => this.holding || upstream.destroy());
       upstream.on('close', () => {
         client.destroy();
         this.pairs.delete(pair);
@@ -43,6 +47,20 @@ export class TcpProxy {
     await new Promise<void>((resolve) => server.listen(this.port, '127.0.0.1', resolve));
     this.port = (server.address() as net.AddressInfo).port;
     this.server = server;
+  }
+
+  /**
+   * What clients send still reaches the database, but its answers are held, and a client that closes
+   * its connection leaves the database's side open: a network that fails while the database works
+   * on, as a partition looks from the database's side (it never hears the client go).
+   */
+  holdAnswers(): void {
+    this.holding = true;
+    this.silent = true;
+    for (const [client, upstream] of this.pairs) {
+      upstream.unpipe(client);
+      upstream.pause();
+    }
   }
 
   /** Drops every connection; new ones are taken and never answered (until `speak()`). */
@@ -70,12 +88,13 @@ export class TcpProxy {
   /** New connections reach the database again, and connections `freeze()` stopped carry on. */
   speak(): void {
     this.silent = false;
-    for (const [client, upstream] of this.frozen) client.pipe(upstream).pipe(client);
+    for (const [client, upstream] of this.frozen) client.pipe(upstream, { end: false }).pipe(client);
     this.frozen.clear();
   }
 
   /** Drops every connection and stops accepting new ones: the database "goes away". */
   async cut(): Promise<void> {
+    this.holding = false;
     for (const s of this.sockets) s.destroy();
     const server = this.server;
     this.server = null;
