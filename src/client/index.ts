@@ -76,7 +76,8 @@ export function retryAfterMs(value: string | null | undefined, now = Date.now())
   if (seconds) return Number(seconds[1]) * 1000;
   for (const [form, zone] of HTTP_DATES) {
     const date = form.exec(text);
-    if (date) return Math.max(0, Date.parse(date[0] + zone) - now);
+    const at = date ? Date.parse(date[0] + zone) : NaN; // a date of that shape may still be none (32 Jan)
+    if (!Number.isNaN(at)) return Math.max(0, at - now);
   }
   return undefined;
 }
@@ -214,7 +215,7 @@ export class RollcallClient {
    * MAX_IDS_PER_ACK, one after another; returns the results added up. `error` goes with every call.
    * A call that fails after others were answered throws RollcallPartialAckError with their results.
    */
-  async ack<Ids extends Iterable<string>>(ids: Ids extends string ? never : Ids, options: AckOptions = {}): Promise<AckResult> {
+  async ack(ids: Iterable<string>, options: AckOptions = {}): Promise<AckResult> {
     // A string is an iterable of strings: its characters went out as IDs, all rejected, nothing acked.
     if (typeof ids === 'string') throw new TypeError('ack() takes a list or iterable of item IDs; pass one ID as [itemId]');
     const total: AckResult = { acked: 0, duplicates: 0, rejected: [], completed: [] };

@@ -49,12 +49,24 @@ type MysqlQuery = (options: unknown, ...rest: unknown[]) => unknown;
  */
 function answeredWithin(conn: MysqlSession & { destroy(): void }, timeoutMs: number): void {
   const query = (conn.query as unknown as MysqlQuery).bind(conn);
+  let closed = false;
   const bounded: MysqlQuery = (options, ...rest) => {
     const callbackAt = rest.findIndex((arg) => typeof arg === 'function');
     const callback = rest[callbackAt] as ((error: { code?: unknown } | null, ...results: unknown[]) => void) | undefined;
+    // What comes after on the closed connection (knex's ROLLBACK) fails naming the cause, where
+    // mysql2's "Can't add new command when connection is in closed state" hid it from the log.
+    if (closed && callback) {
+      const error = Object.assign(new Error(`the connection was closed when a query went unanswered for DB_QUERY_TIMEOUT (${timeoutMs} ms)`), {
+        code: 'PROTOCOL_SEQUENCE_TIMEOUT',
+      });
+      return void process.nextTick(() => callback(error));
+    }
     if (callback)
       rest[callbackAt] = (error: { code?: unknown } | null, ...results: unknown[]) => {
-        if (error?.code === 'PROTOCOL_SEQUENCE_TIMEOUT') conn.destroy();
+        if (error?.code === 'PROTOCOL_SEQUENCE_TIMEOUT' && !closed) {
+          closed = true;
+          conn.destroy();
+        }
         callback(error, ...results);
       };
     return query({ timeout: timeoutMs, ...(typeof options === 'string' ? { sql: options } : (options as object)) }, ...rest);
@@ -235,10 +247,12 @@ function openPostgres(config: DbConfig, log?: Logger): Db {
       min: 0,
       max: config.DB_POOL_SIZE,
       afterCreate(conn: PostgresSession, done: (err: Error | null, conn: unknown) => void) {
-        // idle_in_transaction_session_timeout: as MariaDB's idle_transaction_timeout (endsAbandonedTransactions); 0 is none.
+        // idle_in_transaction_session_timeout: as MariaDB's idle_transaction_timeout (endsAbandonedTransactions).
+        // Without DB_QUERY_TIMEOUT the database's own setting stays.
+        const idleLimit = config.DB_QUERY_TIMEOUT > 0 ? ", set_config('idle_in_transaction_session_timeout', $2, false)" : '';
         conn.query(
-          "SELECT set_config('default_transaction_isolation', 'read committed', false), set_config('lock_timeout', $1, false), set_config('idle_in_transaction_session_timeout', $2, false)",
-          [`${config.LOCK_TIMEOUT}ms`, `${config.DB_QUERY_TIMEOUT}ms`],
+          `SELECT set_config('default_transaction_isolation', 'read committed', false), set_config('lock_timeout', $1, false)${idleLimit}`,
+          [`${config.LOCK_TIMEOUT}ms`, ...(idleLimit ? [`${config.DB_QUERY_TIMEOUT}ms`] : [])],
           (err) => done(err, conn),
         );
       },
