@@ -21,13 +21,20 @@ const MAX_RETRY_AFTER_MS = 30_000;
  * Node's refusals of a request it cannot even send: a header with a line break (a token read from a
  * file with its newline), a URL without http(s), a malformed URL. A setting to fix, not an outage.
  */
-const UNSENDABLE = /^ERR_(INVALID_|UNESCAPED_CHARACTERS$)/;
+const UNSENDABLE = new Set([
+  'ERR_INVALID_CHAR',
+  'ERR_INVALID_HTTP_TOKEN',
+  'ERR_HTTP_INVALID_HEADER_VALUE',
+  'ERR_INVALID_URL',
+  'ERR_INVALID_PROTOCOL',
+  'ERR_UNESCAPED_CHARACTERS',
+]);
 
 /** Whether `error` or one of its causes (fetch wraps them) is a request Node would not send. */
 function unsendable(error: unknown): boolean {
   for (let at = error, depth = 0; typeof at === 'object' && at !== null && depth < 4; at = (at as { cause?: unknown }).cause, depth++) {
     const code = (at as { code?: unknown }).code;
-    if (typeof code === 'string' && UNSENDABLE.test(code)) return true;
+    if (typeof code === 'string' && UNSENDABLE.has(code)) return true;
   }
   return false;
 }
