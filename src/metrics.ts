@@ -63,6 +63,8 @@ export class Metrics {
 
   constructor(db: Db) {
     collectDefaultMetrics({ register: this.registry, prefix: 'rollcall_' });
+    // Each result's series from the start, at 0: an alert on dead deliveries "increasing" sees the first one.
+    for (const result of ['delivered', 'failed', 'dead']) this.callbacks.inc({ result }, 0);
     new Gauge({
       name: 'rollcall_db_pool_connections',
       help: 'Database pool connections by state',

@@ -1,5 +1,5 @@
 // A callback receiver that verifies rollcall's signature and dedupes by event id.
-// Run: CALLBACK_SECRET=... node docs/examples/receiver.mjs  (listens on 127.0.0.1:9000)
+// Run: CALLBACK_SECRET=... node docs/examples/receiver.mjs  (listens on 127.0.0.1:9000, or PORT)
 import { createHmac, timingSafeEqual } from 'node:crypto';
 import http from 'node:http';
 
@@ -30,4 +30,4 @@ http
       res.writeHead(204).end(); // any 2xx stops the retries; answer 2xx for duplicates too
     });
   })
-  .listen(9000, '127.0.0.1');
+  .listen(Number(process.env.PORT ?? 9000), '127.0.0.1');

@@ -24,10 +24,15 @@ worker.on('active', (job) => {
   const batchId = job.data.rollcallItemId.split(':')[0]!;
   if (watching.has(batchId)) return;
   watching.add(batchId);
-  void client.waitForCompletion(batchId, { timeoutMs: 600_000 }).then(async (batch) => {
-    const { failures } = await client.failures(batchId, { limit: 3 });
-    console.log(`batch ${batchId} is ${batch.state}: ${batch.succeeded} succeeded, ${batch.failed} failed; first failures:`, failures);
-  });
+  // Watching is a side show: a failed watch (a token without the read scope, a batch swept since)
+  // is printed, and the worker goes on.
+  client
+    .waitForCompletion(batchId, { timeoutMs: 600_000 })
+    .then(async (batch) => {
+      const { failures } = await client.failures(batchId, { limit: 3 });
+      console.log(`batch ${batchId} is ${batch.state}: ${batch.succeeded} succeeded, ${batch.failed} failed; first failures:`, failures);
+    })
+    .catch((error: Error) => console.error(`cannot watch batch ${batchId}: ${error.message}`));
 });
 console.log('worker running; Ctrl-C to stop');
 process.once('SIGINT', () => void worker.close().then(() => process.exit(0)));

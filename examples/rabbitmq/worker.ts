@@ -17,9 +17,12 @@ async function main(): Promise<void> {
       const batchId = String(message.properties.headers?.['x-rollcall-item-id']).split(':')[0]!;
       if (!watching.has(batchId)) {
         watching.add(batchId);
-        void client
+        // Watching is a side show: a failed watch (a token without the read scope, a batch swept
+        // since) is printed, and the consumer goes on.
+        client
           .waitForCompletion(batchId, { timeoutMs: 600_000 })
-          .then((b) => console.log(`batch ${b.id} is ${b.state}: ${b.succeeded} succeeded, ${b.failed} failed`));
+          .then((b) => console.log(`batch ${b.id} is ${b.state}: ${b.succeeded} succeeded, ${b.failed} failed`))
+          .catch((error: Error) => console.error(`cannot watch batch ${batchId}: ${error.message}`));
       }
       const { n } = JSON.parse(message.content.toString()) as { n: number };
       await work(n, previousDeliveries(message) === 0);

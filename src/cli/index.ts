@@ -7,7 +7,8 @@ import { toError } from '../domain/errors';
 
 const USAGE = `usage: rollcall <command> [options]
 
-  serve                                   start the service (same settings as npm start)
+  serve                                   start the service (the settings npm start reads; npm start
+                                          also gives Node --max-semi-space-size=8: set it in NODE_OPTIONS)
   migrate                                 apply database migrations and exit
   open [--user-key K] [--callback-url U] [--metadata JSON] [--parent-item ITEM]
   add <batchId> <count> [--idempotency-key K]

@@ -55,6 +55,8 @@ describe.each(backends())('observability (%s)', (_name, backend) => {
     expect(text).toMatch(/rollcall_db_pool_connections\{state="used"\} \d+/);
     expect(text).toMatch(/rollcall_http_request_duration_seconds_bucket/);
     expect(text).toMatch(/rollcall_process_resident_memory_bytes \d+/);
+    // No callback was ever sent: the series an alert watches are there, at 0.
+    expect(text).toContain('rollcall_callback_deliveries_total{result="dead"} 0');
   });
 
   it('when real responses are checked against /openapi.json, then every one of them fits the document', async () => {
