@@ -204,6 +204,8 @@ function ackCommitter(config: Config, deps: ServiceDeps, metrics: Metrics): AckC
     maxIds: config.ACK_GROUP_COMMIT_MAX_IDS,
     concurrency: Math.min(config.ACK_GROUP_COMMIT_CONCURRENCY, writers),
     maxQueuedIds: config.ACK_QUEUE_MAX_IDS,
+    // With several tenants, one may hold at most half: the other half stays for the rest.
+    maxQueuedIdsPerTenant: new Set((config.tokens ?? []).map((t) => t.tenant)).size > 1 ? Math.floor(config.ACK_QUEUE_MAX_IDS / 2) : config.ACK_QUEUE_MAX_IDS,
   };
   return new AckCommitter(deps, options, (calls, ids) => {
     metrics.groupCommitCalls.observe(calls);

@@ -18,6 +18,8 @@ export interface AckMergeOptions {
   concurrency: number;
   /** IDs that may wait in this process at once; a call past it is answered 503 at once. */
   maxQueuedIds: number;
+  /** Of those, what one tenant's calls may hold, so that one tenant cannot fill the queue for all. */
+  maxQueuedIdsPerTenant: number;
 }
 
 interface Waiting {
@@ -46,6 +48,7 @@ export class AckCommitter {
   readonly stats = { transactions: 0, calls: 0, ids: 0 };
   private queue: Waiting[] = [];
   private queuedIds = 0;
+  private readonly queuedByTenant = new Map<string, number>();
   private timer: NodeJS.Timeout | null = null;
   private readonly inFlight = new Set<Promise<void>>();
   /** Batches that a round in flight touches. */
@@ -67,9 +70,18 @@ export class AckCommitter {
     if (this.queue.length > 0 && this.queuedIds + size > this.options.maxQueuedIds) {
       return Promise.reject(new UnavailableError(`more than ${this.options.maxQueuedIds} acked IDs are waiting for the database in this process; try again`));
     }
+    const tenantWaiting = this.queuedByTenant.get(call.tenant) ?? 0;
+    if (tenantWaiting > 0 && tenantWaiting + size > this.options.maxQueuedIdsPerTenant) {
+      return Promise.reject(
+        new UnavailableError(
+          `more than ${this.options.maxQueuedIdsPerTenant} acked IDs of this tenant are waiting for the database in this process; try again`,
+        ),
+      );
+    }
     return new Promise<AckResult>((resolve, reject) => {
       this.queue.push({ call, size, batchIds: batchIdsOf(call), resolve, reject });
       this.queuedIds += size;
+      this.queuedByTenant.set(call.tenant, tenantWaiting + size);
       this.schedule();
     });
   }
@@ -109,6 +121,7 @@ export class AckCommitter {
       if (free && (round.length === 0 || ids + entry.size <= this.options.maxIds)) {
         round.push(entry);
         ids += entry.size;
+        this.leavesQueue(entry);
       } else {
         waiting.push(entry);
         for (const id of entry.batchIds) reserved.add(id);
@@ -117,6 +130,12 @@ export class AckCommitter {
     this.queue = waiting;
     this.queuedIds -= ids;
     return round;
+  }
+
+  private leavesQueue(entry: Waiting): void {
+    const left = (this.queuedByTenant.get(entry.call.tenant) ?? 0) - entry.size;
+    if (left > 0) this.queuedByTenant.set(entry.call.tenant, left);
+    else this.queuedByTenant.delete(entry.call.tenant);
   }
 
   private flush(): void {

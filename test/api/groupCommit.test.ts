@@ -100,7 +100,14 @@ describe.each(backends())('group commit of concurrent acks (%s)', (_name, backen
   it('when a call arrives with no round running, then it starts at once, and the calls that come meanwhile share the next round', async () => {
     const { ids } = await sealed(30);
     // A window far longer than the test's time limit: a lone call that waited for it would never be answered.
-    const committer = new AckCommitter(svc.rollcall.deps, { windowMs: 600_000, waitWhenIdle: false, maxIds: 20_000, concurrency: 1, maxQueuedIds: 100_000 });
+    const committer = new AckCommitter(svc.rollcall.deps, {
+      windowMs: 600_000,
+      waitWhenIdle: false,
+      maxIds: 20_000,
+      concurrency: 1,
+      maxQueuedIds: 100_000,
+      maxQueuedIdsPerTenant: 100_000,
+    });
     const lone = await committer.submit(callFromIds(ids.slice(0, 10), 'succeeded'));
     expect(lone.acked).toBe(10);
     expect(committer.stats).toEqual({ transactions: 1, calls: 1, ids: 10 });

@@ -184,6 +184,50 @@ describeOnServers('a batch row held locked by another connection (%s)', (name, b
   }, 30_000);
 });
 
+describeOnServers('acks of a locked batch queued by one of several tenants (%s)', (_name, backend) => {
+  const tokens = [
+    { token: 'tenant-a-token-0123456789', tenant: 'a', scopes: ['produce', 'consume', 'read'] },
+    { token: 'tenant-b-token-0123456789', tenant: 'b', scopes: ['produce', 'consume', 'read'] },
+  ];
+  let svc: TestService;
+  let holder: Knex;
+  beforeAll(async () => {
+    svc = await startService(backend, { ACK_QUEUE_MAX_IDS: '20000', API_TOKENS: JSON.stringify(tokens) });
+    holder = otherConnections(svc.database);
+  });
+  afterAll(async () => {
+    await holder.destroy();
+    await svc.stop();
+  });
+
+  it('when tenant A queues acks of its locked batch until the queue is full, then tenant B is still acked: A holds at most half', async () => {
+    const a = svc.clientWith(tokens[0]!.token);
+    const x = await batchWith(a, 24_000);
+    const y = await batchWith(svc.clientWith(tokens[1]!.token), 5000);
+    const ack = (token: string, ids: string[]) => Promise.resolve(svc.api.post('/v1/acks').set('authorization', `Bearer ${token}`).send({ ids }));
+    const release = await holdBatchRow(holder, x.id);
+    try {
+      const committer = svc.rollcall.committer!;
+      const rounds = committer.stats.transactions;
+      const first = ack(tokens[0]!.token, x.ids.slice(0, 6000));
+      await until(() => committer.stats.transactions > rounds); // in flight, waiting for the lock
+      const queued = [ack(tokens[0]!.token, x.ids.slice(6000, 12_000))];
+      await until(() => committer.waitingIds === 6000);
+      // Past half of ACK_QUEUE_MAX_IDS for A: refused at once (before, they queued and filled it for everyone).
+      const pastHalf = [ack(tokens[0]!.token, x.ids.slice(12_000, 18_000)), ack(tokens[0]!.token, x.ids.slice(18_000))];
+      await new Promise((resolve) => setTimeout(resolve, 300));
+      const [forB, ms] = await timed(ack(tokens[1]!.token, y.ids));
+      expect([forB.status, forB.body.acked]).toEqual([200, 5000]);
+      expect(ms).toBeLessThan(1500);
+      expect((await Promise.all(pastHalf)).map((res) => res.status)).toEqual([503, 503]);
+      await release();
+      await Promise.all([first, ...queued]);
+    } finally {
+      await release();
+    }
+  }, 30_000);
+});
+
 describe.each(backends().filter(([name]) => name === 'sqlite'))('a database file held locked by another process (%s)', (_name, backend) => {
   let svc: TestService;
   beforeAll(async () => {

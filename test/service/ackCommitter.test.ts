@@ -12,7 +12,7 @@ import { holdBatchRow, otherConnections } from '../helpers/rowLocks';
 import { startService, TestService } from '../helpers/service';
 
 // waitWhenIdle: the window's own rules (a lone call that starts at once is test/api/groupCommit's).
-const MERGING: AckMergeOptions = { windowMs: 50, waitWhenIdle: true, maxIds: 10_000, concurrency: 1, maxQueuedIds: 100_000 };
+const MERGING: AckMergeOptions = { windowMs: 50, waitWhenIdle: true, maxIds: 10_000, concurrency: 1, maxQueuedIds: 100_000, maxQueuedIdsPerTenant: 100_000 };
 
 /** The real committer on the service's real store, with these merge settings; `rounds` lists each round's call count. */
 function committerOn(svc: TestService, options: Partial<AckMergeOptions>, deps = svc.rollcall.deps) {
