@@ -5,6 +5,9 @@ export const client = new RollcallClient({
   token: process.env.ROLLCALL_TOKEN,
 });
 
+/** Where the BullMQ example's Redis is. */
+export const redis = { host: process.env.REDIS_HOST ?? '127.0.0.1', port: Number(process.env.REDIS_PORT ?? 6379) };
+
 /** The examples' "work": every 100th item fails for good, every 7th fails on its first try only. */
 export async function work(n: number, firstTry: boolean): Promise<void> {
   await new Promise((resolve) => setTimeout(resolve, 5));

@@ -2,10 +2,10 @@
 import { Queue } from 'bullmq';
 import { openBatch } from 'rollcall/producer';
 
-import { client } from '../shared';
+import { client, redis } from '../shared';
 
 async function main(): Promise<void> {
-  const queue = new Queue('thumbnails', { connection: { host: process.env.REDIS_HOST ?? '127.0.0.1', port: 6379 } });
+  const queue = new Queue('thumbnails', { connection: redis });
   let n = 0;
   const batch = await openBatch(client, {
     count: 1000,

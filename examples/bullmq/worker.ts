@@ -2,7 +2,7 @@
 import { Worker } from 'bullmq';
 import { rollcallProcessor } from 'rollcall/bullmq';
 
-import { client, work } from '../shared';
+import { client, redis, work } from '../shared';
 
 interface Thumbnail {
   rollcallItemId: string;
@@ -15,7 +15,7 @@ const worker = new Worker<Thumbnail>(
     await work(job.data.n, job.attemptsMade === 0);
     return `thumbnail ${job.data.n}`;
   }),
-  { connection: { host: process.env.REDIS_HOST ?? '127.0.0.1', port: 6379, maxRetriesPerRequest: null }, concurrency: 50 },
+  { connection: { ...redis, maxRetriesPerRequest: null }, concurrency: 50 },
 );
 
 // Print each batch once it is complete (the first job of a batch starts watching it).
