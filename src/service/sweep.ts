@@ -30,17 +30,21 @@ export function sweepOnce(deps: ServiceDeps, options: SweepOptions): Promise<Swe
 
 async function sweepChunks(deps: ServiceDeps, db: Db, options: SweepOptions): Promise<SweepResult> {
   const total: SweepResult = { batchesRemoved: 0, groupsRemoved: 0 };
+  // Candidates a chunk could not take (an ack or another replica's sweep held them, or an ack made
+  // them no longer due): later chunks look past them. Were they looked at again, a chunk whose
+  // candidates were all held would remove nothing and end the sweep with due batches behind them.
+  const passedOver = new Set<string>();
   for (;;) {
     const now = deps.now();
     const cutoffs = { idleBefore: now - options.openBatchTtlMs, completedBefore: now - options.completedRetentionMs };
     const chunk = await inTransaction(db, deps.tx, async (trx) => {
-      const ids = await lockDueBatches(trx, cutoffs, options.chunk);
-      return { batches: ids.length, groups: await deleteBatchesWithGroups(trx, ids) };
+      const due = await lockDueBatches(trx, cutoffs, options.chunk, passedOver);
+      return { ...due, groups: await deleteBatchesWithGroups(trx, due.locked) };
     });
-    total.batchesRemoved += chunk.batches;
+    total.batchesRemoved += chunk.locked.length;
     total.groupsRemoved += chunk.groups;
-    // Not `< chunk`: a replica sweeping beside this one may hold some of the candidates, so a short
-    // chunk does not mean nothing is left. Each chunk removes at least one batch, so this ends.
-    if (chunk.batches === 0) return total;
+    for (const id of chunk.passedOver) passedOver.add(id);
+    // Each chunk removes a batch or passes one over for good, so this ends.
+    if (chunk.locked.length === 0 && chunk.passedOver.length === 0) return total;
   }
 }

@@ -23,8 +23,11 @@ function isDue(query: Knex.QueryBuilder, cutoffs: SweepCutoffs): Knex.QueryBuild
   );
 }
 
-/** Up to `limit` ids that look due, read without locks: three index range scans (idle, complete, cancelled). */
-async function dueCandidates(trx: Knex.Transaction, cutoffs: SweepCutoffs, limit: number): Promise<string[]> {
+/**
+ * Up to `limit` ids that look due, read without locks: three index range scans (idle, complete,
+ * cancelled), leaving out the ids in `passedOver`.
+ */
+async function dueCandidates(trx: Knex.Transaction, cutoffs: SweepCutoffs, limit: number, passedOver: ReadonlySet<string>): Promise<string[]> {
   const scans = [
     (q: Knex.QueryBuilder) => q.whereIn('state', ['open', 'sealed']).where('updated_at', '<', cutoffs.idleBefore),
     (q: Knex.QueryBuilder) => q.where('state', 'complete').where('completed_at', '<', cutoffs.completedBefore),
@@ -33,14 +36,23 @@ async function dueCandidates(trx: Knex.Transaction, cutoffs: SweepCutoffs, limit
   const ids: string[] = [];
   for (const scan of scans) {
     if (ids.length >= limit) break;
-    const rows = (await withoutPendingEvent(trx, scan(trx('batches').select('id')).limit(limit - ids.length))) as Array<{ id: string }>;
+    const query = scan(trx('batches').select('id')).limit(limit - ids.length);
+    if (passedOver.size > 0) query.whereNotIn('id', [...passedOver]);
+    const rows = (await withoutPendingEvent(trx, query)) as Array<{ id: string }>;
     ids.push(...rows.map((r) => r.id));
   }
   return ids;
 }
 
+/** One chunk's pick: the batches locked for removal, and the candidates it passed over. */
+export interface DueChunk {
+  locked: string[];
+  /** Candidates not locked: held by another transaction (an ack, another sweep), no longer due, or with an event pending. */
+  passedOver: string[];
+}
+
 /**
- * Locks up to `limit` batches that are due for removal. The candidates are found by plain reads,
+ * Locks up to `limit` batches that are due for removal, of candidates not in `passedOver`. The candidates are found by plain reads,
  * then each is locked by primary key, skipping a row another transaction holds (an ack in flight,
  * another replica's sweep), and checked again: a locking read sees the newest committed row, so a
  * batch an ack has just touched is no longer due. Locking by key, not by scanning the state indexes,
@@ -49,16 +61,25 @@ async function dueCandidates(trx: Knex.Transaction, cutoffs: SweepCutoffs, limit
  * still pending is left out (a locking read: events are written under the batch row lock, which
  * this transaction now holds).
  */
-export async function lockDueBatches(trx: Knex.Transaction, cutoffs: SweepCutoffs, limit: number): Promise<string[]> {
-  const locked: string[] = [];
-  for (const id of await dueCandidates(trx, cutoffs, limit)) {
+export async function lockDueBatches(
+  trx: Knex.Transaction,
+  cutoffs: SweepCutoffs,
+  limit: number,
+  passedOver: ReadonlySet<string> = new Set(),
+): Promise<DueChunk> {
+  const chunk: DueChunk = { locked: [], passedOver: [] };
+  for (const id of await dueCandidates(trx, cutoffs, limit, passedOver)) {
     const row = (await forUpdateSkipLocked(trx, isDue(trx('batches').select('id').where('id', id), cutoffs))) as unknown[];
-    if (row.length === 0) continue;
-    // (No DISTINCT or LIMIT: PostgreSQL takes no row locks on a DISTINCT result.)
-    const pending = (await forShare(trx, trx('outbox').select('id').where('batch_id', id).where('status', 'pending'))) as unknown[];
-    if (pending.length === 0) locked.push(id);
+    if (row.length > 0 && !(await hasPendingEvent(trx, id))) chunk.locked.push(id);
+    else chunk.passedOver.push(id);
   }
-  return locked;
+  return chunk;
+}
+
+/** Whether batch `id` has a callback event pending, read under a share lock (no DISTINCT or LIMIT: PostgreSQL takes no row locks on a DISTINCT result). */
+async function hasPendingEvent(trx: Knex.Transaction, id: string): Promise<boolean> {
+  const pending = (await forShare(trx, trx('outbox').select('id').where('batch_id', id).where('status', 'pending'))) as unknown[];
+  return pending.length > 0;
 }
 
 /** Deletes the batches (rows this transaction holds) with their groups; returns the group count. */

@@ -1,6 +1,9 @@
-import { backends } from '../helpers/backends';
+import { Knex } from 'knex';
+
+import { backends, describeEachOrSkip, serverBackends } from '../helpers/backends';
 import { batchWith } from '../helpers/batches';
 import { Receiver } from '../helpers/receiver';
+import { holdBatchRow, otherConnections } from '../helpers/rowLocks';
 import { startService, TestService } from '../helpers/service';
 
 const DAY = 86_400_000;
@@ -96,5 +99,38 @@ describe.each(backends())('sweeping stale batches (%s)', (_name, backend) => {
     svc.rollcall.startBackground();
     for (let i = 0; i < 100 && (await exists(id)); i++) await new Promise((r) => setTimeout(r, 20));
     expect(await exists(id)).toBe(false);
+  });
+});
+
+describeEachOrSkip(serverBackends())('sweeping past batches another connection holds (%s)', (_name, backend) => {
+  let svc: TestService;
+  let holder: Knex;
+  beforeAll(async () => {
+    svc = await startService(backend, { OPEN_BATCH_TTL: '1d', SWEEP_CHUNK: '2' });
+    holder = otherConnections(svc.database, 2);
+  });
+  afterAll(async () => {
+    await holder.destroy();
+    await svc.stop();
+  });
+
+  it('when the oldest due batches are held (acks in flight), then a sweep still removes every due batch behind them', async () => {
+    const stale = [];
+    for (let i = 0; i < 7; i++) {
+      stale.push(await batchWith(svc.client, 1, { sealed: false }));
+      svc.clock.now += 1000; // oldest first in the sweep's scan
+    }
+    svc.clock.now += 2 * DAY;
+    // The first chunk's two candidates: held, as an ack's transaction holds its batch rows.
+    const releases = [await holdBatchRow(holder, stale[0]!.id), await holdBatchRow(holder, stale[1]!.id)];
+    try {
+      expect(await svc.api.post('/v1/admin/sweep').then((r) => r.body)).toEqual({ batchesRemoved: 5, groupsRemoved: 5 });
+      const left = [];
+      for (const { id } of stale) if ((await svc.api.get(`/v1/batches/${id}`)).status === 200) left.push(id);
+      expect(left).toEqual([stale[0]!.id, stale[1]!.id]);
+    } finally {
+      for (const release of releases) await release();
+    }
+    expect(await svc.api.post('/v1/admin/sweep').then((r) => r.body)).toEqual({ batchesRemoved: 2, groupsRemoved: 2 });
   });
 });
