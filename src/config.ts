@@ -79,7 +79,7 @@ export const configSchema = z.object({
   CALLBACK_BACKOFF_BASE: duration('1s', 1, Infinity),
   CALLBACK_BACKOFF_CAP: duration('10m', 1, Infinity),
   CALLBACK_MAX_AGE: duration('3d', 1000, Infinity),
-  CALLBACK_CONCURRENCY: int(1, 256).default(8),
+  CALLBACK_CONCURRENCY: int(1, 256).default(16),
   CALLBACK_POLL_INTERVAL: duration('1s', 10),
   CALLBACK_ALLOW_HOSTS: z
     .string()

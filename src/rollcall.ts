@@ -216,13 +216,15 @@ function ackCommitter(config: Config, deps: ServiceDeps, metrics: Metrics): AckC
 /** Callback delivery settings; a tenant's own callbackSecret signs its events, else CALLBACK_SECRET. */
 function deliveryOptions(config: Config): DeliveryOptions {
   const secrets = new Map((config.tokens ?? []).filter((t) => t.callbackSecret).map((t) => [t.tenant, t.callbackSecret as string]));
-  const share = Math.max(1, Math.ceil(config.CALLBACK_CONCURRENCY / 2));
+  // A tenant holds at most half the slots, and one receiving host half of a tenant's: a host that
+  // never answers leaves its own tenant's other hosts slots too (CALLBACK_CONCURRENCY ≥ 4).
+  const perTenant = Math.max(1, Math.ceil(config.CALLBACK_CONCURRENCY / 2));
   return {
     secretFor: (tenant) => secrets.get(tenant) ?? config.CALLBACK_SECRET,
     timeoutMs: config.CALLBACK_TIMEOUT,
     backoff: { baseMs: config.CALLBACK_BACKOFF_BASE, capMs: config.CALLBACK_BACKOFF_CAP },
     maxAgeMs: config.CALLBACK_MAX_AGE,
     concurrency: config.CALLBACK_CONCURRENCY,
-    share: { perTenant: share, perHost: share },
+    share: { perTenant, perHost: Math.max(1, Math.ceil(perTenant / 2)) },
   };
 }

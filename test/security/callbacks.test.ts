@@ -93,7 +93,7 @@ describe.each(backends())('callback targets in a multi-tenant service (%s)', (_n
 describe.each(backends())('fair callback delivery (%s)', (_name, backend) => {
   jest.setTimeout(60_000);
 
-  it("when hundreds of events wait on a receiver that never answers, then another tenant's callback arrives within seconds", async () => {
+  it("when hundreds of events wait on a receiver that never answers, then another tenant's callback, and the same tenant's to another host, arrive within seconds", async () => {
     const blackhole = new Receiver();
     blackhole.fallback = 'hang';
     await blackhole.start(0, '127.0.0.2');
@@ -115,6 +115,11 @@ describe.each(backends())('fair callback delivery (%s)', (_name, backend) => {
       const waited = Date.now() - started;
       console.log(`fairness (${backend.name}): the other tenant's callback arrived after ${waited} ms, 200 events hanging`);
       expect(waited).toBeLessThan(5000);
+      // The hanging receiver's own tenant: its callbacks to another host are not held behind it either.
+      const sameTenantStarted = Date.now();
+      await completedWithCallback(svc, tokenA, healthy.url);
+      await healthy.waitFor(2, 5000);
+      expect(Date.now() - sameTenantStarted).toBeLessThan(5000);
     } finally {
       await blackhole.stop();
       await svc.stop();
