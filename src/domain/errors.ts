@@ -116,6 +116,13 @@ export class UnavailableError extends RollcallError {
   readonly status = 503;
 }
 
+/** An UnavailableError for a lock another connection held past LOCK_TIMEOUT (the batch is busy, the database is not away). */
+export class LockHeldError extends UnavailableError {
+  constructor(options?: ErrorOptions) {
+    super('a lock this request needs is held elsewhere (LOCK_TIMEOUT); try again', options);
+  }
+}
+
 /** Error-shaped objects from another realm (a vm context, a native addon's own error class). */
 function isErrorLike(caught: unknown): caught is Error {
   if (types.isNativeError(caught)) return true;

@@ -1,5 +1,5 @@
 import { AckCall, callSize } from '../domain/ackCall';
-import { UnavailableError } from '../domain/errors';
+import { LockHeldError, UnavailableError } from '../domain/errors';
 import { ackItems, AckResult } from './ackItems';
 import { ServiceDeps } from './deps';
 
@@ -138,6 +138,29 @@ export class AckCommitter {
     else this.queuedByTenant.delete(entry.call.tenant);
   }
 
+  /**
+   * After a round of one batch waited LOCK_TIMEOUT for that batch's lock in vain, the calls of that
+   * batch queued behind it get the same 503 now: each would wait for the same lock in a round of its
+   * own, one LOCK_TIMEOUT after another (ten calls of a locked batch were answered after 2, 4, …,
+   * 12 s). With several batches in the round, which one was held is not known: those calls keep
+   * their place, and one may wait up to twice LOCK_TIMEOUT (docs/reliability.md).
+   */
+  private failQueuedBehind(batchIds: string[], error: LockHeldError): void {
+    if (new Set(batchIds).size !== 1) return;
+    const batchId = batchIds[0] as string;
+    const kept: Waiting[] = [];
+    for (const entry of this.queue) {
+      if (!entry.batchIds.includes(batchId)) {
+        kept.push(entry);
+        continue;
+      }
+      this.leavesQueue(entry);
+      this.queuedIds -= entry.size;
+      entry.reject(new LockHeldError({ cause: error }));
+    }
+    this.queue = kept;
+  }
+
   private flush(): void {
     if (this.timer) clearTimeout(this.timer);
     this.timer = null;
@@ -175,7 +198,11 @@ export class AckCommitter {
     )
       .then(
         (results) => round.forEach((w, i) => w.resolve(results[i] as AckResult)),
-        (error: unknown) => (round.length > 1 && !(error instanceof UnavailableError) ? this.eachAlone(round) : round.forEach((w) => w.reject(error))),
+        (error: unknown) => {
+          if (round.length > 1 && !(error instanceof UnavailableError)) return this.eachAlone(round);
+          round.forEach((w) => w.reject(error));
+          if (error instanceof LockHeldError) this.failQueuedBehind(batchIds, error);
+        },
       )
       .finally(() => {
         this.inFlight.delete(running);

@@ -2,7 +2,7 @@ import path from 'node:path';
 
 import { Knex } from 'knex';
 
-import { toError, UnavailableError } from '../domain/errors';
+import { LockHeldError, toError, UnavailableError } from '../domain/errors';
 import { Db } from './db';
 import { isBusy, isLockTimeout, isRetryable, isUnavailable } from './dbErrors';
 import { profileOf } from './dialect';
@@ -50,8 +50,8 @@ type Queues = Map<string, Promise<unknown>>;
  * Runs `work` after the earlier work of the same queue key has settled; work whose turn comes after
  * its deadline is not started, and fails with `late` (a 503).
  */
-function inTurn<T>(queues: Queues, key: string, deadline: number, late: string, work: () => Promise<T>): Promise<T> {
-  const turn = () => (Date.now() > deadline ? Promise.reject(new UnavailableError(late)) : work());
+function inTurn<T>(queues: Queues, key: string, deadline: number, late: () => UnavailableError, work: () => Promise<T>): Promise<T> {
+  const turn = () => (Date.now() > deadline ? Promise.reject(late()) : work());
   const run = (queues.get(key) ?? Promise.resolve()).then(turn, turn);
   const tail = run.catch(() => undefined);
   queues.set(key, tail);
@@ -70,7 +70,7 @@ const sqliteWriters: Queues = new Map();
  */
 function oneWriterPerFile<T>(db: Db, deadline: number, work: () => Promise<T>): Promise<T> {
   const file = path.resolve(String((db.client.config.connection as { filename?: string }).filename));
-  return inTurn(sqliteWriters, file, deadline, 'the database file is busy (LOCK_TIMEOUT); try again', work);
+  return inTurn(sqliteWriters, file, deadline, () => new UnavailableError('the database file is busy (LOCK_TIMEOUT); try again'), work);
 }
 
 /** Each pool's queues of transactions by batch. */
@@ -91,7 +91,13 @@ export function inBatchTransaction<T>(db: Db, options: TransactionOptions, batch
   let queues = batchTurns.get(db);
   if (!queues) batchTurns.set(db, (queues = new Map()));
   const deadline = lockDeadline(options);
-  return inTurn(queues, batchId, deadline, LOCK_HELD_ELSEWHERE, () => inTransaction(db, options, locksWaitedUntil(db, options, deadline, work)));
+  return inTurn(
+    queues,
+    batchId,
+    deadline,
+    () => new LockHeldError(),
+    () => inTransaction(db, options, locksWaitedUntil(db, options, deadline, work)),
+  );
 }
 
 /** Below this, what a turn waited is not worth a statement: the lock wait may overshoot the deadline by it. */
@@ -121,8 +127,6 @@ function locksWaitedUntil<T>(db: Db, options: TransactionOptions, deadline: numb
     }
   };
 }
-
-const LOCK_HELD_ELSEWHERE = 'a lock this request needs is held elsewhere (LOCK_TIMEOUT); try again';
 
 /** Pause between tries while another process holds the SQLite file. */
 const BUSY_PAUSE_MS = 10;
@@ -158,7 +162,7 @@ export async function withRetries<T>(options: TransactionOptions, attempt: () =>
 
 /** Maps what the caller can only retry later to UnavailableError and passes every other error through. */
 export function asUnavailable(error: Error): Error {
-  if (isLockTimeout(error)) return new UnavailableError(LOCK_HELD_ELSEWHERE, { cause: error });
+  if (isLockTimeout(error)) return new LockHeldError({ cause: error });
   return isUnavailable(error) ? new UnavailableError('the database is not available', { cause: error }) : error;
 }
 

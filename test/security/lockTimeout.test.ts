@@ -129,6 +129,23 @@ describeOnServers('a batch row held locked by another connection (%s)', (name, b
     expect(await svc.client.status(x.id)).toMatchObject({ total: 0 });
   }, 30_000);
 
+  it('when acks of a locked batch arrive while another waits for it, then each is answered 503 within LOCK_TIMEOUT of its start, not one LOCK_TIMEOUT after another', async () => {
+    const x = await batchWith(svc.client, 10);
+    const release = await holdRow(x.id);
+    const unlock = setTimeout(() => void release(), 10_000);
+    try {
+      const first = timed(Promise.resolve(svc.api.post('/v1/acks').send({ ids: [x.ids[0]] })));
+      await new Promise((resolve) => setTimeout(resolve, 500));
+      // They queue behind the first call's round (a batch's rounds run one at a time).
+      const later = await Promise.all(x.ids.slice(1).map((id) => timed(Promise.resolve(svc.api.post('/v1/acks').send({ ids: [id] })))));
+      for (const [res, ms] of [await first, ...later]) expect([res.status, res.body.error?.code, ms < 2800]).toEqual([503, 'unavailable', true]);
+    } finally {
+      clearTimeout(unlock);
+      await release();
+    }
+    expect(await svc.client.status(x.id)).toMatchObject({ succeeded: 0, pending: 10 });
+  }, 30_000);
+
   /** Locks the tables an ack needs as a whole (LOCK TABLES on MySQL, LOCK TABLE in a transaction on PostgreSQL). */
   async function lockTables(): Promise<() => Promise<void>> {
     if (postgres) {
