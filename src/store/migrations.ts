@@ -25,6 +25,7 @@ const migratorConfig: Knex.MigratorConfig = { migrationSource: new ListMigration
  * own lock would fail the second one), and whoever comes later finds nothing left to apply.
  */
 export async function migrateLatest(db: Db): Promise<string[]> {
+  if (await nothingPending(db)) return [];
   // PostgreSQL: an advisory lock first (concurrent CREATE TABLE of the lock table would collide);
   // then, everywhere, the lock-table row that Galera certification serialises across nodes.
   return withoutQueryTimeout(db, (unlimited) =>
@@ -35,6 +36,19 @@ export async function migrateLatest(db: Db): Promise<string[]> {
       }),
     ),
   );
+}
+
+/**
+ * True when the migrations table exists and lists every migration: a replica's usual start, which
+ * then takes no lock. (It took the lock every time: one killed while holding it kept every replica
+ * from starting for the lock's stale time, 2 minutes.) Any doubt, and the locked path decides.
+ */
+async function nothingPending(db: Db): Promise<boolean> {
+  try {
+    return (await db.schema.hasTable(migratorConfig.tableName as string)) && (await migrationsCurrent(db));
+  } catch {
+    return false;
+  }
 }
 
 /** Rolls back every migration (tests and `migrate down` only). */

@@ -83,6 +83,21 @@ describe.each(backends())('migrations (%s)', (_name, backend) => {
     }
   });
 
+  it('when the schema is current and a replica killed while starting left a fresh lock row, then the next starts at once', async () => {
+    const database = await backend.create();
+    const db = openDb(database.config);
+    try {
+      await migrateLatest(db);
+      await db('rollcall_migration_lock').insert({ id: 1, owner: 'killed while starting', refreshed_at: Date.now() });
+      const started = Date.now();
+      expect(await migrateLatest(db)).toEqual([]);
+      expect(Date.now() - started).toBeLessThan(10_000); // not the lock's 2-minute stale time
+    } finally {
+      await db.destroy();
+      await database.drop();
+    }
+  });
+
   it('when another holds the lock, then a migrator waits for it and gives up after its wait', async () => {
     const database = await backend.create();
     const db = openDb(database.config);
