@@ -23,13 +23,29 @@ function isDue(query: Knex.QueryBuilder, cutoffs: SweepCutoffs): Knex.QueryBuild
   );
 }
 
+/** Batches not complete: a child still at work. */
+const LIVE = ['open', 'sealed'];
+
+/**
+ * The parents of children still at work (uncorrelated, as Citus needs: parent_batch_id is not the
+ * distribution column). A parent idle itself while its child's items are acked is not idle: its
+ * item waits for that child's outcome, which would find the parent gone.
+ */
+const parentsOfLiveChildren = (trx: Knex.Transaction) => trx('batches').select('parent_batch_id').whereNotNull('parent_batch_id').whereIn('state', LIVE);
+
+/** Whether batch `id` has a child still at work (read again under the batch's row lock). */
+async function hasLiveChild(trx: Knex.Transaction, id: string): Promise<boolean> {
+  const children = (await trx('batches').select('id').where('parent_batch_id', id).whereIn('state', LIVE).limit(1)) as unknown[];
+  return children.length > 0;
+}
+
 /**
  * Up to `limit` ids that look due, read without locks: three index range scans (idle, complete,
  * cancelled), leaving out the ids in `passedOver`.
  */
 async function dueCandidates(trx: Knex.Transaction, cutoffs: SweepCutoffs, limit: number, passedOver: ReadonlySet<string>): Promise<string[]> {
   const scans = [
-    (q: Knex.QueryBuilder) => q.whereIn('state', ['open', 'sealed']).where('updated_at', '<', cutoffs.idleBefore),
+    (q: Knex.QueryBuilder) => q.whereIn('state', ['open', 'sealed']).where('updated_at', '<', cutoffs.idleBefore).whereNotIn('id', parentsOfLiveChildren(trx)),
     (q: Knex.QueryBuilder) => q.where('state', 'complete').where('completed_at', '<', cutoffs.completedBefore),
     (q: Knex.QueryBuilder) => q.where('state', 'cancelled').where('cancelled_at', '<', cutoffs.completedBefore),
   ];
@@ -47,7 +63,7 @@ async function dueCandidates(trx: Knex.Transaction, cutoffs: SweepCutoffs, limit
 /** One chunk's pick: the batches locked for removal, and the candidates it passed over. */
 export interface DueChunk {
   locked: string[];
-  /** Candidates not locked: held by another transaction (an ack, another sweep), no longer due, or with an event pending. */
+  /** Candidates not locked: held by another transaction (an ack, another sweep), no longer due, with an event pending or a child at work. */
   passedOver: string[];
 }
 
@@ -70,7 +86,7 @@ export async function lockDueBatches(
   const chunk: DueChunk = { locked: [], passedOver: [] };
   for (const id of await dueCandidates(trx, cutoffs, limit, passedOver)) {
     const row = (await forUpdateSkipLocked(trx, isDue(trx('batches').select('id').where('id', id), cutoffs))) as unknown[];
-    if (row.length > 0 && !(await hasPendingEvent(trx, id))) chunk.locked.push(id);
+    if (row.length > 0 && !(await hasPendingEvent(trx, id)) && !(await hasLiveChild(trx, id))) chunk.locked.push(id);
     else chunk.passedOver.push(id);
   }
   return chunk;

@@ -93,6 +93,26 @@ describe.each(backends())('sweeping stale batches (%s)', (_name, backend) => {
     }
   });
 
+  it('when a parent is idle but its child is still acked, then the parent stays and the child completes it', async () => {
+    const parent = await batchWith(svc.client, 1);
+    const child = await batchWith(svc.client, 2, { parentItem: parent.ids[0] });
+    svc.clock.now += 6 * DAY;
+    expect((await svc.api.post('/v1/acks').send({ ids: [child.ids[0]] })).body.acked).toBe(1);
+    svc.clock.now += 2 * DAY; // the parent idle 8 days, its child 2
+    expect(await sweep()).toEqual({ batchesRemoved: 0, groupsRemoved: 0 });
+    expect((await svc.api.post('/v1/acks').send({ ids: [child.ids[1]] })).body.completed).toHaveLength(1);
+    await svc.rollcall.childOutcomes.deliverDue();
+    expect((await svc.api.get(`/v1/batches/${parent.id}`)).body).toMatchObject({ state: 'complete', succeeded: 1 });
+  });
+
+  it('when a parent and its child are both idle, then one sweep removes both (the child first)', async () => {
+    const parent = await batchWith(svc.client, 1);
+    const child = await batchWith(svc.client, 2, { parentItem: parent.ids[0] });
+    svc.clock.now += 8 * DAY;
+    expect(await sweep()).toEqual({ batchesRemoved: 2, groupsRemoved: 2 });
+    expect([await exists(child.id), await exists(parent.id)]).toEqual([false, false]);
+  });
+
   it('when the sweeper loop runs, then it removes due batches on its own', async () => {
     const { id } = await open();
     svc.clock.now += 8 * DAY;
