@@ -346,7 +346,12 @@ const MIGRATION_LOCK_KEY = 0x726f6c6c; // "roll"
  */
 export async function advisoryMigrationLock<T>(db: Db, work: () => Promise<T>): Promise<T> {
   if (profileOf(db).name !== 'postgres') return work();
-  const lockHolder = knex({ client: 'pg', connection: db.client.config.connection as Knex.StaticConnectionConfig, pool: { min: 1, max: 1 } });
+  const lockHolder = knex({
+    log: knexLog(openedWith.get(db)?.log),
+    client: 'pg',
+    connection: db.client.config.connection as Knex.StaticConnectionConfig,
+    pool: { min: 1, max: 1 },
+  });
   try {
     await lockHolder.raw("SELECT set_config('lock_timeout', '0', false), pg_advisory_lock(?)", [MIGRATION_LOCK_KEY]);
     try {
