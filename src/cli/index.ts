@@ -3,6 +3,7 @@ import readline from 'node:readline';
 import { parseArgs } from 'node:util';
 
 import { RollcallApiError, RollcallClient } from '../client';
+import { BATCH_STATES, type BatchState } from '../contract/vocabulary';
 import { toError } from '../domain/errors';
 
 const USAGE = `usage: rollcall <command> [options]
@@ -18,7 +19,7 @@ const USAGE = `usage: rollcall <command> [options]
   status <batchId>
   item <itemId>
   failures <batchId> [--limit N] [--cursor C]
-  wait <batchId> [--timeout SECONDS]
+  wait <batchId> [--timeout SECONDS]      SECONDS from 0 to 60, fractions allowed (default 60)
   list [--state S] [--user-key K] [--parent BATCH] [--limit N]
 
 The service is ROLLCALL_URL (default http://127.0.0.1:8080); ROLLCALL_TOKEN is sent as a bearer token.
@@ -39,36 +40,100 @@ function need(value: string | undefined, what: string): string {
   return value;
 }
 
+/**
+ * Digits only: Number() also reads '' and ' ' as 0, '0x10' as 16 and '1e3' as 1000, which went out
+ * as a count or limit nobody typed. Ranges are left to the service, which names them in its answer.
+ */
 function integer(value: string | undefined, what: string): number | undefined {
   if (value === undefined) return undefined;
   const n = Number(value);
-  if (!Number.isInteger(n)) throw new UsageError(`${what} must be an integer`);
+  if (!/^\d+$/.test(value) || !Number.isSafeInteger(n)) throw new UsageError(`${what} must be a whole number (digits only), not '${value}'`);
   return n;
 }
 
+/** The wait endpoint's range (docs: timeout ≤ 60 s), written as its query takes it: digits, an optional fraction. */
+const MAX_WAIT_SECONDS = 60;
+
+/** Checked here: the client does not send it as typed, so a bad value was not refused but waited 0 s. */
+function waitSeconds(value: string | undefined): number {
+  if (value === undefined) return MAX_WAIT_SECONDS;
+  if (!/^\d+(\.\d+)?$/.test(value) || Number(value) > MAX_WAIT_SECONDS) {
+    throw new UsageError(`--timeout must be a number of seconds from 0 to ${MAX_WAIT_SECONDS}, not '${value}'`);
+  }
+  return Number(value);
+}
+
+/** JSON that parses to null, an array or a string was sent as metadata (null: silently none at all). */
+function jsonObject(value: string | undefined, what: string): Record<string, unknown> | undefined {
+  if (value === undefined) return undefined;
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(value);
+  } catch (error) {
+    throw new UsageError(`${what} must be a JSON object (${toError(error).message})`);
+  }
+  if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) throw new UsageError(`${what} must be a JSON object, not '${value}'`);
+  return parsed as Record<string, unknown>;
+}
+
+/** The client drops an empty key: the add went out without one, and a retry added the items twice. */
+function nonEmpty(value: string | undefined, what: string): string | undefined {
+  if (value === '') throw new UsageError(`${what} must not be empty`);
+  return value;
+}
+
+/** A state the service does not know was cast through and came back as the service's 400 (exit 1). */
+function batchState(value: string | undefined): BatchState | undefined {
+  if (value === undefined) return undefined;
+  if (!(BATCH_STATES as readonly string[]).includes(value)) throw new UsageError(`--state must be one of ${BATCH_STATES.join(', ')}, not '${value}'`);
+  return value as BatchState;
+}
+
+/** Node's own message carries a hint about '--' on further lines: the first sentence names the option. */
+function parseArgsError(error: Error): UsageError {
+  const firstSentence = error.message.split(/\.(?:\s|$)|\n/)[0] ?? error.message;
+  return new UsageError(firstSentence);
+}
+
+function parse(argv: string[]) {
+  try {
+    return parseArgs({
+      args: argv,
+      allowPositionals: true,
+      options: {
+        'user-key': { type: 'string' },
+        'callback-url': { type: 'string' },
+        metadata: { type: 'string' },
+        'idempotency-key': { type: 'string' },
+        'expected-items': { type: 'string' },
+        failed: { type: 'boolean' },
+        error: { type: 'string' },
+        'parent-item': { type: 'string' },
+        parent: { type: 'string' },
+        cursor: { type: 'string' },
+        timeout: { type: 'string' },
+        state: { type: 'string' },
+        limit: { type: 'string' },
+        help: { type: 'boolean', short: 'h' },
+      },
+    });
+  } catch (caught) {
+    // An unknown option or a missing value is bad usage (exit 2), not an error answer (exit 1).
+    const error = toError(caught);
+    if ((error as NodeJS.ErrnoException).code?.startsWith('ERR_PARSE_ARGS_')) throw parseArgsError(error);
+    throw error;
+  }
+}
+
 async function run(argv: string[]): Promise<unknown> {
-  const { values, positionals } = parseArgs({
-    args: argv,
-    allowPositionals: true,
-    options: {
-      'user-key': { type: 'string' },
-      'callback-url': { type: 'string' },
-      metadata: { type: 'string' },
-      'idempotency-key': { type: 'string' },
-      'expected-items': { type: 'string' },
-      failed: { type: 'boolean' },
-      error: { type: 'string' },
-      'parent-item': { type: 'string' },
-      parent: { type: 'string' },
-      cursor: { type: 'string' },
-      timeout: { type: 'string' },
-      state: { type: 'string' },
-      limit: { type: 'string' },
-      help: { type: 'boolean', short: 'h' },
-    },
-  });
+  const { values, positionals } = parse(argv);
   const [command, ...args] = positionals;
-  if (values.help || !command) throw new UsageError('');
+  // Help asked for is an answer (stdout, exit 0); no command at all is bad usage.
+  if (values.help) {
+    process.stdout.write(`${USAGE}\n`);
+    return undefined;
+  }
+  if (!command) throw new UsageError('');
   switch (command) {
     case 'serve': {
       const { serve, exitOnStartFailure } = await import('../main');
@@ -82,12 +147,12 @@ async function run(argv: string[]): Promise<unknown> {
       return client().open({
         userKey: values['user-key'],
         callbackUrl: values['callback-url'],
-        metadata: values.metadata ? (JSON.parse(values.metadata) as Record<string, unknown>) : undefined,
+        metadata: jsonObject(values.metadata, '--metadata'),
         parentItem: values['parent-item'],
       });
     case 'add': {
       const added = await client().addItems(need(args[0], 'batchId'), integer(need(args[1], 'count'), 'count') as number, {
-        idempotencyKey: values['idempotency-key'],
+        idempotencyKey: nonEmpty(values['idempotency-key'], '--idempotency-key'),
       });
       return { batchId: added.batchId, total: added.total, groups: added.groups };
     }
@@ -108,10 +173,10 @@ async function run(argv: string[]): Promise<unknown> {
     case 'status':
       return client().status(need(args[0], 'batchId'));
     case 'wait':
-      return client().waitForCompletion(need(args[0], 'batchId'), { timeoutMs: (Number(values.timeout ?? 60) || 0) * 1000 });
+      return client().waitForCompletion(need(args[0], 'batchId'), { timeoutMs: waitSeconds(values.timeout) * 1000 });
     case 'list':
       return client().list({
-        state: values.state as 'open' | undefined,
+        state: batchState(values.state),
         userKey: values['user-key'],
         parent: values.parent,
         limit: integer(values.limit, '--limit'),
