@@ -61,21 +61,25 @@ describe('the CLI refuses bad usage with exit 2 and a message naming the option'
     },
   );
 
+  it.each([[['migrate', 'down']], [['serve', 'now']]])("when '%s' is run, then it is a usage error, not a migration or a start", async (argv) => {
+    expectUsageError(await run(argv), /takes no arguments/);
+  });
+
   it('when --metadata is a JSON object, then the batch is opened with it', async () => {
     const opened = await run(['open', '--metadata', '{"tag":"cli"}']);
     expect(opened.code).toBe(0);
     expect(JSON.parse(opened.stdout)).toMatchObject({ metadata: { tag: 'cli' } });
   });
 
-  it.each([['abc'], [''], ['-1'], ['61'], ['1e1'], ['0x10'], ['Infinity']])(
+  it.each([['abc'], [''], ['-1'], ['1e1'], ['0x10'], ['Infinity']])(
     "when wait's --timeout is '%s', then it is a usage error naming --timeout (not a wait of 0 s)",
     async (timeout) => {
       const id = await openBatch();
-      expectUsageError(await run(['wait', id, `--timeout=${timeout}`]), /^--timeout must be a number of seconds from 0 to 60/);
+      expectUsageError(await run(['wait', id, `--timeout=${timeout}`]), /^--timeout must be a number of seconds/);
     },
   );
 
-  it.each([['0'], ['0.2'], ['60']])("when wait's --timeout is '%s', then it waits and answers the batch", async (timeout) => {
+  it.each([['0'], ['0.2'], ['60'], ['300']])("when wait's --timeout is '%s', then it waits and answers the batch", async (timeout) => {
     const id = await openBatch();
     expect((await run(['seal', id])).code).toBe(0); // no items: complete at once, so 60 s is not waited
     const waited = await run(['wait', id, '--timeout', timeout]);

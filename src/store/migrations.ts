@@ -51,7 +51,7 @@ async function nothingPending(db: Db): Promise<boolean> {
   }
 }
 
-/** Rolls back every migration (tests and `migrate down` only). */
+/** Rolls back every migration (tests only: there is no down-migration command). */
 export async function migrateRollbackAll(db: Db): Promise<void> {
   await db.migrate.rollback(migratorConfig, true);
 }
