@@ -2,7 +2,7 @@ import { once } from 'node:events';
 import { Server } from 'node:http';
 import v8 from 'node:v8';
 
-import { ConfigError, loadConfig } from './config';
+import { Config, ConfigError, loadConfig } from './config';
 import { toError } from './domain/errors';
 import { createServer } from './http/server';
 import { createRollcall } from './rollcall';
@@ -18,7 +18,7 @@ export async function serve(): Promise<void> {
     log.warn({ host: config.HOST }, 'API_TOKENS is not set: every request is allowed; keep HOST on a loopback address');
   }
   const server: Server = createServer(rollcall.app).listen(config.PORT, config.HOST);
-  await once(server, 'listening');
+  await once(server, 'listening').catch((error: unknown) => Promise.reject(listenError(toError(error), config)));
   const address = server.address();
   const port = typeof address === 'object' && address ? address.port : config.PORT;
   log.info(
@@ -60,6 +60,21 @@ export async function serve(): Promise<void> {
  */
 function limitHeapGrowth(percent: number): void {
   if (percent > 0) v8.setFlagsFromString(`--heap-growing-percent=${percent}`);
+}
+
+/**
+ * A listen that failed, as the setting to change: an address that does not resolve or is not this
+ * host's is HOST's, a port taken or not allowed is PORT's. Anything else stays as it was.
+ */
+function listenError(error: Error, config: Pick<Config, 'HOST' | 'PORT'>): Error {
+  const code = (error as NodeJS.ErrnoException).code ?? '';
+  const cause = `${code}: ${error.message}`;
+  if (['ENOTFOUND', 'EAI_AGAIN', 'EAI_NONAME', 'EADDRNOTAVAIL', 'EAFNOSUPPORT'].includes(code)) {
+    return new ConfigError(`invalid configuration:\n  HOST: cannot listen on '${config.HOST}' (${cause})`);
+  }
+  if (['EADDRINUSE', 'EACCES'].includes(code))
+    return new ConfigError(`invalid configuration:\n  PORT: cannot listen on port ${config.PORT} of '${config.HOST}' (${cause})`);
+  return error;
 }
 
 /** Reports a failure to start (a config error by its message alone) and exits 1. */

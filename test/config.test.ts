@@ -3,6 +3,7 @@ import os from 'node:os';
 import path from 'node:path';
 
 import { ConfigError, loadConfig } from '../src/config';
+import { spawnService } from './helpers/processes';
 
 describe('configuration', () => {
   it('when nothing is set, then the documented defaults apply', () => {
@@ -85,5 +86,33 @@ describe('configuration', () => {
     expect(() => loadConfig({ LOCK_TIMEOUT: '1200ms', DB_QUERY_TIMEOUT: '2s' })).toThrow(/DB_QUERY_TIMEOUT.*2000 ms/);
     expect(loadConfig({ LOCK_TIMEOUT: '1200ms', DB_QUERY_TIMEOUT: '2100ms' }).DB_QUERY_TIMEOUT).toBe(2100);
     expect(loadConfig({ LOCK_TIMEOUT: '60s', DB_QUERY_TIMEOUT: '0' }).DB_QUERY_TIMEOUT).toBe(0);
+  });
+});
+
+describe('a service that cannot listen', () => {
+  const sqlite = () => ({ SQLITE_PATH: path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'rollcall-listen-')), 'x.sqlite') });
+
+  it.each([['not a host'], ['999.1.1.1'], ['192.0.2.1']])("when HOST is '%s', then it stops with a message naming HOST, no stack trace", async (host) => {
+    const failure = spawnService({ ...sqlite(), HOST: host }).then(
+      (service) => service.stop().then(() => 'started'),
+      (error: Error) => error.message,
+    );
+    const message = await failure;
+    expect(message).toMatch(/exited with 1 before listening:\ninvalid configuration:\n {2}HOST: cannot listen on/);
+    expect(message).not.toMatch(/\n {4}at /);
+  });
+
+  it('when PORT is taken, then it stops with a message naming PORT', async () => {
+    const first = await spawnService(sqlite());
+    try {
+      const port = new URL(first.url).port;
+      const message = await spawnService({ ...sqlite(), PORT: port }).then(
+        (service) => service.stop().then(() => 'started'),
+        (error: Error) => error.message,
+      );
+      expect(message).toMatch(/invalid configuration:\n {2}PORT: cannot listen on port \d+ of '127.0.0.1' \(EADDRINUSE/);
+    } finally {
+      await first.stop();
+    }
   });
 });
