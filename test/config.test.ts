@@ -41,10 +41,19 @@ describe('configuration', () => {
     ['LOCK_TIMEOUT', '25d'],
     ['API_TOKENS', '[{"token":"short","tenant":"a","scopes":["read"]}]'],
     ['API_TOKENS', 'not json'],
+    // Taken before, yet never matching a host: a space, a port, a scheme.
+    ['CALLBACK_ALLOW_HOSTS', 'foo bar'],
+    ['CALLBACK_ALLOW_HOSTS', 'hooks.internal:8080'],
+    ['CALLBACK_ALLOW_HOSTS', 'http://hooks.internal'],
     ['API_TOKENS', '[{"token":"a-long-enough-token-123","tenant":"a\\u0000b","scopes":["read"]}]'],
   ])('when %s is %s, then loading stops with a message naming the key', (key, value) => {
     expect(() => loadConfig({ [key]: value })).toThrow(ConfigError);
     expect(() => loadConfig({ [key]: value })).toThrow(new RegExp(key));
+  });
+
+  it('when CALLBACK_ALLOW_HOSTS lists names, addresses and CIDRs, then they are taken', () => {
+    const entries = ['hooks.internal', 'under_score.internal', 'LOCALHOST', '10.0.0.7', 'fd00::1', '10.0.0.0/8', 'fd00::/8'];
+    expect(loadConfig({ CALLBACK_ALLOW_HOSTS: entries.join(', ') }).CALLBACK_ALLOW_HOSTS).toEqual(entries);
   });
 
   it.each(['mysql://u:p@db:3306/rc', 'postgres://u:p@db:5432/rc', 'postgresql://u:p@db/rc?sslmode=require'])(

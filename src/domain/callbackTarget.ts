@@ -93,11 +93,15 @@ export class CallbackTargetPolicy {
   }
 }
 
+/** A DNS name as a URL's host can be: dot-separated labels of letters, digits, '-' and '_' (used in internal names), ≤ 253 characters. */
+const HOST_NAME = /^(?=.{1,253}$)[a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?(\.[a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?)*\.?$/i;
+
 /** Parses CALLBACK_ALLOW_HOSTS; returns an error message for an entry it cannot read. */
 export function invalidAllowEntry(entry: string): string | null {
   const [address, bits, extra] = entry.split('/');
   if (extra !== undefined || !address) return `${entry} is not a host name, address or CIDR`;
-  if (bits === undefined) return null;
+  // An entry that is neither (a space, a port, a scheme) was taken and could never match a host.
+  if (bits === undefined) return net.isIP(address) !== 0 || HOST_NAME.test(address) ? null : `${entry} is not a host name, address or CIDR`;
   const max = net.isIPv4(address) ? 32 : net.isIPv6(address) ? 128 : -1;
   if (max < 0 || !/^\d+$/.test(bits) || Number(bits) > max) return `${entry} is not a CIDR`;
   return null;
