@@ -123,6 +123,18 @@ export class LockHeldError extends UnavailableError {
   }
 }
 
+/**
+ * The database was migrated by a newer version of rollcall: this one does not start on it (a start
+ * refused for a reason the operator fixes, told by its message alone, like a ConfigError).
+ */
+export class NewerSchemaError extends Error {
+  readonly code = 'schema_newer';
+  constructor(unknownMigrations: string[]) {
+    super(`the database's schema is newer than this version of rollcall (migrations it does not know: ${unknownMigrations.join(', ')}); run the newer version`);
+    this.name = 'NewerSchemaError';
+  }
+}
+
 /** Error-shaped objects from another realm (a vm context, a native addon's own error class). */
 function isErrorLike(caught: unknown): caught is Error {
   if (types.isNativeError(caught)) return true;

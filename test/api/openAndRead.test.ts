@@ -133,4 +133,17 @@ describe.each(backends())('opening and reading batches (%s)', (_name, backend) =
     expect((await svc.api.get('/healthz')).status).toBe(200);
     expect((await svc.api.get('/readyz')).status).toBe(200);
   });
+
+  it('when a newer version has migrated the database, then /readyz answers 503 naming the migration this one does not know', async () => {
+    const newer = { name: '9999_from_a_newer_version.ts', batch: 99, migration_time: new Date() };
+    await svc.rollcall.db('rollcall_migrations').insert(newer);
+    try {
+      const res = await svc.api.get('/readyz');
+      expect(res.status).toBe(503);
+      expect(res.body.error.message).toMatch(/schema is newer than this version of rollcall .*9999_from_a_newer_version/);
+    } finally {
+      await svc.rollcall.db('rollcall_migrations').where({ name: newer.name }).delete();
+    }
+    expect((await svc.api.get('/readyz')).status).toBe(200);
+  });
 });

@@ -2,7 +2,7 @@ import { migrations } from '../../migrations';
 import { Db, openDb } from '../../src/store/db';
 import { profileOf } from '../../src/store/dialect';
 import { withMigrationLock } from '../../src/store/migrationLock';
-import { migrateLatest, migrateRollbackAll, migrationsCurrent } from '../../src/store/migrations';
+import { migrateLatest, migrateRollbackAll, migrationsCurrent, schemaState } from '../../src/store/migrations';
 import { backends } from '../helpers/backends';
 
 /** The schema as the database reports it: tables, columns with types, and indexes. */
@@ -45,6 +45,20 @@ describe.each(backends())('migrations (%s)', (_name, backend) => {
       await migrateLatest(db);
       expect(await describeSchema(db)).toEqual(first);
       expect(await migrateLatest(db)).toEqual([]);
+    } finally {
+      await db.destroy();
+      await database.drop();
+    }
+  });
+
+  it('when a newer version has migrated the database, then this version refuses to start, naming the migration it does not know', async () => {
+    const database = await backend.create();
+    const db = openDb(database.config);
+    try {
+      await migrateLatest(db);
+      await db('rollcall_migrations').insert({ name: '9999_from_a_newer_version.ts', batch: 99, migration_time: new Date() });
+      expect(await schemaState(db)).toBe('newer');
+      await expect(migrateLatest(db)).rejects.toThrow(/schema is newer than this version of rollcall .*9999_from_a_newer_version/);
     } finally {
       await db.destroy();
       await database.drop();

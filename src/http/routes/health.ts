@@ -1,8 +1,8 @@
 import { Router } from 'express';
 
-import { UnavailableError } from '../../domain/errors';
+import { NewerSchemaError, UnavailableError } from '../../domain/errors';
 import { Db, ping } from '../../store/db';
-import { migrationsCurrent } from '../../store/migrations';
+import { schemaState, unknownMigrations } from '../../store/migrations';
 
 /**
  * Liveness (the process runs) and readiness (the database answers and its schema is current). A
@@ -15,10 +15,11 @@ export function healthRoutes(db: Db): Router {
   });
   router.get('/readyz', async (_req, res) => {
     await ping(db);
-    const current = await migrationsCurrent(db).catch((cause: unknown) => {
+    const state = await schemaState(db).catch((cause: unknown) => {
       throw new UnavailableError('the database is not available', { cause });
     });
-    if (!current) throw new UnavailableError('database migrations are not current');
+    if (state === 'behind') throw new UnavailableError('database migrations are not current');
+    if (state === 'newer') throw new UnavailableError(new NewerSchemaError(await unknownMigrations(db).catch(() => [])).message);
     res.json({ status: 'ready' });
   });
   return router;
