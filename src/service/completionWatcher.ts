@@ -1,16 +1,18 @@
 import { toBatchView } from '../contract/batchView';
 import { BatchView } from '../contract/responses';
 import { BatchRecord, Caller, isFinished } from '../domain/batch';
-import { findFinishedBatches } from '../store/batches';
+import { findFinishedOrGone } from '../store/batches';
 import { ServiceDeps } from './deps';
 import { getBatch } from './readBatches';
 
+/** Wakes a waiter: with the batch that ended, or with nothing (it reads the state itself: timed out, released, or gone). */
 type Wake = (batch: BatchRecord | null) => void;
 
 /**
  * Long-poll for completion (or cancellation: both end a batch). Waiters of this process are woken at once by completions made here,
  * and by ONE shared query every `pollIntervalMs` that asks which of all waited-for batches are
  * finished (for completions made by other replicas): hundreds of waiters cost one query per tick.
+ * The same query finds batches deleted meanwhile: their waiters are answered 404 then, not at their timeout.
  */
 export class CompletionWatcher {
   private readonly waiters = new Map<string, Set<Wake>>();
@@ -29,13 +31,15 @@ export class CompletionWatcher {
 
   /** Completions and cancellations committed in this process. */
   notify(batches: BatchRecord[]): void {
-    for (const batch of batches) {
-      const set = this.waiters.get(batch.id);
-      if (!set) continue;
-      this.waiters.delete(batch.id);
-      for (const wake of set) wake(batch);
-    }
+    for (const batch of batches) this.wakeAll(batch.id, batch);
     this.stopPollingIfIdle();
+  }
+
+  private wakeAll(batchId: string, batch: BatchRecord | null): void {
+    const set = this.waiters.get(batchId);
+    if (!set) return;
+    this.waiters.delete(batchId);
+    for (const wake of set) wake(batch);
   }
 
   /** Answers as soon as the batch is complete or cancelled, or after `timeoutMs` with its state then. */
@@ -87,7 +91,9 @@ export class CompletionWatcher {
     const ids = [...this.waiters.keys()];
     for (let i = 0; i < ids.length; i += 1000) {
       try {
-        this.notify(await findFinishedBatches(this.deps.db, ids.slice(i, i + 1000)));
+        const { finished, gone } = await findFinishedOrGone(this.deps.db, ids.slice(i, i + 1000));
+        for (const id of gone) this.wakeAll(id, null); // reads the batch, finds it gone: 404
+        this.notify(finished);
       } catch {
         return; // the database is away; waiters time out and read the state themselves
       }

@@ -145,9 +145,19 @@ export function batchUpdate(batch: BatchRecord) {
 }
 
 /** The batches among `ids` that are complete or cancelled (one query for every waiter of a process). */
-export async function findFinishedBatches(q: Queryable, ids: string[]): Promise<BatchRecord[]> {
+async function findFinishedBatches(q: Queryable, ids: string[]): Promise<BatchRecord[]> {
   if (ids.length === 0) return [];
   return ((await q('batches').whereIn('id', ids).whereIn('state', ['complete', 'cancelled'])) as BatchRow[]).map(batchFromRow);
+}
+
+/** Of these batches, the finished ones (whole) and the ids of those that no longer exist (deleted). */
+export async function findFinishedOrGone(q: Queryable, ids: string[]): Promise<{ finished: BatchRecord[]; gone: string[] }> {
+  if (ids.length === 0) return { finished: [], gone: [] };
+  // One narrow read of every waited-for row; whole rows only for the few that finished.
+  const rows = (await q('batches').select('id', 'state').whereIn('id', ids)) as Array<{ id: string; state: string }>;
+  const present = new Set(rows.map((row) => row.id));
+  const finishedIds = rows.filter((row) => row.state === 'complete' || row.state === 'cancelled').map((row) => row.id);
+  return { finished: await findFinishedBatches(q, finishedIds), gone: ids.filter((id) => !present.has(id)) };
 }
 
 export interface BatchFilter {

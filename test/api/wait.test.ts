@@ -53,6 +53,27 @@ describe.each(backends())('waiting for completion (%s)', (_name, backend) => {
     }
   });
 
+  it.each([
+    ['here', false],
+    ['through another replica', true],
+  ])('when the batch is deleted %s while a client waits, then the wait is answered 404 then, not at its timeout', async (_where, elsewhere) => {
+    const replica = elsewhere ? await startReplica(svc) : null;
+    try {
+      const { id } = await sealed(2);
+      const started = Date.now();
+      const waiting = svc.api.get(`/v1/batches/${id}/wait?timeout=30`).then((r) => r);
+      for (let i = 0; i < 100 && svc.rollcall.watcher.waiting === 0; i++) await new Promise((r) => setTimeout(r, 20));
+      expect((await (replica ?? svc).api.delete(`/v1/batches/${id}`)).status).toBe(204);
+      const res = await waiting;
+      expect(res.status).toBe(404);
+      expect(res.body.error.code).toBe('batch_not_found');
+      expect(Date.now() - started).toBeLessThan(15_000);
+      expect(svc.rollcall.watcher.waiting).toBe(0);
+    } finally {
+      await replica?.stop();
+    }
+  });
+
   it('when 300 clients wait, then the database sees one shared query per poll, not one per waiter', async () => {
     const batches = await Promise.all(Array.from({ length: 30 }, () => sealed(1)));
     let queries = 0;
