@@ -65,6 +65,16 @@ describe('the CLI refuses bad usage with exit 2 and a message naming the option'
     expectUsageError(await run(argv), /takes no arguments/);
   });
 
+  it.each([
+    [['cancel', 'a', 'b'], /^cancel takes 1 argument, not 'a b'$/],
+    [['add', 'a', '5', '6'], /^add takes 2 arguments, not 'a 5 6'$/],
+    [['list', 'sealed'], /^list takes no arguments, not 'sealed'$/],
+    [['seal', 'a', '--limit', '5'], /^--limit does not go with seal$/],
+    [['status', 'a', '--failed'], /^--failed does not go with status$/],
+  ])('when %j is run, then it is a usage error naming what the command does not take (not a call that drops it)', async (argv, message) => {
+    expectUsageError(await run(argv), message);
+  });
+
   it('when --metadata is a JSON object, then the batch is opened with it', async () => {
     const opened = await run(['open', '--metadata', '{"tag":"cli"}']);
     expect(opened.code).toBe(0);

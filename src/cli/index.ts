@@ -127,6 +127,37 @@ function parse(argv: string[]) {
   }
 }
 
+/** What each command takes: how many words after its name (`any`: ack's IDs), and which options. */
+const COMMANDS: Record<string, { words: number | 'any'; options: string[] }> = {
+  serve: { words: 0, options: [] },
+  migrate: { words: 0, options: [] },
+  open: { words: 0, options: ['user-key', 'callback-url', 'metadata', 'parent-item'] },
+  add: { words: 2, options: ['idempotency-key'] },
+  seal: { words: 1, options: ['expected-items'] },
+  ack: { words: 'any', options: ['failed', 'error'] },
+  cancel: { words: 1, options: [] },
+  status: { words: 1, options: [] },
+  item: { words: 1, options: [] },
+  failures: { words: 1, options: ['limit', 'cursor'] },
+  wait: { words: 1, options: ['timeout'] },
+  list: { words: 0, options: ['state', 'user-key', 'parent', 'limit'] },
+};
+
+/**
+ * Words and options a command does not take are refused, not ignored: `migrate down` applied
+ * migrations, `cancel A B` cancelled A alone, and `seal B --limit 5` sealed without a word.
+ */
+function checkFits(command: string, args: string[], values: Record<string, unknown>): void {
+  const spec = COMMANDS[command];
+  if (!spec) throw new UsageError(`unknown command ${command}`);
+  if (spec.words !== 'any' && args.length > spec.words) {
+    const takes = spec.words === 0 ? 'no arguments' : `${spec.words} argument${spec.words === 1 ? '' : 's'}`;
+    throw new UsageError(`${command} takes ${takes}, not '${args.join(' ')}'`);
+  }
+  const foreign = Object.keys(values).find((option) => option !== 'help' && !spec.options.includes(option));
+  if (foreign) throw new UsageError(`--${foreign} does not go with ${command}`);
+}
+
 async function run(argv: string[]): Promise<unknown> {
   const { values, positionals } = parse(argv);
   const [command, ...args] = positionals;
@@ -136,8 +167,7 @@ async function run(argv: string[]): Promise<unknown> {
     return undefined;
   }
   if (!command) throw new UsageError('');
-  // `migrate down` applied migrations: words a command does not take are refused, not ignored.
-  if ((command === 'serve' || command === 'migrate') && args.length > 0) throw new UsageError(`${command} takes no arguments, not '${args.join(' ')}'`);
+  checkFits(command, args, values);
   switch (command) {
     case 'serve': {
       const { serve, exitOnStartFailure } = await import('../main');
