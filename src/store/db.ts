@@ -250,8 +250,11 @@ function openPostgres(config: DbConfig, log?: Logger): Db {
         // idle_in_transaction_session_timeout: as MariaDB's idle_transaction_timeout (endsAbandonedTransactions).
         // Without DB_QUERY_TIMEOUT the database's own setting stays.
         const idleLimit = config.DB_QUERY_TIMEOUT > 0 ? ", set_config('idle_in_transaction_session_timeout', $2, false)" : '';
+        // On Citus, a shortened lock wait (SET LOCAL lock_timeout, dialect.ts) reaches the workers,
+        // which hold the row locks; the session's own settings do not (docs/scaling.md).
+        const citusSets = ", (SELECT set_config('citus.propagate_set_commands', 'local', false) FROM pg_extension WHERE extname = 'citus')";
         conn.query(
-          `SELECT set_config('default_transaction_isolation', 'read committed', false), set_config('lock_timeout', $1, false)${idleLimit}`,
+          `SELECT set_config('default_transaction_isolation', 'read committed', false), set_config('lock_timeout', $1, false)${idleLimit}${citusSets}`,
           [`${config.LOCK_TIMEOUT}ms`, ...(idleLimit ? [`${config.DB_QUERY_TIMEOUT}ms`] : [])],
           (err) => done(err, conn),
         );

@@ -106,10 +106,13 @@ export const PROFILES: Readonly<Record<DialectName, DialectProfile>> = {
     hotPath: 'pg-pipeline',
     writers: 'pool',
     tableOptions: '',
-    // is_local: for this transaction only. At least 1 ms: a lock_timeout of 0 means no limit.
+    // LOCAL: for this transaction only. At least 1 ms: a lock_timeout of 0 means no limit. A SET
+    // statement, not set_config(): Citus sends a SET LOCAL on to the workers where the row locks are
+    // taken (with citus.propagate_set_commands = 'local', set per session, db.ts); set_config() it
+    // does not. The value is a whole number written here, never input.
     lockWaitStatement: (ms) => ({
-      sql: "SELECT set_config('lock_timeout', ?, true)",
-      bindings: [`${Math.max(1, Math.floor(ms))}ms`],
+      sql: `SET LOCAL lock_timeout = '${Math.max(1, Math.floor(ms))}ms'`,
+      bindings: [],
       endsWithTransaction: true,
     }),
     errors: {

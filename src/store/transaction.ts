@@ -116,7 +116,7 @@ function locksWaitedUntil<T>(db: Db, options: TransactionOptions, deadline: numb
     const profile = profileOf(db);
     const shorter = profile.lockWaitStatement(left);
     const usual = profile.lockWaitStatement(full);
-    if (!shorter || !usual || JSON.stringify(shorter.bindings) === JSON.stringify(usual.bindings)) return work(trx);
+    if (!shorter || !usual || JSON.stringify(shorter) === JSON.stringify(usual)) return work(trx);
     await trx.raw(shorter.sql, [...shorter.bindings]);
     try {
       return await work(trx);
