@@ -1,5 +1,6 @@
 import { AckCall, callSize } from '../domain/ackCall';
 import { LockHeldError, UnavailableError } from '../domain/errors';
+import { batchesHeldElsewhere } from '../store/batches';
 import { ackItems, AckResult } from './ackItems';
 import { ServiceDeps } from './deps';
 
@@ -28,9 +29,25 @@ interface Waiting {
   batchIds: string[];
   resolve: (result: AckResult) => void;
   reject: (error: unknown) => void;
+  /** Run again once after its round waited for another batch's lock: a second such wait is its 503. */
+  again?: true;
 }
 
 const batchIdsOf = (call: AckCall): string[] => [...new Set(call.targets.map((t) => t.batchId))];
+
+/** How long a batch found held by another connection keeps its calls out of other batches' rounds. */
+const HELD_MEMORY_MS = 60_000;
+
+/** The longest the question "which batch is held?" may take; past it, no batch is named. */
+const HELD_QUESTION_LIMIT_MS = 500;
+
+/** The batches another connection holds, or none when the database does not tell within the limit. */
+function heldOf(deps: ServiceDeps, batchIds: string[]): Promise<string[]> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<string[]>((resolve) => (timer = setTimeout(() => resolve([]), HELD_QUESTION_LIMIT_MS)));
+  const asked = batchesHeldElsewhere(deps.db, batchIds).catch(() => []);
+  return Promise.race([asked, late]).finally(() => clearTimeout(timer));
+}
 
 /**
  * Group commit for acks: calls that arrive while transactions are running, or within `windowMs`
@@ -42,6 +59,12 @@ const batchIdsOf = (call: AckCall): string[] => [...new Set(call.targets.map((t)
  * a round in flight holds one of its batches, and so does every later call of that batch (each
  * batch keeps its order). A batch whose row another connection holds therefore stalls only its
  * own calls (up to LOCK_TIMEOUT), while rounds of other batches keep committing.
+ *
+ * A round that waited in vain for a lock tells which of its batches are held; from then on (until
+ * one of their rounds commits, or for HELD_MEMORY_MS) calls that name them go in rounds without
+ * calls of other batches, one such round at a time, so the next wait for them holds up no call of
+ * another batch and takes one slot. The calls of the failed round that name no held batch run
+ * again instead of sharing its 503.
  */
 export class AckCommitter {
   /** Rounds run and calls answered through them (calls / transactions = merge factor). */
@@ -53,6 +76,10 @@ export class AckCommitter {
   private readonly inFlight = new Set<Promise<void>>();
   /** Batches that a round in flight touches. */
   private readonly busy = new Set<string>();
+  /** Batches found held by another connection, with when that finding is forgotten. */
+  private readonly held = new Map<string, number>();
+  /** Whether a round of calls that name a held batch is in flight (one at a time). */
+  private heldRoundInFlight = false;
 
   constructor(
     private readonly deps: ServiceDeps,
@@ -109,16 +136,21 @@ export class AckCommitter {
 
   /**
    * The next round, in arrival order: calls none of whose batches is busy, up to maxIds. A call left
-   * waiting reserves its batches, so no later call of those batches overtakes it.
+   * waiting reserves its batches, so no later call of those batches overtakes it. Calls that name a
+   * held batch share a round only with each other, and only while no other such round is in flight.
    */
-  private takeRound(): Waiting[] {
+  private takeRound(): { round: Waiting[]; ofHeld: boolean } {
     const round: Waiting[] = [];
     const waiting: Waiting[] = [];
     const reserved = new Set<string>();
+    let ofHeld = false;
     let ids = 0;
     for (const entry of this.queue) {
       const free = entry.batchIds.every((id) => !this.busy.has(id) && !reserved.has(id));
-      if (free && (round.length === 0 || ids + entry.size <= this.options.maxIds)) {
+      const namesHeld = this.namesHeld(entry);
+      const fits = round.length === 0 ? !(namesHeld && this.heldRoundInFlight) : ids + entry.size <= this.options.maxIds && namesHeld === ofHeld;
+      if (free && fits) {
+        if (round.length === 0) ofHeld = namesHeld;
         round.push(entry);
         ids += entry.size;
         this.leavesQueue(entry);
@@ -129,7 +161,19 @@ export class AckCommitter {
     }
     this.queue = waiting;
     this.queuedIds -= ids;
-    return round;
+    return { round, ofHeld };
+  }
+
+  private namesHeld(entry: Waiting): boolean {
+    if (this.held.size === 0) return false;
+    const now = Date.now();
+    return entry.batchIds.some((id) => (this.held.get(id) ?? 0) > now);
+  }
+
+  private markHeld(batchIds: string[]): void {
+    const now = Date.now();
+    for (const [id, until] of this.held) if (until <= now) this.held.delete(id);
+    for (const id of batchIds) this.held.set(id, now + HELD_MEMORY_MS);
   }
 
   private leavesQueue(entry: Waiting): void {
@@ -139,15 +183,12 @@ export class AckCommitter {
   }
 
   /**
-   * After a round of one batch waited LOCK_TIMEOUT for that batch's lock in vain, the calls of that
+   * After a round of one batch waited LOCK_TIMEOUT in vain for that batch's lock, the calls of that
    * batch queued behind it get the same 503 now: each would wait for the same lock in a round of its
    * own, one LOCK_TIMEOUT after another (ten calls of a locked batch were answered after 2, 4, …,
-   * 12 s). With several batches in the round, which one was held is not known: those calls keep
-   * their place, and one may wait up to twice LOCK_TIMEOUT (docs/reliability.md).
+   * 12 s).
    */
-  private failQueuedBehind(batchIds: string[], error: LockHeldError): void {
-    if (new Set(batchIds).size !== 1) return;
-    const batchId = batchIds[0] as string;
+  private failQueuedBehind(batchId: string, error: LockHeldError): void {
     const kept: Waiting[] = [];
     for (const entry of this.queue) {
       if (!entry.batchIds.includes(batchId)) {
@@ -161,13 +202,48 @@ export class AckCommitter {
     this.queue = kept;
   }
 
+  /**
+   * A round waited LOCK_TIMEOUT in vain. With one batch, that batch is held: the round's calls and
+   * those queued behind it get the 503. With several, the database is asked which are held (without
+   * waiting): the round's calls that name one get the 503, the others go back to the head of the
+   * queue and run again (once). Queued calls keep their place (a batch another replica held only for
+   * a moment may be named). When no batch can be named (the lock was released meanwhile, or was on
+   * another table, or the answer took too long), every call of the round gets the 503, as before.
+   */
+  private async lockWaitFailed(round: Waiting[], batchIds: string[], error: LockHeldError): Promise<void> {
+    const distinct = [...new Set(batchIds)];
+    if (distinct.length === 1) {
+      this.markHeld(distinct);
+      round.forEach((w) => w.reject(error));
+      return this.failQueuedBehind(distinct[0] as string, error);
+    }
+    const heldIds = await heldOf(this.deps, distinct);
+    if (heldIds.length === 0) return round.forEach((w) => w.reject(error));
+    this.markHeld(heldIds);
+    const again: Waiting[] = [];
+    for (const w of round) {
+      if (w.again || w.batchIds.some((id) => heldIds.includes(id))) w.reject(error);
+      else again.push({ ...w, again: true });
+    }
+    this.requeue(again);
+  }
+
+  /** Puts calls back at the head of the queue, in their order. */
+  private requeue(entries: Waiting[]): void {
+    for (const entry of entries) {
+      this.queuedIds += entry.size;
+      this.queuedByTenant.set(entry.call.tenant, (this.queuedByTenant.get(entry.call.tenant) ?? 0) + entry.size);
+    }
+    this.queue = [...entries, ...this.queue];
+  }
+
   private flush(): void {
     if (this.timer) clearTimeout(this.timer);
     this.timer = null;
     while (this.inFlight.size < this.options.concurrency && this.queue.length > 0) {
-      const round = this.takeRound();
-      if (round.length === 0) return; // every waiting call needs a busy batch
-      this.run(round);
+      const { round, ofHeld } = this.takeRound();
+      if (round.length === 0) return; // every waiting call needs a busy batch (or the held round's turn)
+      this.run(round, ofHeld);
     }
   }
 
@@ -184,9 +260,10 @@ export class AckCommitter {
     }
   }
 
-  private run(round: Waiting[]): void {
+  private run(round: Waiting[], ofHeld = false): void {
     const batchIds = round.flatMap((w) => w.batchIds);
     for (const id of batchIds) this.busy.add(id);
+    if (ofHeld) this.heldRoundInFlight = true;
     const ids = round.reduce((n, w) => n + w.size, 0);
     this.stats.transactions += 1;
     this.stats.calls += round.length;
@@ -197,16 +274,20 @@ export class AckCommitter {
       round.map((w) => w.call),
     )
       .then(
-        (results) => round.forEach((w, i) => w.resolve(results[i] as AckResult)),
+        (results) => {
+          round.forEach((w, i) => w.resolve(results[i] as AckResult));
+          if (this.held.size > 0) for (const id of batchIds) this.held.delete(id);
+        },
         (error: unknown) => {
           if (round.length > 1 && !(error instanceof UnavailableError)) return this.eachAlone(round);
+          if (error instanceof LockHeldError) return this.lockWaitFailed(round, batchIds, error);
           round.forEach((w) => w.reject(error));
-          if (error instanceof LockHeldError) this.failQueuedBehind(batchIds, error);
         },
       )
       .finally(() => {
         this.inFlight.delete(running);
         for (const id of batchIds) this.busy.delete(id);
+        if (ofHeld) this.heldRoundInFlight = false;
         // Calls that queued meanwhile have waited a whole transaction already: run them now.
         if (this.queue.length > 0) this.flush();
       });

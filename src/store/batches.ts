@@ -1,8 +1,8 @@
 import { Knex } from 'knex';
 
 import { BatchRecord, BatchState } from '../domain/batch';
-import { Db, Queryable } from './db';
-import { forUpdate } from './dialect';
+import { Db, onCitus, Queryable } from './db';
+import { forUpdate, forUpdateSkipLocked, profileOf } from './dialect';
 import { selectRows } from './readDecideWrite';
 import { inTransaction, TransactionOptions, withRetries } from './transaction';
 
@@ -111,6 +111,23 @@ export async function lockBatch(trx: Knex.Transaction, id: string): Promise<Batc
  */
 export function lockBatchQuery(q: Queryable, id: string): Knex.QueryBuilder {
   return forUpdate(q, q('batches').where('id', id));
+}
+
+/**
+ * Which of these batches another transaction holds locked right now, asked without waiting for any
+ * row (`FOR UPDATE SKIP LOCKED`: a batch that exists but is skipped is held). Each statement commits
+ * on its own, so the rows it takes are let go at once (two replicas asking at the same moment do not
+ * see each other's question as a hold). One statement for all, or one per batch on Citus, where a
+ * locking read must stay on one shard. Empty where the dialect cannot tell batches apart (SQLite: a
+ * held file holds every batch).
+ */
+export async function batchesHeldElsewhere(db: Db, ids: string[]): Promise<string[]> {
+  if (!profileOf(db).skipLocked || ids.length === 0) return [];
+  const existing = ((await db('batches').select('id').whereIn('id', ids)) as Array<{ id: string }>).map((row) => row.id);
+  const lockable = (some: string[]) => forUpdateSkipLocked(db, db('batches').select('id').whereIn('id', some)) as Promise<Array<{ id: string }>>;
+  const free = (await onCitus(db)) ? (await Promise.all(existing.map((id) => lockable([id])))).flat() : await lockable(existing);
+  const freeIds = new Set(free.map((row) => row.id));
+  return existing.filter((id) => !freeIds.has(id));
 }
 
 /** Runs updateBatchQuery. */

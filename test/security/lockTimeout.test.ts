@@ -3,7 +3,7 @@ import { spawn } from 'node:child_process';
 import { Knex } from 'knex';
 
 import { backends, describeEachOrSkip, serverBackends } from '../helpers/backends';
-import { batchWith } from '../helpers/batches';
+import { batchWith, TestBatch } from '../helpers/batches';
 import { holdBatchRow, otherConnections } from '../helpers/rowLocks';
 import { startService, TestService } from '../helpers/service';
 
@@ -198,6 +198,80 @@ describeOnServers('a batch row held locked by another connection (%s)', (name, b
     } finally {
       await release();
     }
+  }, 30_000);
+});
+
+describeOnServers('acks merged into rounds while a batch row is held by another connection (%s)', (_name, backend) => {
+  let svc: TestService;
+  let holder: Knex;
+  beforeAll(async () => {
+    // A wider merge window than the default 2 ms: calls of X and Y meet in one round every time they can.
+    svc = await startService(backend, { ACK_GROUP_COMMIT_WINDOW_MS: '20' });
+    holder = otherConnections(svc.database);
+  });
+  afterAll(async () => {
+    await holder.destroy();
+    await svc.stop();
+  });
+
+  const holdRow = (id: string) => holdBatchRow(holder, id);
+
+  it('when clients keep acking a locked batch X while others ack Y, then every ack of Y is answered 200 within a second throughout', async () => {
+    const x = await batchWith(svc.client, 400);
+    const y = await batchWith(svc.client, 400);
+    const release = await holdRow(x.id);
+    const unlock = setTimeout(() => void release(), 7000);
+    const until = Date.now() + 5500;
+    const ack = (ids: string[]) => timed(Promise.resolve(svc.api.post('/v1/acks').send({ ids })));
+    const tenOf = (batch: TestBatch, i: number) => batch.ids.slice((i * 10) % 400, ((i * 10) % 400) + 10);
+    try {
+      // Workers of X retry at once on 503 (ignoring Retry-After), so its calls keep arriving.
+      const xWorkers = Array.from({ length: 8 }, async (_, w) => {
+        for (let i = w; Date.now() < until; i += 8) await ack(tenOf(x, i));
+      });
+      // X's first call reaches the service first, so X is known held before Y's calls could meet it.
+      await new Promise((resolve) => setTimeout(resolve, 100));
+      const yAnswers: Array<[number, number]> = [];
+      // Enough of them that a round is nearly always in flight and calls gather behind it.
+      const yWorkers = Array.from({ length: 24 }, async (_, w) => {
+        for (let i = w; Date.now() < until; i += 24) {
+          const [res, ms] = await ack(tenOf(y, i));
+          yAnswers.push([res.status, Math.round(ms)]);
+        }
+      });
+      await Promise.all([...xWorkers, ...yWorkers]);
+      expect(yAnswers.length).toBeGreaterThan(100);
+      expect(yAnswers.filter(([status, ms]) => status !== 200 || ms >= 1000)).toEqual([]);
+    } finally {
+      clearTimeout(unlock);
+      await release();
+    }
+    expect(await svc.client.status(x.id)).toMatchObject({ succeeded: 0 });
+  }, 30_000);
+
+  it('when a call naming X and Y waits for locked X, then Y calls queued behind it commit once it gives up, and X calls get 503', async () => {
+    const x = await batchWith(svc.client, 10);
+    const y = await batchWith(svc.client, 10);
+    const release = await holdRow(x.id);
+    const unlock = setTimeout(() => void release(), 8000);
+    const ack = (ids: string[]) => timed(Promise.resolve(svc.api.post('/v1/acks').send({ ids })));
+    try {
+      const both = ack([x.ids[0] as string, y.ids[0] as string]);
+      await new Promise((resolve) => setTimeout(resolve, 300));
+      // Behind it (each batch keeps its order): they share one round when it ends.
+      const ofY = y.ids.slice(1).map((id) => ack([id]));
+      const ofX = x.ids.slice(1, 4).map((id) => ack([id]));
+      const [bothRes] = await both;
+      expect(bothRes.status).toBe(503);
+      // They keep their place: a round of their own, which waits LOCK_TIMEOUT in turn.
+      for (const [res, ms] of await Promise.all(ofX)) expect([res.status, ms < 5000]).toEqual([503, true]);
+      for (const [res, ms] of await Promise.all(ofY)) expect([res.status, ms < 2800]).toEqual([200, true]);
+    } finally {
+      clearTimeout(unlock);
+      await release();
+    }
+    expect(await svc.client.status(y.id)).toMatchObject({ succeeded: 9, pending: 1 });
+    expect(await svc.client.status(x.id)).toMatchObject({ succeeded: 0 });
   }, 30_000);
 });
 

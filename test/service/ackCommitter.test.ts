@@ -161,3 +161,80 @@ describeOnServers('the ack committer with a batch row held by another connection
     }
   });
 });
+
+describeOnServers('the ack committer when a round waits in vain for a batch row held by another connection (%s)', (_name, backend) => {
+  let svc: TestService;
+  let holder: Knex;
+  beforeAll(async () => {
+    svc = await startService(backend, { LOCK_TIMEOUT: '1s' });
+    holder = otherConnections(svc.database, 2);
+  });
+  afterAll(async () => {
+    await holder.destroy();
+    await svc.stop();
+  });
+
+  /** Calls submitted in one turn behind a round in flight (of batch `busy`): they meet in the next round. */
+  function submitBehind(committer: AckCommitter, busy: string[], calls: string[][]) {
+    const first = track(committer.submit(ack(busy)));
+    return [first, ...calls.map((ids) => track(committer.submit(ack(ids))))];
+  }
+
+  it('when a batch was found held, then its next calls do not share a round with other batches: those commit at once', async () => {
+    const [x, y, z] = [await batchWith(svc.client, 3), await batchWith(svc.client, 3), await batchWith(svc.client, 3)];
+    const release = await holdBatchRow(holder, x.id);
+    try {
+      const { committer, rounds } = committerOn(svc, { windowMs: 50, waitWhenIdle: false, concurrency: 2 });
+      await expect(committer.submit(ack([x.ids[0]!]))).rejects.toMatchObject({ code: 'unavailable' });
+      await realSleep(20); // that round has left the committer: the next call starts at once
+      const started = Date.now();
+      const [ofZ, ofX, ofY] = submitBehind(committer, [z.ids[0]!], [[x.ids[1]!], [y.ids[0]!]]);
+      await until(() => ofY!.settled);
+      expect([ofY!.value, Date.now() - started < 500]).toEqual([expect.objectContaining({ acked: 1 }), true]);
+      expect(ofZ!.value).toMatchObject({ acked: 1 });
+      expect(ofX!.settled).toBe(false);
+      await until(() => ofX!.settled);
+      expect(ofX!.error).toMatchObject({ code: 'unavailable' });
+      expect(rounds).toEqual([1, 1, 1, 1]);
+    } finally {
+      await release();
+    }
+  });
+
+  it('when calls of two held batches wait, then they take one slot at a time: a call of a free batch gets the other', async () => {
+    const [x, w, y] = [await batchWith(svc.client, 3), await batchWith(svc.client, 3), await batchWith(svc.client, 3)];
+    const releases = [await holdBatchRow(holder, x.id), await holdBatchRow(holder, w.id)];
+    try {
+      const { committer } = committerOn(svc, { windowMs: 50, waitWhenIdle: false, concurrency: 2 });
+      const found = [committer.submit(ack([x.ids[0]!])), committer.submit(ack([w.ids[0]!]))];
+      for (const answer of found) await expect(answer).rejects.toMatchObject({ code: 'unavailable' });
+      await realSleep(20);
+      const started = Date.now();
+      const [ofX, ofW, ofY] = [[x.ids[1]!], [w.ids[1]!], [y.ids[0]!]].map((ids) => track(committer.submit(ack(ids))));
+      await until(() => ofY!.settled);
+      expect([ofY!.value, Date.now() - started < 500]).toEqual([expect.objectContaining({ acked: 1 }), true]);
+      await until(() => ofX!.settled && ofW!.settled);
+      expect([ofX!.error, ofW!.error]).toEqual([expect.objectContaining({ code: 'unavailable' }), expect.objectContaining({ code: 'unavailable' })]);
+    } finally {
+      for (const release of releases) await release();
+    }
+  });
+
+  it('when a round of several batches waits in vain, then its calls of batches not held run again and commit; those of the held one get 503', async () => {
+    const [w, v, z] = [await batchWith(svc.client, 3), await batchWith(svc.client, 3), await batchWith(svc.client, 3)];
+    const release = await holdBatchRow(holder, w.id);
+    try {
+      const { committer, rounds } = committerOn(svc, { windowMs: 50, waitWhenIdle: false, concurrency: 2 });
+      const [ofZ, ofW, ofV, ofBoth] = submitBehind(committer, [z.ids[0]!], [[w.ids[0]!], [v.ids[0]!], [w.ids[1]!, v.ids[1]!]]);
+      await until(() => ofW!.settled && ofV!.settled && ofBoth!.settled);
+      expect(ofZ!.value).toMatchObject({ acked: 1 });
+      expect(ofV!.value).toMatchObject({ acked: 1 });
+      expect([ofW!.error, ofBoth!.error]).toEqual([expect.objectContaining({ code: 'unavailable' }), expect.objectContaining({ code: 'unavailable' })]);
+      expect(rounds).toEqual([1, 3, 1]);
+    } finally {
+      await release();
+    }
+    expect(await getBatch(svc.rollcall.deps, OPEN_CALLER, v.id)).toMatchObject({ succeeded: 1 });
+    expect(await getBatch(svc.rollcall.deps, OPEN_CALLER, w.id)).toMatchObject({ succeeded: 0 });
+  });
+});
