@@ -165,9 +165,11 @@ export class AckCommitter {
   }
 
   private namesHeld(entry: Waiting): boolean {
-    if (this.held.size === 0) return false;
-    const now = Date.now();
-    return entry.batchIds.some((id) => (this.held.get(id) ?? 0) > now);
+    return this.held.size > 0 && entry.batchIds.some((id) => this.isHeld(id));
+  }
+
+  private isHeld(batchId: string): boolean {
+    return (this.held.get(batchId) ?? 0) > Date.now();
   }
 
   private markHeld(batchIds: string[]): void {
@@ -206,9 +208,11 @@ export class AckCommitter {
    * A round waited LOCK_TIMEOUT in vain. With one batch, that batch is held: the round's calls and
    * those queued behind it get the 503. With several, the database is asked which are held (without
    * waiting): the round's calls that name one get the 503, the others go back to the head of the
-   * queue and run again (once). Queued calls keep their place (a batch another replica held only for
-   * a moment may be named). When no batch can be named (the lock was released meanwhile, or was on
-   * another table, or the answer took too long), every call of the round gets the 503, as before.
+   * queue and run again (once), and its batches found free are no longer taken for held. Queued calls
+   * keep their place (a batch another replica held only for a moment may be named), except those of
+   * a batch found held a second time in a row: that one is stuck, as with one batch. When no batch
+   * can be named (the lock was released meanwhile, or was on another table, or the answer took too
+   * long), every call of the round gets the 503, as before.
    */
   private async lockWaitFailed(round: Waiting[], batchIds: string[], error: LockHeldError): Promise<void> {
     const distinct = [...new Set(batchIds)];
@@ -219,12 +223,15 @@ export class AckCommitter {
     }
     const heldIds = await heldOf(this.deps, distinct);
     if (heldIds.length === 0) return round.forEach((w) => w.reject(error));
+    const stuck = heldIds.filter((id) => this.isHeld(id));
+    for (const id of distinct) this.held.delete(id);
     this.markHeld(heldIds);
     const again: Waiting[] = [];
     for (const w of round) {
       if (w.again || w.batchIds.some((id) => heldIds.includes(id))) w.reject(error);
       else again.push({ ...w, again: true });
     }
+    for (const id of stuck) this.failQueuedBehind(id, error);
     this.requeue(again);
   }
 

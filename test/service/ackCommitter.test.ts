@@ -220,6 +220,31 @@ describeOnServers('the ack committer when a round waits in vain for a batch row 
     }
   });
 
+  it('when one of two held batches is let go, then its calls run again and commit, and calls of the one still held get 503 at once', async () => {
+    const [x, w, z] = [await batchWith(svc.client, 5), await batchWith(svc.client, 5), await batchWith(svc.client, 5)];
+    const [releaseX, releaseW] = [await holdBatchRow(holder, x.id), await holdBatchRow(holder, w.id)];
+    try {
+      const { committer, rounds } = committerOn(svc, { windowMs: 50, waitWhenIdle: false, concurrency: 2 });
+      const found = [committer.submit(ack([x.ids[0]!])), committer.submit(ack([w.ids[0]!]))];
+      for (const answer of found) await expect(answer).rejects.toMatchObject({ code: 'unavailable' });
+      await releaseW();
+      await realSleep(20);
+      // W's and X's calls meet in one round of held batches, behind a round of Z.
+      const [, ofW, ofX] = submitBehind(committer, [z.ids[0]!], [[w.ids[1]!], [x.ids[1]!]]);
+      await realSleep(200);
+      const started = Date.now();
+      const behind = track(committer.submit(ack([x.ids[2]!])));
+      await until(() => ofW!.settled && ofX!.settled && behind.settled);
+      expect(ofW!.value).toMatchObject({ acked: 1 });
+      expect([ofX!.error, behind.error]).toEqual([expect.objectContaining({ code: 'unavailable' }), expect.objectContaining({ code: 'unavailable' })]);
+      expect(Date.now() - started).toBeLessThan(1700); // with the round's 503, not after a wait of its own
+      expect(rounds.slice(2)).toEqual([1, 2, 1]);
+    } finally {
+      await releaseX();
+      await releaseW();
+    }
+  });
+
   it('when a round of several batches waits in vain, then its calls of batches not held run again and commit; those of the held one get 503', async () => {
     const [w, v, z] = [await batchWith(svc.client, 3), await batchWith(svc.client, 3), await batchWith(svc.client, 3)];
     const release = await holdBatchRow(holder, w.id);
