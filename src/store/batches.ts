@@ -116,8 +116,9 @@ export function lockBatchQuery(q: Queryable, id: string): Knex.QueryBuilder {
 /**
  * Which of these batches another transaction holds locked right now, asked without waiting for any
  * row (`FOR UPDATE SKIP LOCKED`: a batch that exists but is skipped is held). Each statement commits
- * on its own, so the rows it takes are let go at once (two replicas asking at the same moment do not
- * see each other's question as a hold). One statement for all, or one per batch on Citus, where a
+ * on its own, so it holds rows only while it runs: another replica's round or question running at
+ * that very moment may still be taken for a hold (the caller allows for that). One statement for
+ * all, or one per batch on Citus, where a
  * locking read must stay on one shard. Empty where the dialect cannot tell batches apart (SQLite: a
  * held file holds every batch).
  */
