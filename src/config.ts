@@ -57,6 +57,7 @@ export const configSchema = z.object({
     .refine((n) => n % 8 === 0, 'must be a multiple of 8')
     .default(8192),
   DB_POOL_SIZE: int(1, 500).default(10),
+  DB_POOLER: z.enum(['none', 'transaction']).default('none'),
   BODY_LIMIT: z
     .string()
     .regex(/^\d+(b|kb|mb)$/i, 'must look like 512kb or 2mb')
@@ -186,6 +187,16 @@ function queryTimeoutOf(settings: z.infer<typeof configSchema>): number {
   return timeout;
 }
 
+/**
+ * DB_POOLER=transaction is for PostgreSQL behind a pooler that shares server sessions between
+ * transactions (PgBouncer's `pool_mode = transaction`); MySQL/MariaDB poolers keep sessions apart
+ * themselves (ProxySQL stops multiplexing a session that set a variable), and SQLite has no server.
+ */
+function checkPooler(settings: z.infer<typeof configSchema>): void {
+  if (settings.DB_POOLER === 'transaction' && !/^postgres(ql)?:\/\//.test(settings.DATABASE_URL ?? ''))
+    throw new ConfigError('invalid configuration:\n  DB_POOLER: transaction is for a PostgreSQL DATABASE_URL (postgres://…) reached through a pooler');
+}
+
 /** Parses settings; an invalid value stops the process with a message naming the key. */
 export function loadConfig(env: Record<string, string | undefined> = process.env): Config {
   const present = Object.fromEntries(Object.entries(env).filter(([, value]) => value !== undefined && value !== ''));
@@ -194,5 +205,6 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     const lines = parsed.error.issues.map((issue) => `  ${issue.path.join('.')}: ${issue.message}`);
     throw new ConfigError(`invalid configuration:\n${lines.join('\n')}`);
   }
+  checkPooler(parsed.data);
   return { ...parsed.data, DB_QUERY_TIMEOUT: queryTimeoutOf(parsed.data), tokens: loadTokens(parsed.data) };
 }

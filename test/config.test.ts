@@ -67,6 +67,14 @@ describe('configuration', () => {
     expect(() => loadConfig({ DATABASE_URL: 'redis://x' })).toThrow(/mysql:\/\/, postgres:\/\/ or postgresql:\/\//);
   });
 
+  it('when DB_POOLER is transaction, then it is taken for PostgreSQL and refused for MySQL, SQLite and unknown modes', () => {
+    expect(loadConfig({ DATABASE_URL: 'postgres://u@pgbouncer:6432/rc', DB_POOLER: 'transaction' }).DB_POOLER).toBe('transaction');
+    expect(loadConfig({}).DB_POOLER).toBe('none');
+    expect(() => loadConfig({ DATABASE_URL: 'mysql://u@db/rc', DB_POOLER: 'transaction' })).toThrow(/DB_POOLER: transaction is for a PostgreSQL DATABASE_URL/);
+    expect(() => loadConfig({ DB_POOLER: 'transaction' })).toThrow(/DB_POOLER/);
+    expect(() => loadConfig({ DATABASE_URL: 'postgres://u@db/rc', DB_POOLER: 'statement' })).toThrow(/DB_POOLER/);
+  });
+
   it('when tokens come from a file, then they are read from it', () => {
     const file = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'rc-')), 'tokens.json');
     fs.writeFileSync(file, JSON.stringify([{ token: 'a-long-enough-token-123', tenant: 't', scopes: ['read'] }]));

@@ -25,7 +25,7 @@ function knexLog(log?: Logger): Knex.Config['log'] {
 /** How long one SQLite statement waits, blocking, for a file another process holds. */
 const SQLITE_BUSY_SLICE_MS = 20;
 
-export type DbConfig = Pick<Config, 'DATABASE_URL' | 'SQLITE_PATH' | 'DB_POOL_SIZE' | 'LOCK_TIMEOUT' | 'DB_QUERY_TIMEOUT'>;
+export type DbConfig = Pick<Config, 'DATABASE_URL' | 'SQLITE_PATH' | 'DB_POOL_SIZE' | 'DB_POOLER' | 'LOCK_TIMEOUT' | 'DB_QUERY_TIMEOUT'>;
 
 /**
  * The sql_mode of every MySQL connection, whatever the server's default. Without
@@ -224,17 +224,46 @@ interface PostgresSession {
 }
 
 /**
+ * The settings every PostgreSQL transaction runs with, as `set_config` calls (`local`: for the
+ * current transaction only): it waits at most LOCK_TIMEOUT for a lock (55P03 past it), and, with
+ * DB_QUERY_TIMEOUT, the server ends it when it is left idle as long (as MariaDB's
+ * idle_transaction_timeout: endsAbandonedTransactions). Whole numbers of the config, never input.
+ */
+function postgresSettings(config: DbConfig, local: boolean): string[] {
+  const calls = [`set_config('lock_timeout', '${Math.floor(config.LOCK_TIMEOUT)}ms', ${local})`];
+  if (config.DB_QUERY_TIMEOUT > 0) calls.push(`set_config('idle_in_transaction_session_timeout', '${Math.floor(config.DB_QUERY_TIMEOUT)}ms', ${local})`);
+  return calls;
+}
+
+/** Behind a pooler in transaction mode: what each transaction of the pool sets first (perTransactionSettings). */
+const settingsOfTransactions = new WeakMap<Db, string>();
+
+/**
+ * PostgreSQL behind a pooler in transaction mode (DB_POOLER=transaction): the statement each
+ * transaction runs right after `BEGIN ISOLATION LEVEL READ COMMITTED`, since a setting of the
+ * session would land on whichever server session the pooler lent at that moment, and stay there
+ * for the next client. Null when each pooled connection is a session of its own, which holds the
+ * settings (openPostgres).
+ */
+export function perTransactionSettings(db: Db): string | null {
+  return settingsOfTransactions.get(db) ?? null;
+}
+
+/**
  * PostgreSQL through node-postgres. Every session reads committed data (the isolation every
- * transaction here is written for, whatever the server's default) and waits at most LOCK_TIMEOUT for
- * a lock (`lock_timeout`, in milliseconds; 55P03 past it). SSL options come from the URL (`sslmode`).
+ * transaction here is written for, whatever the server's default) and runs with postgresSettings;
+ * behind a pooler in transaction mode, every transaction does instead. SSL options come from the
+ * URL (`sslmode`).
  */
 function openPostgres(config: DbConfig, log?: Logger): Db {
-  return knex({
+  const sessionless = config.DB_POOLER === 'transaction';
+  const db = knex({
     log: knexLog(log),
     client: 'pg',
     // Pipeline mode: statements queued on a client go out without waiting for each answer (the hot
     // paths' two round trips, pgDriver.ts). knex awaits each of its own statements, so for knex
-    // nothing changes.
+    // nothing changes. Behind a pooler in transaction mode only a transaction's statements are ever
+    // queued together, and the pooler keeps one server session for them until it ends.
     // query_timeout (DB_QUERY_TIMEOUT): a statement unanswered by then fails ('Query read timeout',
     // 503) and, in pipeline mode, node-postgres closes the connection, which knex's pool then drops.
     connection: {
@@ -246,22 +275,23 @@ function openPostgres(config: DbConfig, log?: Logger): Db {
     pool: {
       min: 0,
       max: config.DB_POOL_SIZE,
-      afterCreate(conn: PostgresSession, done: (err: Error | null, conn: unknown) => void) {
-        // idle_in_transaction_session_timeout: as MariaDB's idle_transaction_timeout (endsAbandonedTransactions).
-        // Without DB_QUERY_TIMEOUT the database's own setting stays.
-        const idleLimit = config.DB_QUERY_TIMEOUT > 0 ? ", set_config('idle_in_transaction_session_timeout', $2, false)" : '';
-        // On Citus, a shortened lock wait (SET LOCAL lock_timeout, dialect.ts) reaches the workers,
-        // which hold the row locks; the session's own settings do not (docs/scaling.md).
-        const citusSets = ", (SELECT set_config('citus.propagate_set_commands', 'local', false) FROM pg_extension WHERE extname = 'citus')";
-        conn.query(
-          `SELECT set_config('default_transaction_isolation', 'read committed', false), set_config('lock_timeout', $1, false)${idleLimit}${citusSets}`,
-          [`${config.LOCK_TIMEOUT}ms`, ...(idleLimit ? [`${config.DB_QUERY_TIMEOUT}ms`] : [])],
-          (err) => done(err, conn),
-        );
-      },
+      ...(sessionless ? {} : { afterCreate: setUpPostgresSession(config) }),
     },
     acquireConnectionTimeout: 5000,
   } as Knex.Config);
+  if (sessionless) settingsOfTransactions.set(db, `SELECT ${postgresSettings(config, true).join(', ')}`);
+  return db;
+}
+
+/** Sets a new pooled session up: read committed by default, and postgresSettings for the session. */
+function setUpPostgresSession(config: DbConfig) {
+  return (conn: PostgresSession, done: (err: Error | null, conn: unknown) => void) => {
+    // On Citus, a shortened lock wait (SET LOCAL lock_timeout, dialect.ts) reaches the workers,
+    // which hold the row locks; the session's own settings do not (docs/scaling.md).
+    const citusSets = "(SELECT set_config('citus.propagate_set_commands', 'local', false) FROM pg_extension WHERE extname = 'citus')";
+    const calls = ["set_config('default_transaction_isolation', 'read committed', false)", ...postgresSettings(config, false), citusSets];
+    conn.query(`SELECT ${calls.join(', ')}`, [], (err) => done(err, conn));
+  };
 }
 
 /** How each server database's pool was opened, to open its like without DB_QUERY_TIMEOUT. */
@@ -303,16 +333,22 @@ export function openDb(config: DbConfig, log?: Logger): Db {
  * Runs `work` on a pool like `db` whose statements may take as long as they take: migrations (an
  * index built on a large table) and waiting for another replica's migration lock are slow by
  * nature, not a database that stopped answering. SQLite, in-process, has no such limit.
+ * `minConnections`: the pool has at least that many, though DB_POOL_SIZE be smaller.
  */
-export async function withoutQueryTimeout<T>(db: Db, work: (db: Db) => Promise<T>): Promise<T> {
+export async function withoutQueryTimeout<T>(db: Db, work: (db: Db) => Promise<T>, { minConnections = 1 } = {}): Promise<T> {
   const opened = openedWith.get(db);
-  if (!opened || opened.config.DB_QUERY_TIMEOUT === 0) return work(db);
-  const unlimited = openDb({ ...opened.config, DB_QUERY_TIMEOUT: 0 }, opened.log);
+  if (!opened || (opened.config.DB_QUERY_TIMEOUT === 0 && opened.config.DB_POOL_SIZE >= minConnections)) return work(db);
+  const unlimited = openDb({ ...opened.config, DB_QUERY_TIMEOUT: 0, DB_POOL_SIZE: Math.max(minConnections, opened.config.DB_POOL_SIZE) }, opened.log);
   try {
     return await work(unlimited);
   } finally {
     await unlimited.destroy();
   }
+}
+
+/** DB_QUERY_TIMEOUT of a server database's pool: how long its statements may go unanswered; 0 for none (and SQLite). */
+export function queryTimeoutOf(db: Db): number {
+  return openedWith.get(db)?.config.DB_QUERY_TIMEOUT ?? 0;
 }
 
 /** Checks that the database answers; UnavailableError when it does not. */
@@ -336,33 +372,24 @@ export function poolStats(db: Db): PoolStats | null {
   return pool ? { used: pool.numUsed(), free: pool.numFree(), pendingAcquires: pool.numPendingAcquires() } : null;
 }
 
-/** The key of the session advisory lock that lets one replica at a time migrate a PostgreSQL database. */
+/** The key of the transaction advisory lock under which PostgreSQL migrators create the migration lock's table. */
 const MIGRATION_LOCK_KEY = 0x726f6c6c; // "roll"
 
 /**
- * Runs `work` (the migrations) while holding the database's migration lock. On PostgreSQL that is a
- * session advisory lock on a connection of its own, waited for without LOCK_TIMEOUT: replicas that
- * start at once on a fresh database queue there, one applies the migrations, and the others then
- * find nothing left to do. knex's own lock table would fail them instead ("already locked"), and two
- * replicas creating knex's (or migrationLock.ts's) tables at once can collide. Elsewhere a no-op:
- * migrationLock.ts's lock row serves MySQL, Galera and SQLite.
+ * Runs `sql`, a CREATE TABLE IF NOT EXISTS, so that migrators doing it at once do not collide. On
+ * PostgreSQL two of them racing fail one with a duplicate key in the catalog, so they take turns
+ * under an advisory lock of the transaction, waited for without LOCK_TIMEOUT. Not a session's: a
+ * pooler in transaction mode (DB_POOLER) lends a server session only for a transaction, and a
+ * session lock would stay with that session, held for whoever borrows it next. MySQL and SQLite
+ * create such a table once whatever the race (Galera runs DDL in total order).
  */
-export async function advisoryMigrationLock<T>(db: Db, work: () => Promise<T>): Promise<T> {
-  if (profileOf(db).name !== 'postgres') return work();
-  const lockHolder = knex({
-    log: knexLog(openedWith.get(db)?.log),
-    client: 'pg',
-    connection: db.client.config.connection as Knex.StaticConnectionConfig,
-    pool: { min: 1, max: 1 },
-  });
-  try {
-    await lockHolder.raw("SELECT set_config('lock_timeout', '0', false), pg_advisory_lock(?)", [MIGRATION_LOCK_KEY]);
-    try {
-      return await work();
-    } finally {
-      await lockHolder.raw('SELECT pg_advisory_unlock(?)', [MIGRATION_LOCK_KEY]);
-    }
-  } finally {
-    await lockHolder.destroy();
+export async function createTableInTurn(db: Db, sql: string): Promise<void> {
+  if (profileOf(db).name !== 'postgres') {
+    await db.raw(sql);
+    return;
   }
+  await db.transaction(async (trx) => {
+    await trx.raw("SELECT set_config('lock_timeout', '0', true), pg_advisory_xact_lock(?)", [MIGRATION_LOCK_KEY]);
+    await trx.raw(sql);
+  });
 }

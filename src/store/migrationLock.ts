@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 
-import { Db } from './db';
+import { createTableInTurn, Db } from './db';
 import { isDuplicateKey, isRetryable } from './dbErrors';
 import { profileOf } from './dialect';
 
@@ -27,10 +27,11 @@ export const defaultMigrationLockOptions: MigrationLockOptions = { waitMs: 10 * 
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
-/** CREATE TABLE IF NOT EXISTS: a race of two creators ends with one table (DDL is TOI on Galera). */
+/** CREATE TABLE IF NOT EXISTS: a race of two creators ends with one table (createTableInTurn). */
 async function ensureTable(db: Db): Promise<void> {
   const { tableOptions } = profileOf(db);
-  await db.raw(
+  await createTableInTurn(
+    db,
     `CREATE TABLE IF NOT EXISTS ${TABLE} (id INTEGER NOT NULL PRIMARY KEY, owner VARCHAR(64) NOT NULL, refreshed_at BIGINT NOT NULL)${tableOptions}`,
   );
 }

@@ -1,8 +1,8 @@
 import { Knex } from 'knex';
 
 import { Migration, migrations } from '../../migrations';
-import { NewerSchemaError } from '../domain/errors';
-import { advisoryMigrationLock, Db, withoutQueryTimeout } from './db';
+import { NewerSchemaError, UnavailableError } from '../domain/errors';
+import { Db, perTransactionSettings, ping, queryTimeoutOf, withoutQueryTimeout } from './db';
 import { withMigrationLock } from './migrationLock';
 
 /** Feeds knex's migrator from the imported list, so the same code runs from TypeScript and from dist/. */
@@ -18,7 +18,26 @@ class ListMigrationSource implements Knex.MigrationSource<readonly [string, Migr
   }
 }
 
-const migratorConfig: Knex.MigratorConfig = { migrationSource: new ListMigrationSource(), tableName: 'rollcall_migrations' };
+const TABLE = 'rollcall_migrations';
+
+const migratorConfig: Knex.MigratorConfig = { migrationSource: new ListMigrationSource(), tableName: TABLE };
+
+/**
+ * knex's migrator for `db`. It runs every pending migration in one transaction of its own making;
+ * behind a pooler in transaction mode that transaction first sets what a session sets elsewhere
+ * (perTransactionSettings: a DDL statement waits at most LOCK_TIMEOUT for a table's lock, as on a
+ * session of the pool).
+ */
+function migratorOf(db: Db): Knex.MigratorConfig {
+  const settings = perTransactionSettings(db);
+  if (settings === null) return migratorConfig;
+  // knex calls beforeAll in the migrations' transaction (Migrator.js `_runBatch`); its typings omit it.
+  const withSettings: Knex.MigratorConfig & { beforeAll(trx: Knex): Promise<void> } = {
+    ...migratorConfig,
+    beforeAll: async (trx) => void (await trx.raw(settings)),
+  };
+  return withSettings;
+}
 
 /**
  * Applies every pending migration; returns the names applied. Safe to run from several replicas at
@@ -29,16 +48,61 @@ export async function migrateLatest(db: Db): Promise<string[]> {
   const state = await stateWithoutLock(db);
   if (state === 'current') return [];
   if (state === 'newer') throw new NewerSchemaError(await unknownMigrations(db));
-  // PostgreSQL: an advisory lock first (concurrent CREATE TABLE of the lock table would collide);
-  // then, everywhere, the lock-table row that Galera certification serialises across nodes.
-  return withoutQueryTimeout(db, (unlimited) =>
-    advisoryMigrationLock(unlimited, () =>
-      withMigrationLock(unlimited, async () => {
-        const [, applied] = (await unlimited.migrate.latest(migratorConfig)) as [number, string[]];
-        return applied;
-      }),
+  // Everywhere the lock-table row, which Galera certification serialises across nodes too.
+  // Two connections at least: the lock row's refresh must not wait for the migrations' transaction.
+  return unlessTheDatabaseFreezes(db, () =>
+    withoutQueryTimeout(
+      db,
+      (unlimited) =>
+        withMigrationLock(unlimited, async () => {
+          const [, applied] = (await unlimited.migrate.latest(migratorOf(unlimited))) as [number, string[]];
+          return applied;
+        }),
+      { minConnections: 2 },
     ),
   );
+}
+
+/** How often, at most, the database is asked whether it still answers while migrations run. */
+const WATCH_INTERVAL_MS = 5_000;
+
+/**
+ * Runs `work` (the migrations, on a pool that waits without a limit, as an index built on a large
+ * table takes what it takes), and fails instead once `db` has answered nothing for its
+ * DB_QUERY_TIMEOUT: a database host that froze mid-migration held the start, before the service
+ * listens, for ever. `db` is asked `select 1` on its own pool, which has that limit; a ping that
+ * fails (too many connections, a refused connect) is borne until the limit has passed without any
+ * answer. Without DB_QUERY_TIMEOUT (0, and on SQLite) nothing is watched.
+ */
+async function unlessTheDatabaseFreezes<T>(db: Db, work: () => Promise<T>): Promise<T> {
+  const limitMs = queryTimeoutOf(db);
+  if (limitMs === 0) return work();
+  let watching = true;
+  let timer: NodeJS.Timeout | undefined;
+  const frozen = new Promise<never>((_, reject) => {
+    let answeredAt = Date.now();
+    const watch = async (): Promise<void> => {
+      if (!watching) return;
+      try {
+        await ping(db);
+        answeredAt = Date.now();
+      } catch (error) {
+        if (watching && Date.now() - answeredAt >= limitMs) {
+          reject(new UnavailableError(`the database answered nothing for ${limitMs} ms (DB_QUERY_TIMEOUT) while migrations ran`, { cause: error }));
+          return;
+        }
+      }
+      if (watching) timer = setTimeout(() => void watch(), Math.min(WATCH_INTERVAL_MS, limitMs / 3));
+    };
+    timer = setTimeout(() => void watch(), Math.min(WATCH_INTERVAL_MS, limitMs / 3));
+  });
+  frozen.catch(() => undefined); // once the work has ended nobody listens to it: no unhandled rejection
+  try {
+    return await Promise.race([work(), frozen]);
+  } finally {
+    watching = false;
+    clearTimeout(timer);
+  }
 }
 
 /**
@@ -48,7 +112,7 @@ export async function migrateLatest(db: Db): Promise<string[]> {
  */
 async function stateWithoutLock(db: Db): Promise<SchemaState | null> {
   try {
-    return (await db.schema.hasTable(migratorConfig.tableName as string)) ? await schemaState(db) : null;
+    return (await db.schema.hasTable(TABLE)) ? await schemaState(db) : null;
   } catch {
     return null;
   }
@@ -71,20 +135,27 @@ export async function migrationsCurrent(db: Db): Promise<boolean> {
 export type SchemaState = 'current' | 'behind' | 'newer';
 
 export async function schemaState(db: Db): Promise<SchemaState> {
-  const [completed, pending] = await listMigrations(db);
-  if (pending.length > 0) return 'behind';
-  return unknownOf(completed).length > 0 ? 'newer' : 'current';
+  const applied = await appliedMigrations(db);
+  const done = new Set(applied);
+  if (migrations.some(([name]) => !done.has(name))) return 'behind';
+  return unknownOf(applied).length > 0 ? 'newer' : 'current';
 }
 
 /** The applied migrations this version does not know. */
 export async function unknownMigrations(db: Db): Promise<string[]> {
-  return unknownOf((await listMigrations(db))[0]);
+  return unknownOf(await appliedMigrations(db));
 }
 
 const KNOWN = new Set(migrations.map(([name]) => name));
-const unknownOf = (completed: Array<{ name: string }>) => completed.map(({ name }) => name).filter((name) => !KNOWN.has(name));
+const unknownOf = (applied: string[]) => applied.filter((name) => !KNOWN.has(name));
 
-/** Applied and pending migrations, without knex's check that every applied one is known (it throws). */
-async function listMigrations(db: Db): Promise<[Array<{ name: string }>, unknown[]]> {
-  return (await db.migrate.list({ ...migratorConfig, disableMigrationsListValidation: true })) as [Array<{ name: string }>, unknown[]];
+/**
+ * The names of the applied migrations, read from knex's table as it is. Not knex's `migrate.list`:
+ * that creates knex's tables when one is missing, outside the migration lock, and a replica starting
+ * while another had created only the first would add a second row to knex's lock table, after which
+ * knex refuses every migration ("already locked").
+ */
+async function appliedMigrations(db: Db): Promise<string[]> {
+  if (!(await db.schema.hasTable(TABLE))) return [];
+  return ((await db(TABLE).select('name')) as Array<{ name: string }>).map((row) => row.name);
 }

@@ -1,7 +1,7 @@
 import { Knex } from 'knex';
 
 import { toError } from '../domain/errors';
-import { Db } from './db';
+import { Db, perTransactionSettings } from './db';
 import { endingFailed, TransactionEnd, withPooledConnection } from './pooledConnection';
 import { TransactionOptions, withRetries } from './transaction';
 
@@ -85,7 +85,20 @@ export interface PgReadDecideWrite<T> {
 }
 
 const BEGIN = pgStatement('BEGIN');
+const BEGIN_READ_COMMITTED = pgStatement('BEGIN ISOLATION LEVEL READ COMMITTED');
 const COMMIT = pgStatement('COMMIT');
+
+/**
+ * How a transaction of `db` opens, and its statements as they go: behind a pooler in transaction
+ * mode it sets its own isolation and lock wait (perTransactionSettings, in the same round trip),
+ * and its statements go unnamed, since a statement prepared on one server session is unknown to
+ * the next one the pooler lends (PgBouncer before 1.21 passes them through as they are).
+ */
+function transactionShape(db: Db): { opening: PgStatement[]; statement: (statement: PgStatement) => PgStatement } {
+  const settings = perTransactionSettings(db);
+  if (settings === null) return { opening: [BEGIN], statement: (statement) => statement };
+  return { opening: [BEGIN_READ_COMMITTED, pgStatement(settings)], statement: ({ text, values }) => ({ text, values }) };
+}
 
 /**
  * Runs a read-decide-write transaction in two round trips on one pooled client, again from the start
@@ -93,13 +106,14 @@ const COMMIT = pgStatement('COMMIT');
  * (withRetries: a lock timeout or a lost connection is 503, not retried).
  */
 export function pgReadDecideWrite<T>(db: Db, options: TransactionOptions, work: () => PgReadDecideWrite<T>): Promise<T> {
+  const { opening, statement } = transactionShape(db);
   return withRetries(options, () =>
     withPgClient(db, (client) =>
       endingFailed(ending(client), async () => {
         const { reads, decide } = work();
-        const [, ...results] = await pipelined(client, [BEGIN, ...reads]);
+        const results = (await pipelined(client, [...opening, ...reads.map(statement)])).slice(opening.length);
         const { writes, answer } = decide(results.map((result) => result.rows));
-        const commit = (await pipelined(client, [...writes, COMMIT])).at(-1);
+        const commit = (await pipelined(client, [...writes.map(statement), COMMIT])).at(-1);
         // A COMMIT of a transaction the server already aborted answers ROLLBACK, not an error.
         if (commit?.command !== 'COMMIT') throw new Error(`the transaction ended with ${commit?.command} instead of COMMIT`);
         return answer;

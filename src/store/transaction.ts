@@ -3,7 +3,7 @@ import path from 'node:path';
 import { Knex } from 'knex';
 
 import { LockHeldError, toError, UnavailableError } from '../domain/errors';
-import { Db } from './db';
+import { Db, perTransactionSettings } from './db';
 import { isBusy, isLockTimeout, isRetryable, isUnavailable } from './dbErrors';
 import { profileOf } from './dialect';
 
@@ -25,7 +25,7 @@ const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
  * UnavailableError.
  */
 export function inTransaction<T>(db: Db, options: TransactionOptions, work: (trx: Knex.Transaction) => Promise<T>): Promise<T> {
-  if (profileOf(db).writers === 'pool') return withRetries(options, () => db.transaction(work));
+  if (profileOf(db).writers === 'pool') return withRetries(options, () => pooledTransaction(db, work));
   const deadline = lockDeadline(options);
   return withRetries(
     options,
@@ -37,6 +37,22 @@ export function inTransaction<T>(db: Db, options: TransactionOptions, work: (trx
         }),
       ),
     deadline,
+  );
+}
+
+/**
+ * A transaction on a server database; behind a pooler in transaction mode it sets its own isolation
+ * and lock wait first (perTransactionSettings), as each session does otherwise.
+ */
+function pooledTransaction<T>(db: Db, work: (trx: Knex.Transaction) => Promise<T>): Promise<T> {
+  const settings = perTransactionSettings(db);
+  if (settings === null) return db.transaction(work);
+  return db.transaction(
+    async (trx) => {
+      await trx.raw(settings);
+      return work(trx);
+    },
+    { isolationLevel: 'read committed' },
   );
 }
 

@@ -3,6 +3,8 @@ import request from 'supertest';
 import { loadConfig } from '../../src/config';
 import { createServer } from '../../src/http/server';
 import { createRollcall, Rollcall } from '../../src/rollcall';
+import { openDb } from '../../src/store/db';
+import { withMigrationLock } from '../../src/store/migrationLock';
 import { describeEachOrSkip, serverBackends, TestDatabase } from '../helpers/backends';
 import { TcpProxy } from '../helpers/tcpProxy';
 
@@ -20,7 +22,7 @@ describeOnServers('when the database goes away (%s)', (_name, backend) => {
     proxy = new TcpProxy(url.hostname, Number(url.port || (url.protocol === 'mysql:' ? 3306 : 5432)));
     await proxy.open();
     url.host = `127.0.0.1:${proxy.port}`;
-    rollcall = await createRollcall(loadConfig({ LOG_LEVEL: 'silent', DATABASE_URL: url.toString(), TX_RETRIES: '1' }));
+    rollcall = await createRollcall(loadConfig({ LOG_LEVEL: 'silent', DATABASE_URL: url.toString(), DB_POOLER: database.config.DB_POOLER, TX_RETRIES: '1' }));
   });
   afterAll(async () => {
     await proxy.cut();
@@ -86,7 +88,14 @@ describeOnServers('when the database stops answering on open connections (%s)', 
     await proxy.open();
     url.host = `127.0.0.1:${proxy.port}`;
     rollcall = await createRollcall(
-      loadConfig({ LOG_LEVEL: 'silent', DATABASE_URL: url.toString(), LOCK_TIMEOUT: '500ms', DB_QUERY_TIMEOUT: `${QUERY_TIMEOUT_MS}ms`, TX_RETRIES: '1' }),
+      loadConfig({
+        LOG_LEVEL: 'silent',
+        DATABASE_URL: url.toString(),
+        DB_POOLER: database.config.DB_POOLER,
+        LOCK_TIMEOUT: '500ms',
+        DB_QUERY_TIMEOUT: `${QUERY_TIMEOUT_MS}ms`,
+        TX_RETRIES: '1',
+      }),
     );
   });
   afterAll(async () => {
@@ -144,7 +153,7 @@ describeOnServers('when the answers of the database are lost and it never hears 
     await proxy.open();
     const directUrl = url.toString();
     url.host = `127.0.0.1:${proxy.port}`;
-    const settings = { LOG_LEVEL: 'silent', LOCK_TIMEOUT: '500ms', DB_QUERY_TIMEOUT: '1500ms', TX_RETRIES: '1' };
+    const settings = { LOG_LEVEL: 'silent', DB_POOLER: database.config.DB_POOLER, LOCK_TIMEOUT: '500ms', DB_QUERY_TIMEOUT: '1500ms', TX_RETRIES: '1' };
     cutOff = await createRollcall(loadConfig({ ...settings, DATABASE_URL: url.toString() }));
     direct = await createRollcall(loadConfig({ ...settings, DATABASE_URL: directUrl }));
   });
@@ -174,4 +183,43 @@ describeOnServers('when the answers of the database are lost and it never hears 
     expect(res.status).toBe(200);
     expect((await api.get(`/v1/batches/${batch.id}`)).body).toMatchObject({ succeeded: 2 });
   }, 60_000);
+});
+
+describeOnServers('when the database freezes while a replica starts (%s)', (_name, backend) => {
+  it('when it freezes while the replica waits to migrate, then the start fails after DB_QUERY_TIMEOUT instead of hanging before it listens', async () => {
+    const database = await backend.create();
+    const direct = openDb(database.config);
+    const url = new URL(database.config.DATABASE_URL!);
+    const proxy = new TcpProxy(url.hostname, Number(url.port || (url.protocol === 'mysql:' ? 3306 : 5432)));
+    try {
+      // Another replica holds the migration lock: this one waits for it on the migrations' pool,
+      // which has no time limit (an index build takes what it takes).
+      await withMigrationLock(direct, async () => undefined);
+      await direct('rollcall_migration_lock').insert({ id: 1, owner: 'another replica', refreshed_at: Date.now() });
+      await proxy.open();
+      url.host = `127.0.0.1:${proxy.port}`;
+      const starting = createRollcall(
+        loadConfig({
+          LOG_LEVEL: 'silent',
+          DATABASE_URL: url.toString(),
+          DB_POOLER: database.config.DB_POOLER,
+          LOCK_TIMEOUT: '500ms',
+          DB_QUERY_TIMEOUT: '1500ms',
+        }),
+      ).then(
+        async (rollcall) => (await rollcall.close(), 'started'),
+        (error: Error) => error.message,
+      );
+      await new Promise((resolve) => setTimeout(resolve, 1000));
+      proxy.freeze();
+      const frozenAt = Date.now();
+      const late = new Promise<string>((resolve) => setTimeout(() => resolve('still starting 15 s after the freeze'), 15_000).unref());
+      expect(await Promise.race([starting, late])).toMatch(/the database answered nothing for 1500 ms \(DB_QUERY_TIMEOUT\) while migrations ran/);
+      expect(Date.now() - frozenAt).toBeLessThan(6000);
+    } finally {
+      await proxy.cut();
+      await direct.destroy();
+      await database.drop();
+    }
+  }, 30_000);
 });

@@ -13,7 +13,10 @@ import { createCitusDatabase } from './citusCluster';
  * server named by TEST_MYSQL_URL or the PostgreSQL server named by TEST_PG_URL. `config` points the
  * service at it.
  */
-export type BackendName = 'sqlite' | 'mysql' | 'pg' | 'citus';
+export type BackendName = 'sqlite' | 'mysql' | 'pg' | 'pgbouncer' | 'citus';
+
+/** The backends that are PostgreSQL underneath: the server itself, PgBouncer in front of it, Citus. */
+export const isPostgresBackend = (name: string): boolean => name === 'pg' || name === 'pgbouncer' || name === 'citus';
 
 export interface TestDatabase {
   name: BackendName;
@@ -26,6 +29,7 @@ export type Backend = { name: BackendName; create(overrides?: Record<string, str
 const mysqlUrl = process.env.TEST_MYSQL_URL;
 const pgUrl = process.env.TEST_PG_URL;
 const citusUrl = process.env.TEST_CITUS_URL;
+const pgbouncerUrl = process.env.TEST_PGBOUNCER_URL;
 
 const sqlite: Backend = {
   name: 'sqlite',
@@ -102,6 +106,22 @@ const pg: Backend = {
   },
 };
 
+/**
+ * A database on TEST_PG_URL's server that the service reaches through the PgBouncer of
+ * TEST_PGBOUNCER_URL, which pools in `transaction` mode (test/pgbouncer.js): the service
+ * runs with DB_POOLER=transaction, as docs/operations.md tells its users to.
+ */
+const pgbouncer: Backend = {
+  name: 'pgbouncer',
+  async create(overrides = {}) {
+    const database = await createPgDatabase(pgUrl as string);
+    const url = new URL(pgbouncerUrl as string);
+    url.pathname = new URL(database.url).pathname;
+    const config = loadConfig({ LOG_LEVEL: 'silent', DATABASE_URL: url.toString(), DB_POOLER: 'transaction', ...overrides });
+    return { name: 'pgbouncer', config, drop: () => database.drop() };
+  },
+};
+
 const citus: Backend = {
   name: 'citus',
   async create(overrides = {}) {
@@ -113,7 +133,8 @@ const citus: Backend = {
 
 /** How a spawned service process finds a test's database. */
 export function processEnv(database: TestDatabase): Record<string, string> {
-  return database.config.DATABASE_URL ? { DATABASE_URL: database.config.DATABASE_URL } : { SQLITE_PATH: database.config.SQLITE_PATH };
+  const { DATABASE_URL, DB_POOLER, SQLITE_PATH } = database.config;
+  return DATABASE_URL ? { DATABASE_URL, DB_POOLER } : { SQLITE_PATH };
 }
 
 /**
@@ -122,7 +143,9 @@ export function processEnv(database: TestDatabase): Record<string, string> {
  * (test/helpers/citusCluster.ts; not in CI, Citus is not in Debian's packages).
  */
 export function backends(): Array<[name: string, backend: Backend]> {
-  return [sqlite, ...(mysqlUrl ? [mysql] : []), ...(pgUrl ? [pg] : []), ...(citusUrl ? [citus] : [])].map((backend) => [backend.name, backend]);
+  return [sqlite, ...(mysqlUrl ? [mysql] : []), ...(pgUrl ? [pg] : []), ...(pgUrl && pgbouncerUrl ? [pgbouncer] : []), ...(citusUrl ? [citus] : [])].map(
+    (backend) => [backend.name, backend],
+  );
 }
 
 export function mysqlBackend(): Backend | null {

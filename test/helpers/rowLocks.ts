@@ -1,11 +1,11 @@
 import knex, { Knex } from 'knex';
 
-import { TestDatabase } from './backends';
+import { isPostgresBackend, TestDatabase } from './backends';
 
 /** A pool of its own on a test's MariaDB or PostgreSQL database: the connections of another replica. */
 export function otherConnections(database: TestDatabase, max = 1): Knex {
   const url = database.config.DATABASE_URL as string;
-  const pg = database.name === 'pg' || database.name === 'citus';
+  const pg = isPostgresBackend(database.name);
   return knex({ client: pg ? 'pg' : 'mysql2', connection: (pg ? { connectionString: url } : { uri: url }) as never, pool: { min: 0, max } });
 }
 

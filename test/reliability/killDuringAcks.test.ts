@@ -1,4 +1,4 @@
-import { describeEachOrSkip, serverBackends, TestDatabase } from '../helpers/backends';
+import { describeEachOrSkip, processEnv, serverBackends, TestDatabase } from '../helpers/backends';
 import { call, runClients, ServiceProcess, spawnService } from '../helpers/processes';
 import { chunks, itemIds, shuffled } from '../helpers/service';
 
@@ -18,7 +18,7 @@ describeOnServers('a service killed -9 during an ack storm (%s)', (_name, backen
   });
 
   it('when the process dies mid-storm, then every 200 ack is durable and a resend gives exact counts', async () => {
-    const env = { DATABASE_URL: database.config.DATABASE_URL! };
+    const env = processEnv(database);
     service = await spawnService(env);
     const id = (await call(`${service.url}/v1/batches`, 'POST', {})).body.id;
     const added = await call(`${service.url}/v1/batches/${id}/items`, 'POST', { count: 100_000 });

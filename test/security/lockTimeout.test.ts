@@ -2,7 +2,7 @@ import { spawn } from 'node:child_process';
 
 import { Knex } from 'knex';
 
-import { backends, describeEachOrSkip, serverBackends } from '../helpers/backends';
+import { backends, describeEachOrSkip, isPostgresBackend, serverBackends } from '../helpers/backends';
 import { batchWith, TestBatch } from '../helpers/batches';
 import { holdBatchRow, otherConnections } from '../helpers/rowLocks';
 import { startService, TestService } from '../helpers/service';
@@ -32,7 +32,7 @@ const servers = serverBackends();
 const describeOnServers = describeEachOrSkip(servers);
 
 describeOnServers('a batch row held locked by another connection (%s)', (name, backend) => {
-  const postgres = name === 'pg' || name === 'citus';
+  const postgres = isPostgresBackend(name);
   let svc: TestService;
   let holder: Knex;
   beforeAll(async () => {
@@ -216,7 +216,7 @@ describeOnServers('acks merged into rounds while a batch row is held by another 
 
   const holdRow = (id: string) => holdBatchRow(holder, id);
 
-  it('when clients keep acking a locked batch X while others ack Y, then every ack of Y is answered 200 within a second throughout', async () => {
+  it('when clients keep acking a locked batch X while others ack Y, then every ack of Y is answered 200 before any could have waited for X', async () => {
     const x = await batchWith(svc.client, 400);
     const y = await batchWith(svc.client, 400);
     const release = await holdRow(x.id);
@@ -241,7 +241,10 @@ describeOnServers('acks merged into rounds while a batch row is held by another 
       });
       await Promise.all([...xWorkers, ...yWorkers]);
       expect(yAnswers.length).toBeGreaterThan(100);
-      expect(yAnswers.filter(([status, ms]) => status !== 200 || ms >= 1000)).toEqual([]);
+      // A call of Y that met X's lock would wait LOCK_TIMEOUT (2 s) at least. Not a tighter bound:
+      // beside the other suites (two at a time, one of them the BullMQ tests) a stall of the
+      // machine held every call in flight for up to 1.4 s at once.
+      expect(yAnswers.filter(([status, ms]) => status !== 200 || ms >= 1800)).toEqual([]);
     } finally {
       clearTimeout(unlock);
       await release();

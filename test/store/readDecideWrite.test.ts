@@ -19,7 +19,7 @@ describe.each(backends())('read-decide-write transactions (%s)', (name, backend)
     database = await backend.create({ DB_POOL_SIZE: '1' });
     db = openDb(database.config);
     if (name === 'mysql') other = knex({ client: 'mysql2', connection: { uri: database.config.DATABASE_URL } as never, pool: { min: 0, max: 1 } });
-    else if (name === 'pg') other = knex({ client: 'pg', connection: database.config.DATABASE_URL, pool: { min: 0, max: 1 } });
+    else if (name === 'pg' || name === 'pgbouncer') other = knex({ client: 'pg', connection: database.config.DATABASE_URL, pool: { min: 0, max: 1 } });
     else other = db;
     await migrateLatest(db); // the service's schema too: SQLite transactions claim the write lock through it
     await db.schema.createTable('scratch', (t) => {
@@ -133,7 +133,7 @@ describe.each(backends())('read-decide-write transactions (%s)', (name, backend)
     // Another client takes the row lock within a second (one still held would make it time out).
     await other.transaction(async (trx) => {
       if (name === 'mysql') await trx.raw('SET SESSION innodb_lock_wait_timeout = 1');
-      if (name === 'pg') await trx.raw("SET LOCAL lock_timeout = '1s'");
+      if (name === 'pg' || name === 'pgbouncer') await trx.raw("SET LOCAL lock_timeout = '1s'");
       await forUpdate(trx, trx('scratch').where({ id: 'a' })).update({ n: 5 });
     });
     expect(await committed()).toEqual([['a', 5]]);
@@ -152,7 +152,7 @@ describe.each(backends())('read-decide-write transactions (%s)', (name, backend)
           attempts += 1;
           if (attempts === 1)
             throw Object.assign(new Error('aborted'), {
-              code: { mysql: 'ER_LOCK_DEADLOCK', pg: '40P01', citus: '40P01', sqlite: 'SQLITE_BUSY_SNAPSHOT' }[name],
+              code: { mysql: 'ER_LOCK_DEADLOCK', pg: '40P01', pgbouncer: '40P01', citus: '40P01', sqlite: 'SQLITE_BUSY_SNAPSHOT' }[name],
             });
           return {
             writes: [

@@ -1,8 +1,8 @@
-import { Knex } from 'knex';
+import knex, { Knex } from 'knex';
 
 import { Db, openDb } from '../../src/store/db';
 import { inTransaction } from '../../src/store/transaction';
-import { describeEachOrSkip, serverBackends, TestDatabase } from '../helpers/backends';
+import { backends, describeEachOrSkip, isPostgresBackend, serverBackends, TestDatabase } from '../helpers/backends';
 
 const servers = serverBackends();
 const describeOnServers = describeEachOrSkip(servers);
@@ -28,7 +28,7 @@ function crossLock(db: Db, retries: number, retried: string[]) {
 }
 
 /** The deadlock code of each server. */
-const DEADLOCK: Record<string, string> = { mysql: 'ER_LOCK_DEADLOCK', pg: '40P01', citus: '40P01', sqlite: 'none' };
+const DEADLOCK: Record<string, string> = { mysql: 'ER_LOCK_DEADLOCK', pg: '40P01', pgbouncer: '40P01', citus: '40P01', sqlite: 'none' };
 
 describeOnServers('transactions aborted by the database (%s)', (name, backend) => {
   let database: TestDatabase;
@@ -73,5 +73,37 @@ describeOnServers('transactions aborted by the database (%s)', (name, backend) =
     expect(reason.cause.code).toBe(DEADLOCK[name]);
     const total = (await db('scratch')).reduce((sum: number, row: { n: number }) => sum + row.n, 0);
     expect(total).toBe(1);
+  });
+});
+
+const postgres = backends().filter(([name]) => isPostgresBackend(name));
+
+describeEachOrSkip(postgres)('the settings a PostgreSQL transaction runs with (%s)', (name, backend) => {
+  it('when the database defaults to another isolation, then each transaction still reads committed, waits LOCK_TIMEOUT, and leaves no setting behind', async () => {
+    const database = await backend.create({ LOCK_TIMEOUT: '1500ms' });
+    const serverName = new URL(database.config.DATABASE_URL as string).pathname.slice(1);
+    const admin = knex({ client: 'pg', connection: process.env.TEST_PG_URL, pool: { min: 0, max: 1 } });
+    await admin.raw(`ALTER DATABASE ${serverName} SET default_transaction_isolation = 'repeatable read'`);
+    await admin.destroy();
+    const db = openDb(database.config);
+    try {
+      const inside = await Promise.all(
+        Array.from({ length: 8 }, () =>
+          inTransaction(db, { retries: 0 }, async (trx) => {
+            const { rows } = await trx.raw("SELECT current_setting('transaction_isolation') AS isolation, current_setting('lock_timeout') AS wait");
+            return rows[0] as { isolation: string; wait: string };
+          }),
+        ),
+      );
+      expect(inside).toEqual(Array.from({ length: 8 }, () => ({ isolation: 'read committed', wait: '1500ms' })));
+      // Behind a pooler in transaction mode, a server session is lent to whoever comes next: the
+      // transactions' settings must have ended with them. (Elsewhere each session keeps its own.)
+      const outside = await Promise.all(Array.from({ length: 8 }, () => db.raw("SELECT current_setting('lock_timeout') AS wait")));
+      const expected = name === 'pgbouncer' ? '0' : '1500ms';
+      expect(outside.map((result) => (result.rows[0] as { wait: string }).wait)).toEqual(Array.from({ length: 8 }, () => expected));
+    } finally {
+      await db.destroy();
+      await database.drop();
+    }
   });
 });
