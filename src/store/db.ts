@@ -351,10 +351,10 @@ export function queryTimeoutOf(db: Db): number {
   return openedWith.get(db)?.config.DB_QUERY_TIMEOUT ?? 0;
 }
 
-/** Checks that the database answers; UnavailableError when it does not. */
+/** Checks that the database answers (the profile's pingStatement); UnavailableError when it does not. */
 export async function ping(db: Db): Promise<void> {
   try {
-    await db.raw('select 1');
+    await db.raw(profileOf(db).pingStatement);
   } catch (caught) {
     throw new UnavailableError('the database is not available', { cause: toError(caught) });
   }

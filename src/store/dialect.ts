@@ -31,6 +31,12 @@ export interface DialectProfile {
   /** Appended to a raw CREATE TABLE: on MySQL the transactional engine, whatever the server's default. */
   tableOptions: string;
   /**
+   * What asks the database whether it answers (db.ts `ping`). On MySQL `DO 1`, which is no read:
+   * Galera's causal reads (wsrep_sync_wait) would hold a SELECT behind a schema change the cluster
+   * runs in total order, and the watch over migrations would take that for a database that froze.
+   */
+  pingStatement: string;
+  /**
    * The statement that makes this transaction's lock waits end after `ms` (null where a file lock,
    * not a row lock, is waited for). `endsWithTransaction`: false where it holds for the session, so
    * it is set back to LOCK_TIMEOUT's value after the transaction.
@@ -69,6 +75,7 @@ export const PROFILES: Readonly<Record<DialectName, DialectProfile>> = {
     hotPath: 'mysql2-multi-statement',
     writers: 'pool',
     tableOptions: ' ENGINE=InnoDB',
+    pingStatement: 'DO 1',
     // Row locks and table/metadata locks alike (db.ts sets both per session).
     lockWaitStatement: (ms) => ({
       sql: 'SET SESSION innodb_lock_wait_timeout = ?, lock_wait_timeout = ?',
@@ -106,6 +113,7 @@ export const PROFILES: Readonly<Record<DialectName, DialectProfile>> = {
     hotPath: 'pg-pipeline',
     writers: 'pool',
     tableOptions: '',
+    pingStatement: 'select 1',
     // LOCAL: for this transaction only. At least 1 ms: a lock_timeout of 0 means no limit. A SET
     // statement, not set_config(): Citus sends a SET LOCAL on to the workers where the row locks are
     // taken (with citus.propagate_set_commands = 'local', set per session, db.ts); set_config() it
@@ -155,6 +163,7 @@ export const PROFILES: Readonly<Record<DialectName, DialectProfile>> = {
     hotPath: 'knex',
     writers: 'one-per-file',
     tableOptions: '',
+    pingStatement: 'select 1',
     lockWaitStatement: () => null,
     errors: {
       retryable: [],

@@ -70,9 +70,10 @@ const WATCH_INTERVAL_MS = 5_000;
  * Runs `work` (the migrations, on a pool that waits without a limit, as an index built on a large
  * table takes what it takes), and fails instead once `db` has answered nothing for its
  * DB_QUERY_TIMEOUT: a database host that froze mid-migration held the start, before the service
- * listens, for ever. `db` is asked `select 1` on its own pool, which has that limit; a ping that
+ * listens, for ever. `db` is asked on its own pool, which has that limit (`ping`); a ping that
  * fails (too many connections, a refused connect) is borne until the limit has passed without any
- * answer. Without DB_QUERY_TIMEOUT (0, and on SQLite) nothing is watched.
+ * answer. Without DB_QUERY_TIMEOUT (0, and on SQLite) nothing is watched. The migrations' own
+ * statement may still hang then: the caller exits (main.ts, cli/migrate.ts), which ends it.
  */
 async function unlessTheDatabaseFreezes<T>(db: Db, work: () => Promise<T>): Promise<T> {
   const limitMs = queryTimeoutOf(db);
@@ -157,5 +158,5 @@ const unknownOf = (applied: string[]) => applied.filter((name) => !KNOWN.has(nam
  */
 async function appliedMigrations(db: Db): Promise<string[]> {
   if (!(await db.schema.hasTable(TABLE))) return [];
-  return ((await db(TABLE).select('name')) as Array<{ name: string }>).map((row) => row.name);
+  return ((await db(TABLE).select('name').orderBy('id')) as Array<{ name: string }>).map((row) => row.name);
 }

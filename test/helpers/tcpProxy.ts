@@ -63,6 +63,11 @@ export class TcpProxy {
     }
   }
 
+  /** How many connections are open through the proxy. */
+  get connections(): number {
+    return this.pairs.size;
+  }
+
   /** Drops every connection; new ones are taken and never answered (until `speak()`). */
   silence(): void {
     this.silent = true;

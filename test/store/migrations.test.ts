@@ -85,7 +85,7 @@ describe.each(backends())('migrations (%s)', (_name, backend) => {
       await db.destroy();
       await database.drop();
     }
-  });
+  }, 120_000);
 
   it('when a replica reads the schema while another has created only the migrations table, then it creates no table of its own', async () => {
     // knex's migrate.list would create knex's lock table and its row here, outside the migration
