@@ -42,14 +42,14 @@ async function startPgbouncer(serverUrl) {
       '',
     ].join('\n'),
   );
-  // PgBouncer refuses to run as root: as root, it runs as the postgres user.
+  // PgBouncer refuses to run as root: as root, it switches to the postgres user itself (`-u`), so
+  // that the process started is PgBouncer and a signal reaches it at once (runuser held a SIGTERM
+  // for two seconds).
   const asRoot = process.getuid && process.getuid() === 0;
   if (asRoot) fs.chownSync(dir, ...uidGidOf('postgres'));
   for (const file of fs.readdirSync(dir)) if (asRoot) fs.chownSync(path.join(dir, file), ...uidGidOf('postgres'));
-  const [cmd, args] = asRoot
-    ? ['runuser', ['-u', 'postgres', '--', PGBOUNCER, path.join(dir, 'pgbouncer.ini')]]
-    : [PGBOUNCER, [path.join(dir, 'pgbouncer.ini')]];
-  const child = spawn(cmd, args, { stdio: 'ignore' });
+  const args = [...(asRoot ? ['-u', 'postgres'] : []), path.join(dir, 'pgbouncer.ini')];
+  const child = spawn(PGBOUNCER, args, { stdio: 'ignore' });
   const deadline = Date.now() + 20_000;
   while (!(await accepting(port))) {
     if (child.exitCode !== null || Date.now() > deadline) {
@@ -74,11 +74,17 @@ function uidGidOf(user) {
   return [Number(uid), Number(gid)];
 }
 
-/** Stops it (SIGTERM through runuser reaches PgBouncer: an immediate shutdown) and removes its files. */
+/**
+ * Stops it (SIGTERM: PgBouncer's immediate shutdown) and removes its files. The wait's timer is
+ * cleared once PgBouncer is gone: left running, it kept Jest's process alive for its five seconds
+ * after the run ("Jest did not exit one second after the test run has completed").
+ */
 async function stopPgbouncer(bouncer) {
   const exited = new Promise((resolve) => (bouncer.child.exitCode !== null ? resolve() : bouncer.child.once('exit', resolve)));
   bouncer.child.kill('SIGTERM');
-  await Promise.race([exited, new Promise((resolve) => setTimeout(resolve, 5000))]);
+  let timer;
+  await Promise.race([exited, new Promise((resolve) => (timer = setTimeout(resolve, 5000)))]);
+  clearTimeout(timer);
   fs.rmSync(bouncer.dir, { recursive: true, force: true });
 }
 
