@@ -1,6 +1,6 @@
 /** Processes the "thumbnails" jobs and acks their rollcall items; prints each batch once it is complete. */
 import { Worker } from 'bullmq';
-import { rollcallProcessor } from 'rollcall/bullmq';
+import { rollcallProcessor, watchFailedJobs } from 'rollcall/bullmq';
 
 import { client, redis, work } from '../shared';
 
@@ -17,6 +17,8 @@ const worker = new Worker<Thumbnail>(
   }),
   { connection: { ...redis, maxRetriesPerRequest: null }, concurrency: 50 },
 );
+// Jobs BullMQ fails without running them (stalled too often, say) get their items acked `failed` too.
+const stopWatch = watchFailedJobs(client, worker);
 
 // Print each batch once it is complete (the first job of a batch starts watching it).
 const watching = new Set<string>();
@@ -35,4 +37,11 @@ worker.on('active', (job) => {
     .catch((error: Error) => console.error(`cannot watch batch ${batchId}: ${error.message}`));
 });
 console.log('worker running; Ctrl-C to stop');
-process.once('SIGINT', () => void worker.close().then(() => process.exit(0)));
+process.once(
+  'SIGINT',
+  () =>
+    void worker
+      .close()
+      .then(stopWatch)
+      .then(() => process.exit(0)),
+);

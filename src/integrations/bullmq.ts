@@ -7,8 +7,12 @@ import { Backoffs, BackoffStrategy, DelayedError, Job, UnrecoverableError, Waiti
 
 import type { RollcallClient } from '../client';
 import { AckCoalescingOptions, Rejected, Rejections, sharedCoalescer } from './ackCoalescer';
+import { answered, defaultItemIdOf, watchWorkerOf } from './bullmqFailureWatch';
 import { CancelCheckOptions, sharedCancelledBatches } from './cancelledBatches';
 import { asError, IntegrationErrorCode } from './errors';
+
+export type { FailureWatchOptions, WatchableWorker } from './bullmqFailureWatch';
+export { watchFailedJobs } from './bullmqFailureWatch';
 
 export interface RollcallProcessorOptions<DataType, ResultType, NameType extends string> extends AckCoalescingOptions, CancelCheckOptions {
   /** Where a job's item ID is. Default: `job.data.rollcallItemId`. */
@@ -128,12 +132,6 @@ function messageOf(error: Error, thrown: unknown): string {
   return typeof error.message === 'string' ? error.message : String(thrown);
 }
 
-function defaultItemIdOf(job: Job): string | undefined {
-  const data: unknown = job.data;
-  const id = data && typeof data === 'object' ? (data as { rollcallItemId?: unknown }).rollcallItemId : undefined;
-  return typeof id === 'string' ? id : undefined;
-}
-
 /**
  * A BullMQ processor around `handler`: `new Worker(queue, rollcallProcessor(client, handler), …)`.
  * - The job's item ID comes from `job.data.rollcallItemId` (or `options.itemIdOf(job)`); a job
@@ -143,6 +141,10 @@ function defaultItemIdOf(job: Job): string | undefined {
  * - The handler throws and BullMQ will retry: the error is rethrown, nothing is acked.
  * - The handler throws on the last attempt (or throws `UnrecoverableError`): the item is acked
  *   `failed` with the error's message, then the error is rethrown.
+ * - A job BullMQ fails for good without running it (stalled past `maxStalledCount`, started past
+ *   `maxStartedAttempts`, a flow parent failed by its child) is acked `failed` by the Worker's
+ *   failure watch (`watchFailedJobs`): the processor starts it on the first job it runs in the
+ *   Worker's process; start it with the Worker to cover that Worker's first jobs too.
  * Acks of every job that the processors and consumers of this client run in the process are merged
  * into few calls (sharedCoalescer);
  * each job still completes only after rollcall answered for its own item.
@@ -158,6 +160,7 @@ export function rollcallProcessor<DataType = any, ResultType = any, NameType ext
   const acks = sharedCoalescer(client, options);
   const cancelled = sharedCancelledBatches(client, options);
   const itemIdOf = options.itemIdOf ?? (defaultItemIdOf as (job: Job<DataType, ResultType, NameType>) => string | undefined);
+  const watchOptions = { ...options, itemIdOf };
 
   /** Acts on a rejection: cancelled batches are remembered; anything else cannot be fixed by a retry. */
   const settle = (itemId: string, rejections: Rejections): void => {
@@ -165,7 +168,7 @@ export function rollcallProcessor<DataType = any, ResultType = any, NameType ext
     const rejected = rejections.get(itemId);
     if (rejected === undefined) return;
     if (rejected === 'batch_cancelled') return cancelled.learnCancelled(itemId);
-    throw new RollcallJobError('ack_rejected', `rollcall rejected item ${itemId}: ${rejected}`);
+    throw answered(new RollcallJobError('ack_rejected', `rollcall rejected item ${itemId}: ${rejected}`));
   };
 
   /**
@@ -180,7 +183,8 @@ export function rollcallProcessor<DataType = any, ResultType = any, NameType ext
       throw new Error(`${message} (and rollcall could not record the failure: ${asError(ackError).message})`, { cause: ackError });
     }
     if (rejected === 'batch_cancelled') cancelled.learnCancelled(itemId);
-    else if (rejected !== null) throw new RollcallJobError('ack_rejected', `${message} (and rollcall rejected the failure of item ${itemId}: ${rejected})`);
+    else if (rejected !== null)
+      throw answered(new RollcallJobError('ack_rejected', `${message} (and rollcall rejected the failure of item ${itemId}: ${rejected})`));
   };
 
   /** Whether BullMQ will not run the job again after this failure, with the Worker's options as BullMQ reads them. */
@@ -191,6 +195,7 @@ export function rollcallProcessor<DataType = any, ResultType = any, NameType ext
   };
 
   const processor: RollcallBullmqProcessor<DataType, ResultType, NameType> = async (job, token, signal) => {
+    watchWorkerOf(client, job, watchOptions);
     const itemId = itemIdOf(job);
     if (typeof itemId !== 'string' || !itemId) throw new RollcallJobError('missing_item_id', `job ${job.id} has no rollcall item ID`);
     const cancelledNow = cancelled.isCancelled(itemId);
@@ -201,7 +206,10 @@ export function rollcallProcessor<DataType = any, ResultType = any, NameType ext
     } catch (thrown) {
       // A sandboxed processor gets a plain object, not a Job of any copy of bullmq (child-processor.ts `wrapJob`).
       const error = asBullmqSeesIt(thrown, Object.getPrototypeOf(job) === Object.prototype);
-      if (!steersBullmq(error) && (await isLastFailure(job, error))) await ackLastFailure(itemId, messageOf(error, thrown));
+      if (!steersBullmq(error) && (await isLastFailure(job, error))) {
+        await ackLastFailure(itemId, messageOf(error, thrown));
+        answered(thrown);
+      }
       throw thrown;
     }
     settle(itemId, await acks.ackInCall(itemId, 'succeeded'));

@@ -7,6 +7,8 @@ export type IntegrationErrorCode =
   | 'missing_item_id'
   /** rollcall refused the item's ack (`unknown_batch`, `malformed`, …): retrying will not help. */
   | 'ack_rejected'
+  /** The failure watch could not record a job BullMQ failed for good (refused, or rollcall out of reach): its item stays pending. */
+  | 'failure_unrecorded'
   /** `openBatch` could not add the items (after retries); the batch is not sealed, see `batchId`. */
   | 'add_failed'
   /** `openBatch`'s `enqueue` threw; the batch is not sealed, see `batchId`. */

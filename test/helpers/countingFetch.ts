@@ -8,6 +8,8 @@ import { HttpSend, httpSend } from '../../src/client';
 export interface AckTally {
   calls: number;
   ids: number;
+  /** IDs acked `failed` in calls the service answered (a call sent again after no answer counts once). */
+  failedIds: number;
   largestCall: number;
   /** batch ID → how many ack answers reported it completed (exactly once is the contract). */
   completions: Map<string, number>;
@@ -19,18 +21,21 @@ export function countingFetch(): AckTally {
   const tally: AckTally = {
     calls: 0,
     ids: 0,
+    failedIds: 0,
     largestCall: 0,
     completions: new Map(),
     fetch: async (url, request) => {
       const response = await send(url, request);
       if (!url.endsWith('/v1/acks') || request.method !== 'POST') return response;
-      const sent = (JSON.parse(String(request.body)) as { ids: string[] }).ids.length;
+      const body = JSON.parse(String(request.body)) as { ids: string[]; outcome?: string };
+      const sent = body.ids.length;
       tally.calls += 1;
       tally.ids += sent;
       tally.largestCall = Math.max(tally.largestCall, sent);
       if (response.ok) {
-        const body = JSON.parse(await response.text()) as { completed: Array<{ id: string }> }; // httpSend's text() may be read again
-        for (const batch of body.completed) tally.completions.set(batch.id, (tally.completions.get(batch.id) ?? 0) + 1);
+        if (body.outcome === 'failed') tally.failedIds += sent;
+        const answer = JSON.parse(await response.text()) as { completed: Array<{ id: string }> }; // httpSend's text() may be read again
+        for (const batch of answer.completed) tally.completions.set(batch.id, (tally.completions.get(batch.id) ?? 0) + 1);
       }
       return response;
     },

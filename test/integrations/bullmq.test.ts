@@ -3,10 +3,10 @@ import { randomBytes } from 'node:crypto';
 import path from 'node:path';
 import readline from 'node:readline';
 
-import { DelayedError, Job, JobsOptions, Queue, Worker } from 'bullmq';
+import { DelayedError, FlowProducer, Job, JobsOptions, Queue, UnrecoverableError, Worker } from 'bullmq';
 
 import { Batch, httpSend, RollcallClient } from '../../src/client';
-import { rollcallProcessor } from '../../src/integrations/bullmq';
+import { rollcallProcessor, watchFailedJobs } from '../../src/integrations/bullmq';
 import { openBatch } from '../../src/integrations/producer';
 import { backends } from '../helpers/backends';
 import { describeWith, redisConnection, redisUrl } from '../helpers/brokers';
@@ -106,6 +106,8 @@ describeWith(redisUrl).each(backends())('rollcall/bullmq on a real Redis and a r
     const counts = await queue.getJobCounts('completed', 'failed');
     expect(counts).toEqual({ completed: expected.succeeded, failed: expected.failed });
     expect(tally.calls).toBeLessThan(3000 / 5); // far fewer calls than jobs (merges shrink when acks are quick)
+    // A failure the processor recorded is not acked again by the Worker's failure watch.
+    expect(tally.failedIds).toBe(expected.failed);
     expect(tally.largestCall).toBeLessThanOrEqual(10_000);
 
     // The reasons kept are those of the jobs that failed for good, with their messages; no flaky one.
@@ -452,6 +454,167 @@ describeWith(redisUrl).each(backends())('rollcall/bullmq on a real Redis and a r
     await proxy.cut();
     expect(await queue.getJobCounts('completed', 'failed')).toEqual({ completed: 1200, failed: 0 });
     expect(await client.status(batch.id)).toMatchObject({ state: 'complete', succeeded: 1200, failed: 0, pending: 0 });
+  });
+
+  /** Failures kept for a batch, by item ID. */
+  async function failureReasons(batchId: string): Promise<string[]> {
+    return (await client.failures(batchId, { limit: 100 })).failures.map((failure) => failure.error);
+  }
+
+  /** A handler that holds job `n` until released: its lock, not renewed, runs out and the job stalls. */
+  function holdingJob(n: number): { handler: (job: Job<TestJobData>) => Promise<string>; runs: Map<number, number>; release(): void } {
+    let release!: () => void;
+    const held = new Promise<void>((resolve) => (release = resolve));
+    const runs = new Map<number, number>();
+    const handler = async (job: Job<TestJobData>) => {
+      runs.set(job.data.n, (runs.get(job.data.n) ?? 0) + 1);
+      if (job.data.n === n) await held;
+      return 'ok';
+    };
+    return { handler, runs, release };
+  }
+
+  /**
+   * A Worker whose locks run out in 1 s unrenewed and whose stall check runs every 500 ms: a held job
+   * stalls within about 2 s; the others have 1 s to finish, their acks included.
+   */
+  const STALLING = { connection, prefix, concurrency: 5, lockDuration: 1000, skipLockRenewal: true, stalledInterval: 500 };
+
+  it("when a job stalls more often than maxStalledCount, then BullMQ fails it without running it and the processor's failure watch records it: the batch completes", async () => {
+    const queue = newQueue();
+    const holding = holdingJob(2);
+    const worker = new Worker<TestJobData>(queue.name, rollcallProcessor(client, holding.handler), { ...STALLING, maxStalledCount: 0 });
+    worker.on('error', () => undefined); // the held run's completion, after BullMQ failed its job
+    workers.push(worker);
+    try {
+      const batch = await produce(queue, 3, { attempts: 3 });
+      const done = await client.waitForCompletion(batch.id, { timeoutMs: 20_000 });
+      expect(done).toMatchObject({ state: 'complete', succeeded: 2, failed: 1, pending: 0 });
+      expect(await failureReasons(batch.id)).toEqual(['job stalled more than allowable limit']);
+      expect(holding.runs.get(2)).toBe(1); // BullMQ did not run it again
+      expect(await queue.getJobCounts('completed', 'failed')).toEqual({ completed: 2, failed: 1 });
+    } finally {
+      holding.release();
+    }
+  });
+
+  it('when a Worker started after a crash picks a job that stalled too often first, then watchFailedJobs (started with it) records that job failed', async () => {
+    const queue = newQueue();
+    // The crashed Worker: its one slot holds job 0 past its lock; its stall check moves the job back
+    // to wait, marked to fail (maxStalledCount 0), and the slot stays taken, so it cannot pick it again.
+    const holding = holdingJob(0);
+    const crashed = new Worker<TestJobData>(queue.name, rollcallProcessor(client, holding.handler), { ...STALLING, concurrency: 1, maxStalledCount: 0 });
+    crashed.on('error', () => undefined);
+    workers.push(crashed);
+    const batch = await produce(queue, 1, { attempts: 3 });
+    await until(() => holding.runs.get(0) === 1);
+    const waitingAgain = async () => (await queue.getJobCounts('wait')).wait === 1;
+    for (let tries = 0; !(await waitingAgain()); tries++) {
+      if (tries > 100) throw new Error('job 0 did not stall');
+      await realSleep(50);
+    }
+    // The restarted Worker's first job is the stalled one: BullMQ fails it before any processor runs.
+    const restarted = new Worker<TestJobData>(queue.name, rollcallProcessor(client, holding.handler), { connection, prefix, concurrency: 1 });
+    workers.push(restarted);
+    const stop = watchFailedJobs(client, restarted);
+    try {
+      const done = await client.waitForCompletion(batch.id, { timeoutMs: 20_000 });
+      expect(done).toMatchObject({ state: 'complete', outcome: 'failed', failed: 1, pending: 0 });
+      expect(await failureReasons(batch.id)).toEqual(['job stalled more than allowable limit']);
+      expect(holding.runs.get(0)).toBe(1);
+    } finally {
+      holding.release();
+      await stop();
+    }
+  });
+
+  it('when watchFailedJobs watches a Worker whose processor does not ack (as a sandboxed one runs elsewhere), then a job started past maxStartedAttempts is recorded failed', async () => {
+    const queue = newQueue();
+    const holding = holdingJob(0);
+    const worker = new Worker<TestJobData>(queue.name, holding.handler, { ...STALLING, maxStartedAttempts: 1 });
+    worker.on('error', () => undefined);
+    workers.push(worker);
+    const stop = watchFailedJobs(client, worker);
+    expect(watchFailedJobs(client, worker)).toBe(stop); // one watch a Worker
+    try {
+      const batch = await produce(queue, 1, { attempts: 3 });
+      const done = await client.waitForCompletion(batch.id, { timeoutMs: 20_000 });
+      expect(done).toMatchObject({ state: 'complete', outcome: 'failed', failed: 1, pending: 0 });
+      expect(await failureReasons(batch.id)).toEqual(['job started more than allowable limit']);
+      expect(tally.failedIds).toBe(1);
+    } finally {
+      holding.release();
+      await stop();
+    }
+  });
+
+  it("when a flow's child fails with failParentOnFailure, then the parent's watched Worker fails the parent and its item is recorded failed", async () => {
+    const parents = newQueue();
+    const children = newQueue();
+    const parentWorker = new Worker<TestJobData>(
+      parents.name,
+      rollcallProcessor(client, async () => 'parent ran'),
+      { connection, prefix },
+    );
+    workers.push(parentWorker);
+    const stop = watchFailedJobs(client, parentWorker);
+    workers.push(
+      new Worker(
+        children.name,
+        async (): Promise<string> => {
+          throw new Error('child gave up');
+        },
+        { connection, prefix },
+      ),
+    );
+    const flows = new FlowProducer({ connection, prefix });
+    try {
+      const batch = await openBatch(client, {
+        count: 1,
+        enqueue: async ([id]) => {
+          await flows.add({
+            name: 'parent',
+            queueName: parents.name,
+            data: { rollcallItemId: id, n: 0 },
+            children: [{ name: 'child', queueName: children.name, data: {}, opts: { failParentOnFailure: true } }],
+          });
+        },
+      });
+      const done = await client.waitForCompletion(batch.id, { timeoutMs: 20_000 });
+      expect(done).toMatchObject({ state: 'complete', outcome: 'failed', failed: 1, pending: 0 });
+      expect(await failureReasons(batch.id)).toEqual([expect.stringMatching(/^child .+ failed$/)]);
+    } finally {
+      await flows.close();
+      await stop();
+    }
+  });
+
+  it("when the failure watch's itemIdOf throws, then the Worker's error event says failure_unrecorded and BullMQ's failure stands", async () => {
+    const queue = newQueue();
+    const worker = new Worker<TestJobData>(
+      queue.name,
+      async (): Promise<string> => {
+        throw new UnrecoverableError('no retry helps');
+      },
+      { connection, prefix },
+    );
+    const errors: Array<{ code?: string }> = [];
+    worker.on('error', (error) => errors.push(error as { code?: string }));
+    workers.push(worker);
+    const stop = watchFailedJobs(client, worker, {
+      itemIdOf: () => {
+        throw new Error('no item here');
+      },
+    });
+    try {
+      await produce(queue, 1, { attempts: 1 });
+      await settled(queue, 1);
+      await until(() => errors.length > 0);
+      expect(errors.map((error) => error.code)).toEqual(['failure_unrecorded']);
+      expect(await queue.getJobCounts('completed', 'failed')).toEqual({ completed: 0, failed: 1 });
+    } finally {
+      await stop();
+    }
   });
 
   it('when a worker is killed with SIGKILL mid-run, then its stalled jobs rerun and counts stay exact', async () => {

@@ -91,4 +91,29 @@ describeWith(redisUrl).each(backends())('rollcall/bullmq with BullMQ 5 on a real
     );
     expect(await client.waitForCompletion(batch.id, { timeoutMs: 15_000 })).toMatchObject({ state: 'complete', failed: 4, pending: 0 });
   });
+
+  it("when a job stalls more often than maxStalledCount, then BullMQ 5 fails it without running it and the processor's failure watch records it", async () => {
+    const client = new RollcallClient({ baseUrl: svc.url });
+    const queue = new Queue<Data>(`q-${randomBytes(4).toString('hex')}`, { connection, prefix });
+    queues.push(queue);
+    let release!: () => void;
+    const held = new Promise<void>((resolve) => (release = resolve));
+    const worker = new Worker<Data>(
+      queue.name,
+      rollcallProcessor(client, async (anyJob) => {
+        // Job 1 holds its slot past its lock, which is not renewed: it stalls.
+        if ((anyJob as unknown as Job<Data>).data.n === 1) await held;
+      }) as unknown as Processor<Data>,
+      { connection, prefix, concurrency: 3, lockDuration: 1000, skipLockRenewal: true, stalledInterval: 500, maxStalledCount: 0 },
+    );
+    worker.on('error', () => undefined); // the held run's completion, after BullMQ failed its job
+    workers.push(worker);
+    try {
+      const batch = await produce(client, queue, 3);
+      expect(await client.waitForCompletion(batch.id, { timeoutMs: 20_000 })).toMatchObject({ state: 'complete', succeeded: 2, failed: 1, pending: 0 });
+      expect((await client.failures(batch.id, { limit: 10 })).failures.map((f) => f.error)).toEqual(['job stalled more than allowable limit']);
+    } finally {
+      release();
+    }
+  });
 });
