@@ -2,6 +2,7 @@ import knex, { Knex } from 'knex';
 
 import { backends, describeEachOrSkip } from '../helpers/backends';
 import { batchWith } from '../helpers/batches';
+import { lockWaiters } from '../helpers/rowLocks';
 import { startService, TestService } from '../helpers/service';
 
 /** Resolves once `condition` holds (polled every 20 ms, for at most 5 s). */
@@ -34,12 +35,7 @@ describeOnPostgres('an ack that loses a deadlock (%s)', (_name, backend) => {
   });
 
   const retries = async () => Number(/^rollcall_transaction_retries_total (\d+)$/m.exec((await svc.api.get('/metrics')).text)?.[1] ?? 0);
-  const ackWaitsForLock = async () => {
-    const { rows } = (await other.raw("SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'")) as {
-      rows: Array<{ n: number }>;
-    };
-    return rows[0]!.n > 0;
-  };
+  const ackWaitsForLock = async () => (await lockWaiters(other, true)) > 0;
 
   it('when another transaction holds its group row and then waits for its batch row, then the ack runs again and applies once', async () => {
     const { id, ids } = await batchWith(svc.client, 2);

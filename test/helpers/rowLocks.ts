@@ -1,3 +1,5 @@
+import { spawn } from 'node:child_process';
+
 import knex, { Knex } from 'knex';
 
 import { isPostgresBackend, TestDatabase } from './backends';
@@ -15,5 +17,49 @@ export async function holdBatchRow(other: Knex, id: string): Promise<() => Promi
   await trx('batches').where({ id }).forUpdate();
   return async () => {
     if (!trx.isCompleted()) await trx.rollback();
+  };
+}
+
+/**
+ * How many statements on `other`'s database wait for a row lock now (MariaDB or PostgreSQL). MariaDB
+ * 10.11 lists a locking read by primary key that waits (in its "Statistics" stage) in its process
+ * list but not in innodb_trx, so there it counts other sessions' locking reads still running.
+ */
+export async function lockWaiters(other: Knex, postgres: boolean): Promise<number> {
+  const sql = postgres
+    ? "SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
+    : "SELECT count(*) AS n FROM information_schema.processlist WHERE db = DATABASE() AND id <> CONNECTION_ID() AND command = 'Query' AND info LIKE '%for update%'";
+  const result = (await other.raw(sql)) as { rows?: Array<{ n: number }> } | [Array<{ n: number }>];
+  const rows = Array.isArray(result) ? result[0] : (result.rows ?? []);
+  return Number(rows[0]?.n ?? 0);
+}
+
+/**
+ * Another process takes SQLite file `file`'s write lock (as a second service or the CLI would) and
+ * holds it for `ms` or until `release` is called; resolves once the lock is held.
+ */
+export async function holdSqliteFile(file: string, ms: number): Promise<{ release(): Promise<void>; exited: Promise<unknown> }> {
+  const holder = spawn(
+    process.execPath,
+    [
+      '-e',
+      `const db = require('better-sqlite3')(process.argv[1]); db.exec('BEGIN IMMEDIATE'); process.stdout.write('held');
+       const release = () => { db.exec('ROLLBACK'); process.exit(0); };
+       setTimeout(release, ${ms}); process.stdin.on('data', release);`,
+      file,
+    ],
+    { stdio: ['pipe', 'pipe', 'inherit'] },
+  );
+  const exited = new Promise((resolve) => holder.once('exit', resolve));
+  await new Promise<void>((resolve, reject) => {
+    holder.stdout.once('data', () => resolve());
+    holder.once('exit', (code) => reject(new Error(`the SQLite lock holder exited (${code}) before it held the lock`)));
+  });
+  return {
+    exited,
+    async release() {
+      if (holder.exitCode === null) holder.stdin.write('release\n');
+      await exited;
+    },
   };
 }

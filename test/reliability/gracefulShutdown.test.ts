@@ -1,23 +1,62 @@
-import { backends, processEnv } from '../helpers/backends';
+import { backends, isPostgresBackend, processEnv, TestDatabase } from '../helpers/backends';
 import { call, spawnService } from '../helpers/processes';
+import { holdBatchRow, holdSqliteFile, lockWaiters, otherConnections } from '../helpers/rowLocks';
+
+/** Resolves once `condition` holds (polled every 10 ms, for at most 10 s). */
+async function until(condition: () => Promise<boolean>): Promise<void> {
+  for (const started = Date.now(); !(await condition());) {
+    if (Date.now() - started > 10_000) throw new Error('condition not reached in 10 s');
+    await new Promise((resolve) => setTimeout(resolve, 10));
+  }
+}
+
+/**
+ * Holds the batch's lock as another replica (or, on SQLite, another process) would, so that an ack
+ * sent now stays in the service until `release`; `ackWaits` resolves once one waits for it.
+ */
+async function holdBatch(database: TestDatabase, id: string): Promise<{ ackWaits(): Promise<void>; release(): Promise<void> }> {
+  if (database.name === 'sqlite') {
+    const file = await holdSqliteFile(database.config.SQLITE_PATH as string, 20_000);
+    // A waiting ack cannot be seen from outside on SQLite; its request is on its way for this long.
+    return { ackWaits: () => new Promise((resolve) => setTimeout(resolve, 500)), release: file.release };
+  }
+  const other = otherConnections(database, 2);
+  const release = await holdBatchRow(other, id);
+  let destroyed = false;
+  return {
+    ackWaits: () => until(async () => (await lockWaiters(other, isPostgresBackend(database.name))) > 0),
+    release: async () => {
+      await release();
+      if (!destroyed) await other.destroy();
+      destroyed = true;
+    },
+  };
+}
 
 describe.each(backends())('SIGTERM (%s)', (_name, backend) => {
   jest.setTimeout(60_000);
 
   it('when the service gets SIGTERM, then open waits and in-flight acks are answered and it exits 0', async () => {
     const database = await backend.create();
-    // A long group-commit window holds the ack in the service, so SIGTERM surely finds it in flight.
-    const service = await spawnService({ ...processEnv(database), ACK_GROUP_COMMIT_WINDOW_MS: '50' });
+    const service = await spawnService({ ...processEnv(database), LOCK_TIMEOUT: '15s' });
+    let held: Awaited<ReturnType<typeof holdBatch>> | undefined;
     try {
       const id = (await call(`${service.url}/v1/batches`, 'POST', {})).body.id;
       const added = await call(`${service.url}/v1/batches/${id}/items`, 'POST', { count: 5000 });
       await call(`${service.url}/v1/batches/${id}/seal`, 'POST', {});
       const waiting = call(`${service.url}/v1/batches/${id}/wait?timeout=60`, 'GET');
       const ids = Array.from({ length: 5000 }, (_, i) => `${id}:${added.body.groups[0].id}:${i}`);
-      await new Promise((r) => setTimeout(r, 200));
-      const acking = call(`${service.url}/v1/acks`, 'POST', { ids });
+      // The batch is held so that SIGTERM surely finds the ack in flight, however fast the machine.
+      held = await holdBatch(database, id);
+      let ackAnswered = false;
+      const acking = call(`${service.url}/v1/acks`, 'POST', { ids }).finally(() => (ackAnswered = true));
+      await held.ackWaits();
       const exited = new Promise<number | null>((resolve) => service.child.once('exit', (code) => resolve(code)));
-      setTimeout(() => service.child.kill('SIGTERM'), 25);
+      service.child.kill('SIGTERM');
+      await new Promise((r) => setTimeout(r, 300));
+      expect(ackAnswered).toBe(false); // still in flight after SIGTERM
+      expect(service.child.exitCode).toBeNull(); // draining, not gone
+      await held.release();
       const [wait, ack, code] = await Promise.all([waiting, acking, exited]);
       expect(ack.status).toBe(200);
       expect(ack.body.acked).toBe(5000);
@@ -25,6 +64,7 @@ describe.each(backends())('SIGTERM (%s)', (_name, backend) => {
       expect(['sealed', 'complete']).toContain(wait.body.state);
       expect(code).toBe(0);
     } finally {
+      await held?.release();
       await service.stop();
       await database.drop();
     }

@@ -1,10 +1,8 @@
-import { spawn } from 'node:child_process';
-
 import { Knex } from 'knex';
 
 import { backends, describeEachOrSkip, isPostgresBackend, serverBackends } from '../helpers/backends';
 import { batchWith, TestBatch } from '../helpers/batches';
-import { holdBatchRow, otherConnections } from '../helpers/rowLocks';
+import { holdBatchRow, holdSqliteFile, otherConnections } from '../helpers/rowLocks';
 import { startService, TestService } from '../helpers/service';
 
 /** Times a promise: [its value, milliseconds taken]. */
@@ -329,18 +327,7 @@ describe.each(backends().filter(([name]) => name === 'sqlite'))('a database file
   });
   afterAll(() => svc.stop());
 
-  /** Another process takes the file's write lock for `ms`; resolves once it holds it (with its exit, wrapped: not awaited). */
-  async function holdFile(ms: number): Promise<{ exited: Promise<unknown> }> {
-    const holder = spawn(process.execPath, [
-      '-e',
-      `const db = require('better-sqlite3')(process.argv[1]); db.exec('BEGIN IMMEDIATE'); require('fs').writeSync(1, 'held');
-       Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, ${ms}); db.exec('ROLLBACK');`,
-      svc.database.config.SQLITE_PATH,
-    ]);
-    const exited = new Promise((resolve) => holder.once('exit', resolve));
-    await new Promise<void>((resolve) => holder.stdout.once('data', () => resolve()));
-    return { exited };
-  }
+  const holdFile = (ms: number) => holdSqliteFile(svc.database.config.SQLITE_PATH as string, ms);
 
   it('when three acks queue behind the locked file, then all are 503 within about one LOCK_TIMEOUT', async () => {
     const batches = await Promise.all([batchWith(svc.client, 1), batchWith(svc.client, 1), batchWith(svc.client, 1)]);
@@ -356,20 +343,14 @@ describe.each(backends().filter(([name]) => name === 'sqlite'))('a database file
 
   it('when another process holds the write lock, then an ack is 503 with Retry-After and applies nothing', async () => {
     const x = await batchWith(svc.client, 2);
-    const holder = spawn(process.execPath, [
-      '-e',
-      `const db = require('better-sqlite3')(process.argv[1]); db.exec('BEGIN IMMEDIATE'); require('fs').writeSync(1, 'held');
-       Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 4000); db.exec('ROLLBACK');`,
-      svc.database.config.SQLITE_PATH,
-    ]);
-    await new Promise<void>((resolve) => holder.stdout.once('data', () => resolve()));
+    const { exited } = await holdFile(4000);
     try {
       const [res, ms] = await timed(svc.api.post('/v1/acks').send({ ids: [x.ids[0]] }));
       expect(res.status).toBe(503);
       expect(res.headers['retry-after']).toBe('1');
       expect(ms).toBeLessThan(3500);
     } finally {
-      await new Promise((resolve) => holder.once('exit', resolve));
+      await exited;
     }
     expect((await svc.api.get(`/v1/batches/${x.id}`)).body.succeeded).toBe(0);
   }, 20_000);
