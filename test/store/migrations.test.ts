@@ -175,8 +175,13 @@ describe.each(backends())('migrations (%s)', (_name, backend) => {
     const db = openDb(database.config);
     try {
       let release = () => undefined as void;
-      const holding = withMigrationLock(db, () => new Promise<void>((resolve) => (release = resolve)));
-      await new Promise((r) => setTimeout(r, 100));
+      let acquired = () => undefined as void;
+      const held = new Promise<void>((resolve) => (acquired = resolve));
+      const holding = withMigrationLock(db, () => {
+        acquired();
+        return new Promise<void>((resolve) => (release = resolve));
+      });
+      await held;
       const options = { waitMs: 300, staleMs: 60_000, pollMs: 50 };
       await expect(withMigrationLock(db, async () => 'ran', options)).rejects.toThrow(/held the migration lock/);
       const waiting = withMigrationLock(db, async () => 'ran', { ...options, waitMs: 5000 });
