@@ -548,6 +548,25 @@ describeWith(redisUrl).each(backends())('rollcall/bullmq on a real Redis and a r
     }
   });
 
+  it("when a Worker's failure watch was stopped, then its processor's next job does not start it again: a failure for good stays unrecorded", async () => {
+    const queue = newQueue();
+    const holding = holdingJob(0);
+    const worker = new Worker<TestJobData>(queue.name, rollcallProcessor(client, holding.handler), { ...STALLING, maxStalledCount: 0 });
+    worker.on('error', () => undefined); // the held run's completion, after BullMQ failed its job
+    workers.push(worker);
+    await watchFailedJobs(client, worker)(); // stopped, as at a shutdown
+    try {
+      const batch = await produce(queue, 2, { attempts: 3 });
+      await settled(queue, 2, 20_000); // job 1 ran through the processor; job 0 was failed by BullMQ
+      expect(await queue.getJobCounts('completed', 'failed')).toEqual({ completed: 1, failed: 1 });
+      await realSleep(1000); // room for an ack that should not come
+      expect(tally.failedIds).toBe(0);
+      expect(await client.status(batch.id)).toMatchObject({ state: 'sealed', succeeded: 1, failed: 0, pending: 1 });
+    } finally {
+      holding.release();
+    }
+  });
+
   it("when a flow's child fails with failParentOnFailure, then the parent's watched Worker fails the parent and its item is recorded failed", async () => {
     const parents = newQueue();
     const children = newQueue();
