@@ -256,7 +256,7 @@ describeWith(amqpUrl).each(backends())('rollcall/amqp on a real RabbitMQ quorum 
     const { queue, batch } = await produce(producerClient, 2000);
     const child = spawn(process.execPath, ['--import', 'tsx', 'test/integrations/fixtures/amqpConsumer.ts'], {
       cwd: path.resolve(__dirname, '../..'),
-      env: { ...process.env, ROLLCALL_URL: svc.url, AMQP_URL: url.toString(), QUEUE: queue, WORK_MS: '5' },
+      env: { ...process.env, ROLLCALL_URL: svc.url, AMQP_URL: url.toString(), QUEUE: queue, WORK_MS: '20' },
       stdio: ['ignore', 'pipe', 'inherit'],
     });
     const exited = new Promise((resolve) => child.once('exit', resolve));
@@ -264,6 +264,8 @@ describeWith(amqpUrl).each(backends())('rollcall/amqp on a real RabbitMQ quorum 
     readline.createInterface({ input: child.stdout! }).on('line', (line) => {
       if (line === `COMPLETED ${batch.id}`) childCompletions++;
     });
+    // 20 ms of work a message, 50 at a time: ~2,500 a second at most, so ~600 ms of messages are left
+    // after the first 500, where the kill must land.
     for (;;) {
       const now = await producerClient.status(batch.id);
       if (now.succeeded + now.failed >= 500) break;
