@@ -5,16 +5,28 @@
  * (bullmq 5 and 6: `getUnrecoverableErrorMessage`), and only the Worker's `failed` event tells. This
  * watch acks their items `failed`, so their batches complete.
  */
-import type { Job } from 'bullmq';
+import { Job, Queue, type QueueOptions } from 'bullmq';
 
 import type { RollcallClient } from '../client';
-import { AckCoalescingOptions, sharedCoalescer } from './ackCoalescer';
+import { AckCoalescingOptions, Rejected, sharedCoalescer } from './ackCoalescer';
 import { asError, RollcallIntegrationError } from './errors';
 
 export interface FailureWatchOptions<DataType, ResultType, NameType extends string> extends AckCoalescingOptions {
   /** Where a job's item ID is. Default: `job.data.rollcallItemId` (as the processor's). */
   itemIdOf?: (job: Job<DataType, ResultType, NameType>) => string | undefined;
+  /**
+   * At its start, `watchFailedJobs` acks `failed` again for the jobs the Worker's queue failed within
+   * this many milliseconds before: a failure whose ack a crash cut off is recorded by the restarted
+   * Worker's watch (what was recorded already counts as a duplicate). Default 15 minutes; 0: none.
+   */
+  recoverFailedWithinMs?: number;
 }
+
+/** How far back a watch's start looks for failures whose ack may have been lost, by default. */
+const RECOVER_FAILED_WITHIN_MS = 15 * 60_000;
+
+/** Failed jobs read per page while recovering. */
+const RECOVERY_PAGE = 200;
 
 type FailedListener = (job: Job | undefined, error: Error) => void;
 
@@ -24,6 +36,9 @@ export interface WatchableWorker {
   off(event: 'failed', listener: FailedListener): unknown;
   emit(event: 'error', error: Error): boolean;
   listenerCount(event: 'error'): number;
+  /** The queue's name and the Worker's options: where its failed jobs are, for the recovery at start. */
+  readonly name?: string;
+  readonly opts?: { connection?: unknown; prefix?: string };
 }
 
 /**
@@ -68,7 +83,9 @@ function isWatchable(worker: object): worker is WatchableWorker {
  * function that stops the watch and waits for its acks.
  *
  * The ack goes after BullMQ has failed the job: a process that ends within that call (a crash, an
- * exit right after `worker.close()` without awaiting the stop) leaves the item pending. What it
+ * exit right after `worker.close()` without awaiting the stop) leaves the item pending until the
+ * next watch starts: each looks back `recoverFailedWithinMs` and acks the queue's failures of that
+ * time again (recorded ones count as duplicates). What it
  * cannot record (rollcall refused it, or could not be reached after the retries) is reported on the
  * Worker's `error` event (code `failure_unrecorded`), or as a process warning when it has no listener.
  */
@@ -92,37 +109,79 @@ export function watchFailedJobs<DataType = any, ResultType = any, NameType exten
       process.emitWarning(error);
     }
   };
+  /** Acks job's item `failed`: what rollcall answered, or why it could not be asked. */
+  const ackFailure = async (job: Job, reason: string): Promise<{ itemId?: string; rejected: Rejected }> => {
+    const itemId = itemIdOf(job);
+    if (typeof itemId !== 'string' || !itemId) return { rejected: null };
+    return { itemId, rejected: await acks.ack(itemId, 'failed', reason) };
+  };
   const record = (job: Job, error: Error): void => {
     // BullMQ sets `finishedOn` only when it moves the job to failed; a job it retries has none.
     if (typeof job.finishedOn !== 'number') return;
     if (typeof error === 'object' && error !== null && ANSWERED_FAILURES.has(error)) return;
-    const itemId = itemIdOf(job);
-    if (typeof itemId !== 'string' || !itemId) return;
-    const reason = typeof error?.message === 'string' ? error.message : String(error);
-    acks.ack(itemId, 'failed', reason).then(
-      (rejected) => {
+    ackFailure(job, typeof error?.message === 'string' ? error.message : String(error)).then(
+      ({ itemId, rejected }) => {
         if (rejected !== null && rejected !== 'batch_cancelled') report(`rollcall rejected the failure of job ${job.id} (item ${itemId}): ${rejected}`);
       },
-      (ackError: unknown) => report(`rollcall could not record the failure of job ${job.id} (item ${itemId}): ${asError(ackError).message}`, ackError),
+      (thrown: unknown) => report(`the failure watch could not record the failure of job ${job.id}: ${asError(thrown).message}`, thrown),
     );
   };
   // BullMQ calls this inside its own failure handling, after the job was moved: whatever goes wrong
   // here (a user's `itemIdOf` that throws) is reported, never thrown back into BullMQ.
   const onFailed: FailedListener = (job, error) => {
-    if (!job) return;
-    try {
-      record(job, error);
-    } catch (thrown) {
-      report(`the failure watch could not record the failure of job ${job.id}: ${asError(thrown).message}`, thrown);
-    }
+    if (job) record(job, error);
   };
   worker.on('failed', onFailed);
+  // Failures from before this moment were not seen by the listener; later ones are.
+  const within = options.recoverFailedWithinMs ?? RECOVER_FAILED_WITHIN_MS;
+  const until = Date.now();
+  const recovery =
+    within > 0
+      ? recoverFailures(worker, until - within, until, (job) => ackFailure(job, job.failedReason)).catch((error: unknown) =>
+          report(`the failure watch could not record the queue's recent failures again: ${asError(error).message}`, error),
+        )
+      : Promise.resolve();
   const stop = async (): Promise<void> => {
     worker.off('failed', onFailed);
+    await recovery;
     await acks.drain();
   };
   WATCHES.set(worker, stop);
   return stop;
+}
+
+/**
+ * Acks again the jobs the Worker's queue failed for good between `since` and `until` (newest first,
+ * in pages), through a Queue of its own on the Worker's connection (a Redis instance given is shared,
+ * not closed). None for a Worker that does not tell its queue. Refusals are no news here (a batch
+ * since deleted); acks that could not be sent fail it, once for all.
+ */
+async function recoverFailures(worker: WatchableWorker, since: number, until: number, ack: (job: Job) => Promise<unknown>): Promise<void> {
+  if (typeof worker.name !== 'string' || !worker.opts?.connection) return;
+  const queue = new Queue(worker.name, { connection: worker.opts.connection, prefix: worker.opts.prefix } as QueueOptions);
+  queue.on('error', () => undefined); // a lost connection also fails the read below, which reports it
+  const unsent: unknown[] = [];
+  const acked: Array<Promise<unknown>> = [];
+  try {
+    pages: for (let start = 0; ; start += RECOVERY_PAGE) {
+      const jobs = (await queue.getFailed(start, start + RECOVERY_PAGE - 1)) as Array<Job | undefined>;
+      for (const job of jobs) {
+        const finishedOn = job?.finishedOn;
+        if (!job || typeof finishedOn !== 'number' || finishedOn >= until) continue;
+        if (finishedOn < since) break pages;
+        acked.push(
+          Promise.resolve(job)
+            .then(ack)
+            .catch((error: unknown) => unsent.push(error)),
+        );
+      }
+      if (jobs.length < RECOVERY_PAGE) break;
+    }
+  } finally {
+    await Promise.all(acked);
+    await queue.close();
+  }
+  if (unsent.length > 0) throw new Error(`${unsent.length} of them could not be acked (${asError(unsent[0]).message})`, { cause: unsent[0] });
 }
 
 /** Starts the watch of the Worker running `job`, once: none for a sandboxed job, which carries no Worker. */
@@ -134,5 +193,7 @@ export function watchWorkerOf<DataType, ResultType, NameType extends string>(
   // BullMQ makes a Worker's jobs with the Worker as their `queue` (worker.ts `createJob`).
   const worker = (job as unknown as { queue?: unknown }).queue;
   if (typeof worker !== 'object' || worker === null || WATCHES.has(worker) || !isWatchable(worker)) return;
-  watchFailedJobs(client, worker, options);
+  // Too late to recover failures from before the Worker started, and other Workers' would be acked
+  // again by each Worker's first job: only a watch started with the Worker looks back.
+  watchFailedJobs(client, worker, { ...options, recoverFailedWithinMs: 0 });
 }

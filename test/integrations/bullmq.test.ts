@@ -567,6 +567,63 @@ describeWith(redisUrl).each(backends())('rollcall/bullmq on a real Redis and a r
     }
   });
 
+  /**
+   * Jobs 0 and 1 of a new batch failed for good by a Worker whose failures nothing records (as when a
+   * crash cut off the watch's ack), job 2 completed; returns the batch once BullMQ has finished them.
+   */
+  async function failedUnrecorded(queue: Queue<TestJobData>): Promise<Batch> {
+    const crashed = new Worker<TestJobData>(
+      queue.name,
+      async (job) => {
+        if (job.data.n < 2) throw new UnrecoverableError(`job ${job.data.n} gave up`);
+        await client.ack([job.data.rollcallItemId]);
+        return 'ok';
+      },
+      { connection, prefix },
+    );
+    workers.push(crashed);
+    const batch = await produce(queue, 3, { attempts: 3 });
+    await settled(queue, 3, 20_000);
+    await crashed.close();
+    expect(await client.status(batch.id)).toMatchObject({ state: 'sealed', succeeded: 1, pending: 2 });
+    return batch;
+  }
+
+  it('when a Worker failed jobs for good and their acks were lost, then watchFailedJobs started with the next Worker records them failed', async () => {
+    const queue = newQueue();
+    const batch = await failedUnrecorded(queue);
+    const restarted = new Worker<TestJobData>(
+      queue.name,
+      rollcallProcessor(client, async () => 'ok'),
+      { connection, prefix },
+    );
+    workers.push(restarted);
+    const stop = watchFailedJobs(client, restarted);
+    try {
+      const done = await client.waitForCompletion(batch.id, { timeoutMs: 10_000 });
+      expect(done).toMatchObject({ state: 'complete', succeeded: 1, failed: 2, pending: 0 });
+      expect((await failureReasons(batch.id)).sort()).toEqual(['job 0 gave up', 'job 1 gave up']);
+    } finally {
+      await stop();
+    }
+    expect(tally.failedIds).toBe(2);
+  });
+
+  it('when the lost failures are older than recoverFailedWithinMs, then the watch leaves them alone', async () => {
+    const queue = newQueue();
+    const batch = await failedUnrecorded(queue);
+    await realSleep(300);
+    const restarted = new Worker<TestJobData>(
+      queue.name,
+      rollcallProcessor(client, async () => 'ok'),
+      { connection, prefix },
+    );
+    workers.push(restarted);
+    await watchFailedJobs(client, restarted, { recoverFailedWithinMs: 250 })(); // stopped once its look back is done
+    expect(tally.failedIds).toBe(0);
+    expect(await client.status(batch.id)).toMatchObject({ state: 'sealed', pending: 2 });
+  });
+
   it("when a flow's child fails with failParentOnFailure, then the parent's watched Worker fails the parent and its item is recorded failed", async () => {
     const parents = newQueue();
     const children = newQueue();
