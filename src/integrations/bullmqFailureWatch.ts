@@ -16,10 +16,13 @@ export interface FailureWatchOptions<DataType, ResultType, NameType extends stri
   itemIdOf?: (job: Job<DataType, ResultType, NameType>) => string | undefined;
   /**
    * At its start, `watchFailedJobs` acks `failed` again for the jobs the Worker's queue failed within
-   * this many milliseconds before: a failure whose ack a crash cut off is recorded by the restarted
-   * Worker's watch (what was recorded already counts as a duplicate). Default 15 minutes; 0: none.
+   * this many milliseconds before (the newest 10,000 at most): a failure whose ack a crash cut off is
+   * recorded by the restarted Worker's watch (what was recorded already counts as a duplicate).
+   * Default 15 minutes; 0 or less: none.
    */
   recoverFailedWithinMs?: number;
+  /** Called once the look-back has ended (not when the watch was stopped first), with how many failed jobs of the window it went through. */
+  onRecovered?: (failures: number) => void;
 }
 
 /** How far back a watch's start looks for failures whose ack may have been lost, by default. */
@@ -27,6 +30,9 @@ const RECOVER_FAILED_WITHIN_MS = 15 * 60_000;
 
 /** Failed jobs read per page while recovering. */
 const RECOVERY_PAGE = 200;
+
+/** The most failures one start acks again (the newest). */
+const RECOVERY_LIMIT = 10_000;
 
 type FailedListener = (job: Job | undefined, error: Error) => void;
 
@@ -115,6 +121,15 @@ export function watchFailedJobs<DataType = any, ResultType = any, NameType exten
     if (typeof itemId !== 'string' || !itemId) return { rejected: null };
     return { itemId, rejected: await acks.ack(itemId, 'failed', reason) };
   };
+  /** Acks again a failure of the past; a job whose itemIdOf throws is passed over (reported when it failed). */
+  const recordAgain = (job: Job): Promise<unknown> => {
+    try {
+      itemIdOf(job);
+    } catch {
+      return Promise.resolve();
+    }
+    return ackFailure(job, job.failedReason);
+  };
   const record = (job: Job, error: Error): void => {
     // BullMQ sets `finishedOn` only when it moves the job to failed; a job it retries has none.
     if (typeof job.finishedOn !== 'number') return;
@@ -132,17 +147,20 @@ export function watchFailedJobs<DataType = any, ResultType = any, NameType exten
     if (job) record(job, error);
   };
   worker.on('failed', onFailed);
-  // Failures from before this moment were not seen by the listener; later ones are.
   const within = options.recoverFailedWithinMs ?? RECOVER_FAILED_WITHIN_MS;
-  const until = Date.now();
+  const stopping = new AbortController();
   const recovery =
     within > 0
-      ? recoverFailures(worker, until - within, until, (job) => ackFailure(job, job.failedReason)).catch((error: unknown) =>
-          report(`the failure watch could not record the queue's recent failures again: ${asError(error).message}`, error),
+      ? recoverFailures(worker, Date.now() - within, stopping.signal, (job) => recordAgain(job)).then(
+          (failures) => {
+            if (failures !== undefined) options.onRecovered?.(failures);
+          },
+          (error: unknown) => report(`the failure watch could not record the queue's recent failures again: ${asError(error).message}`, error),
         )
       : Promise.resolve();
   const stop = async (): Promise<void> => {
     worker.off('failed', onFailed);
+    stopping.abort();
     await recovery;
     await acks.drain();
   };
@@ -151,37 +169,56 @@ export function watchFailedJobs<DataType = any, ResultType = any, NameType exten
 }
 
 /**
- * Acks again the jobs the Worker's queue failed for good between `since` and `until` (newest first,
- * in pages), through a Queue of its own on the Worker's connection (a Redis instance given is shared,
- * not closed). None for a Worker that does not tell its queue. Refusals are no news here (a batch
- * since deleted); acks that could not be sent fail it, once for all.
+ * Acks again the jobs the Worker's queue failed for good since `since` (newest first, at most
+ * RECOVERY_LIMIT), a page at a time, and within a page one reason (one call) at a time: a start
+ * neither holds the whole failed set nor sends a call per job at once. It reads through a Queue of
+ * its own on the Worker's connection and backend (a Redis instance given is shared, not closed; the
+ * queue's settings in Redis are left as they are). Failures seen both here and by the listener are
+ * acked twice, as duplicates: no clock is trusted to split them. Refusals are no news here (a batch
+ * deleted since); an ack that could not be sent ends it. `stopped` ends it at once, Redis down or not.
  */
-async function recoverFailures(worker: WatchableWorker, since: number, until: number, ack: (job: Job) => Promise<unknown>): Promise<void> {
-  if (typeof worker.name !== 'string' || !worker.opts?.connection) return;
-  const queue = new Queue(worker.name, { connection: worker.opts.connection, prefix: worker.opts.prefix } as QueueOptions);
+async function recoverFailures(worker: WatchableWorker, since: number, stopped: AbortSignal, ack: (job: Job) => Promise<unknown>): Promise<number | undefined> {
+  if (typeof worker.name !== 'string' || !worker.opts?.connection) return 0;
+  const options = { connection: worker.opts.connection, prefix: worker.opts.prefix, skipMetasUpdate: true } as QueueOptions;
+  const queue = new Queue(worker.name, options, (worker as { backendFactory?: never }).backendFactory);
   queue.on('error', () => undefined); // a lost connection also fails the read below, which reports it
-  const unsent: unknown[] = [];
-  const acked: Array<Promise<unknown>> = [];
+  const stop = new Promise<never>((_, reject) => stopped.addEventListener('abort', () => reject(stopped.reason), { once: true }));
+  stop.catch(() => undefined);
+  const untilStopped = <T>(work: Promise<T>): Promise<T> => Promise.race([work, stop]);
+  let recovered = 0;
   try {
-    pages: for (let start = 0; ; start += RECOVERY_PAGE) {
-      const jobs = (await queue.getFailed(start, start + RECOVERY_PAGE - 1)) as Array<Job | undefined>;
-      for (const job of jobs) {
-        const finishedOn = job?.finishedOn;
-        if (!job || typeof finishedOn !== 'number' || finishedOn >= until) continue;
-        if (finishedOn < since) break pages;
-        acked.push(
-          Promise.resolve(job)
-            .then(ack)
-            .catch((error: unknown) => unsent.push(error)),
-        );
+    for (let start = 0; start < RECOVERY_LIMIT; start += RECOVERY_PAGE) {
+      const jobs = ((await untilStopped(queue.getFailed(start, start + RECOVERY_PAGE - 1))) as Array<Job | undefined>).filter(
+        (job): job is Job => job !== undefined,
+      );
+      const recent = jobs.filter((job) => typeof job.finishedOn === 'number' && job.finishedOn >= since);
+      for (const sameReason of byReason(recent.slice(0, RECOVERY_LIMIT - start))) {
+        await untilStopped(Promise.all(sameReason.map(ack)));
+        recovered += sameReason.length;
       }
-      if (jobs.length < RECOVERY_PAGE) break;
+      if (jobs.length === 0 || recent.length < jobs.length) break; // the rest failed before `since`
     }
+    return recovered;
+  } catch (error) {
+    if (!stopped.aborted) throw error;
+    return undefined;
   } finally {
-    await Promise.all(acked);
-    await queue.close();
+    // Not awaited once stopped: a connection that never opened is dropped at once, but one lost
+    // mid-read quits only when Redis answers again.
+    const closing = queue.close().catch(() => undefined);
+    if (!stopped.aborted) await closing;
   }
-  if (unsent.length > 0) throw new Error(`${unsent.length} of them could not be acked (${asError(unsent[0]).message})`, { cause: unsent[0] });
+}
+
+/** Jobs grouped by failure reason: the acks of one group travel in one call. */
+function byReason(jobs: Job[]): Job[][] {
+  const groups = new Map<string, Job[]>();
+  for (const job of jobs) {
+    const group = groups.get(job.failedReason);
+    if (group) group.push(job);
+    else groups.set(job.failedReason, [job]);
+  }
+  return [...groups.values()];
 }
 
 /** Starts the watch of the Worker running `job`, once: none for a sandboxed job, which carries no Worker. */

@@ -1,9 +1,11 @@
 import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
+import { EventEmitter } from 'node:events';
 import path from 'node:path';
 import readline from 'node:readline';
 
 import { DelayedError, FlowProducer, Job, JobsOptions, Queue, UnrecoverableError, Worker } from 'bullmq';
+import IORedis from 'ioredis';
 
 import { Batch, httpSend, RollcallClient } from '../../src/client';
 import { rollcallProcessor, watchFailedJobs } from '../../src/integrations/bullmq';
@@ -571,33 +573,49 @@ describeWith(redisUrl).each(backends())('rollcall/bullmq on a real Redis and a r
    * Jobs 0 and 1 of a new batch failed for good by a Worker whose failures nothing records (as when a
    * crash cut off the watch's ack), job 2 completed; returns the batch once BullMQ has finished them.
    */
-  async function failedUnrecorded(queue: Queue<TestJobData>): Promise<Batch> {
+  async function failedUnrecorded(queue: Queue<TestJobData>, failing = 2): Promise<Batch> {
     const crashed = new Worker<TestJobData>(
       queue.name,
       async (job) => {
-        if (job.data.n < 2) throw new UnrecoverableError(`job ${job.data.n} gave up`);
+        if (job.data.n < failing) throw new UnrecoverableError(`job ${job.data.n} gave up`);
         await client.ack([job.data.rollcallItemId]);
         return 'ok';
       },
       { connection, prefix },
     );
     workers.push(crashed);
-    const batch = await produce(queue, 3, { attempts: 3 });
-    await settled(queue, 3, 20_000);
+    const batch = await produce(queue, failing + 1, { attempts: 3 });
+    await settled(queue, failing + 1, 20_000);
     await crashed.close();
-    expect(await client.status(batch.id)).toMatchObject({ state: 'sealed', succeeded: 1, pending: 2 });
+    expect(await client.status(batch.id)).toMatchObject({ state: 'sealed', succeeded: 1, pending: failing });
     return batch;
+  }
+
+  /** A Worker of `queue` whose jobs succeed through rollcallProcessor (closed after the test). */
+  function okWorker(queue: Queue<TestJobData>): Worker<TestJobData> {
+    const worker = new Worker<TestJobData>(
+      queue.name,
+      rollcallProcessor(client, async () => 'ok'),
+      { connection, prefix },
+    );
+    workers.push(worker);
+    return worker;
+  }
+
+  /** Starts a watch of `worker` (with `options`) and resolves, with its stop, once its look-back has ended. */
+  async function lookedBack(
+    worker: Worker<TestJobData>,
+    options: { recoverFailedWithinMs?: number } = {},
+  ): Promise<{ failures: number; stop(): Promise<void> }> {
+    let stop!: () => Promise<void>;
+    const failures = await new Promise<number>((resolve) => (stop = watchFailedJobs(client, worker, { ...options, onRecovered: resolve })));
+    return { failures, stop };
   }
 
   it('when a Worker failed jobs for good and their acks were lost, then watchFailedJobs started with the next Worker records them failed', async () => {
     const queue = newQueue();
     const batch = await failedUnrecorded(queue);
-    const restarted = new Worker<TestJobData>(
-      queue.name,
-      rollcallProcessor(client, async () => 'ok'),
-      { connection, prefix },
-    );
-    workers.push(restarted);
+    const restarted = okWorker(queue);
     const stop = watchFailedJobs(client, restarted);
     try {
       const done = await client.waitForCompletion(batch.id, { timeoutMs: 10_000 });
@@ -609,19 +627,54 @@ describeWith(redisUrl).each(backends())('rollcall/bullmq on a real Redis and a r
     expect(tally.failedIds).toBe(2);
   });
 
+  it('when 450 lost failures span three pages of the look-back, each with its own reason, then all are recorded, each once', async () => {
+    const queue = newQueue();
+    const batch = await failedUnrecorded(queue, 450);
+    const restarted = okWorker(queue);
+    const { failures, stop } = await lookedBack(restarted);
+    await stop();
+    expect(failures).toBe(450);
+    expect(await client.status(batch.id)).toMatchObject({ state: 'complete', succeeded: 1, failed: 450, pending: 0 });
+    expect(tally.failedIds).toBe(450);
+  });
+
   it('when the lost failures are older than recoverFailedWithinMs, then the watch leaves them alone', async () => {
     const queue = newQueue();
     const batch = await failedUnrecorded(queue);
     await realSleep(300);
-    const restarted = new Worker<TestJobData>(
-      queue.name,
-      rollcallProcessor(client, async () => 'ok'),
-      { connection, prefix },
-    );
-    workers.push(restarted);
-    await watchFailedJobs(client, restarted, { recoverFailedWithinMs: 250 })(); // stopped once its look back is done
+    const restarted = okWorker(queue);
+    const { failures, stop } = await lookedBack(restarted, { recoverFailedWithinMs: 250 });
+    await stop();
+    expect(failures).toBe(0);
     expect(tally.failedIds).toBe(0);
     expect(await client.status(batch.id)).toMatchObject({ state: 'sealed', pending: 2 });
+  });
+
+  it("when a watch looks back, then the queue's settings in Redis stay as they were", async () => {
+    const queue = new Queue<TestJobData>(`q-${randomBytes(4).toString('hex')}`, { connection, prefix, streams: { events: { maxLen: 50 } } });
+    queues.push(queue);
+    await queue.waitUntilReady();
+    const redis = new IORedis(redisUrl ?? 'redis://127.0.0.1:6379');
+    const meta = () => redis.hgetall(`${prefix}:${queue.name}:meta`);
+    for (let tries = 0; (await meta())['opts.maxLenEvents'] !== '50'; tries++) {
+      if (tries > 100) throw new Error('the queue did not write its settings');
+      await realSleep(20);
+    }
+    const worker = okWorker(queue);
+    try {
+      await (await lookedBack(worker)).stop();
+      expect(await meta()).toMatchObject({ 'opts.maxLenEvents': '50', version: expect.stringMatching(/^bullmq:/) });
+    } finally {
+      redis.disconnect();
+    }
+  });
+
+  it('when Redis cannot be reached while the watch looks back, then stopping it does not wait for Redis', async () => {
+    const worker = Object.assign(new EventEmitter(), { name: 'unreachable', opts: { connection: { host: '127.0.0.1', port: 1 }, prefix } });
+    const stop = watchFailedJobs(client, worker);
+    await realSleep(300); // the look-back is trying to connect
+    const stopped = await Promise.race([stop().then(() => 'stopped'), realSleep(3000).then(() => 'still waiting')]);
+    expect(stopped).toBe('stopped');
   });
 
   it("when a flow's child fails with failParentOnFailure, then the parent's watched Worker fails the parent and its item is recorded failed", async () => {
