@@ -670,7 +670,11 @@ describeWith(redisUrl).each(backends())('rollcall/bullmq on a real Redis and a r
   });
 
   it('when Redis cannot be reached while the watch looks back, then stopping it does not wait for Redis', async () => {
-    const worker = Object.assign(new EventEmitter(), { name: 'unreachable', opts: { connection: { host: '127.0.0.1', port: 1 }, prefix } });
+    // ioredis holds a connection it was told to drop for disconnectTimeout (2 s by default): kept short, so Jest's worker exits.
+    const worker = Object.assign(new EventEmitter(), {
+      name: 'unreachable',
+      opts: { connection: { host: '127.0.0.1', port: 1, disconnectTimeout: 50 }, prefix },
+    });
     const stop = watchFailedJobs(client, worker);
     await realSleep(300); // the look-back is trying to connect
     const stopped = await Promise.race([stop().then(() => 'stopped'), realSleep(3000).then(() => 'still waiting')]);
