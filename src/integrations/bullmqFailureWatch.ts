@@ -153,7 +153,14 @@ export function watchFailedJobs<DataType = any, ResultType = any, NameType exten
     within > 0
       ? recoverFailures(worker, Date.now() - within, stopping.signal, (job) => recordAgain(job)).then(
           (failures) => {
-            if (failures !== undefined) options.onRecovered?.(failures);
+            // A throwing callback must not become an unhandled rejection.
+            if (failures !== undefined) {
+              try {
+                options.onRecovered?.(failures);
+              } catch (thrown) {
+                report(`the failure watch's onRecovered threw: ${asError(thrown).message}`, thrown);
+              }
+            }
           },
           (error: unknown) => report(`the failure watch could not record the queue's recent failures again: ${asError(error).message}`, error),
         )
