@@ -638,6 +638,26 @@ describeWith(redisUrl).each(backends())('rollcall/bullmq on a real Redis and a r
     expect(tally.failedIds).toBe(450);
   });
 
+  it('when four Workers start at once and all look back at the same lost failures, then each is recorded once and the batch completes once', async () => {
+    const queue = newQueue();
+    const batch = await failedUnrecorded(queue, 40);
+    // Each watch has a client of its own, as Workers in four processes would.
+    const tallies = [countingFetch(), countingFetch(), countingFetch(), countingFetch()];
+    const looks = tallies.map(async (own) => {
+      const worker = new Worker<TestJobData>(queue.name, async () => 'ok', { connection, prefix, autorun: false });
+      workers.push(worker);
+      let stop!: () => Promise<void>;
+      const ownClient = new RollcallClient({ baseUrl: svc.url, fetch: own.fetch });
+      const failures = await new Promise<number>((resolve) => (stop = watchFailedJobs(ownClient, worker, { onRecovered: resolve })));
+      await stop();
+      return failures;
+    });
+    expect(await Promise.all(looks)).toEqual([40, 40, 40, 40]);
+    expect(await client.status(batch.id)).toMatchObject({ state: 'complete', succeeded: 1, failed: 40, pending: 0 });
+    expect(tallies.reduce((sum, own) => sum + own.failedIds, 0)).toBe(160); // each watch acked all 40
+    expect(tallies.reduce((sum, own) => sum + (own.completions.get(batch.id) ?? 0), 0)).toBe(1);
+  });
+
   it('when the lost failures are older than recoverFailedWithinMs, then the watch leaves them alone', async () => {
     const queue = newQueue();
     const batch = await failedUnrecorded(queue);
