@@ -2,16 +2,8 @@ import knex, { Knex } from 'knex';
 
 import { backends, describeEachOrSkip } from '../helpers/backends';
 import { batchWith } from '../helpers/batches';
-import { lockWaiters } from '../helpers/rowLocks';
+import { untilLockWaited } from '../helpers/rowLocks';
 import { startService, TestService } from '../helpers/service';
-
-/** Resolves once `condition` holds (polled every 20 ms, for at most 5 s). */
-async function until(condition: () => Promise<boolean>): Promise<void> {
-  for (let waited = 0; !(await condition()); waited += 20) {
-    if (waited > 5000) throw new Error('condition not reached in 5 s');
-    await new Promise((resolve) => setTimeout(resolve, 20));
-  }
-}
 
 /**
  * A real deadlock on PostgreSQL's ack path (pgDriver.ts): another transaction holds a group row and
@@ -35,7 +27,6 @@ describeOnPostgres('an ack that loses a deadlock (%s)', (_name, backend) => {
   });
 
   const retries = async () => Number(/^rollcall_transaction_retries_total (\d+)$/m.exec((await svc.api.get('/metrics')).text)?.[1] ?? 0);
-  const ackWaitsForLock = async () => (await lockWaiters(other, true)) > 0;
 
   it('when another transaction holds its group row and then waits for its batch row, then the ack runs again and applies once', async () => {
     const { id, ids } = await batchWith(svc.client, 2);
@@ -48,7 +39,7 @@ describeOnPostgres('an ack that loses a deadlock (%s)', (_name, backend) => {
       .post('/v1/acks')
       .send({ ids: [ids[0]] })
       .then((res) => res);
-    await until(ackWaitsForLock); // the ack holds the batch row and waits for the group row
+    await untilLockWaited(other, true); // the ack holds the batch row and waits for the group row
     await trx('batches').where({ id }).forUpdate(); // granted once the ack is aborted as the deadlock's loser
     await trx.commit();
 

@@ -14,31 +14,43 @@ export interface AckTally {
   /** batch ID → how many ack answers reported it completed (exactly once is the contract). */
   completions: Map<string, number>;
   fetch: HttpSend;
+  /** Resolves once no ack call is out: every answer sent so far has been counted. */
+  settled(): Promise<void>;
 }
 
 export function countingFetch(): AckTally {
   const send = httpSend();
+  const out = new Set<Promise<unknown>>();
   const tally: AckTally = {
     calls: 0,
     ids: 0,
     failedIds: 0,
     largestCall: 0,
     completions: new Map(),
-    fetch: async (url, request) => {
-      const response = await send(url, request);
-      if (!url.endsWith('/v1/acks') || request.method !== 'POST') return response;
-      const body = JSON.parse(String(request.body)) as { ids: string[]; outcome?: string };
-      const sent = body.ids.length;
-      tally.calls += 1;
-      tally.ids += sent;
-      tally.largestCall = Math.max(tally.largestCall, sent);
-      if (response.ok) {
-        if (body.outcome === 'failed') tally.failedIds += sent;
-        const answer = JSON.parse(await response.text()) as { completed: Array<{ id: string }> }; // httpSend's text() may be read again
-        for (const batch of answer.completed) tally.completions.set(batch.id, (tally.completions.get(batch.id) ?? 0) + 1);
-      }
-      return response;
+    fetch: (url, request) => {
+      const counted = count(url, request);
+      out.add(counted);
+      void counted.catch(() => undefined).finally(() => out.delete(counted));
+      return counted;
     },
+    settled: async () => {
+      while (out.size > 0) await Promise.allSettled([...out]);
+    },
+  };
+  const count: HttpSend = async (url, request) => {
+    const response = await send(url, request);
+    if (!url.endsWith('/v1/acks') || request.method !== 'POST') return response;
+    const body = JSON.parse(String(request.body)) as { ids: string[]; outcome?: string };
+    const sent = body.ids.length;
+    tally.calls += 1;
+    tally.ids += sent;
+    tally.largestCall = Math.max(tally.largestCall, sent);
+    if (response.ok) {
+      if (body.outcome === 'failed') tally.failedIds += sent;
+      const answer = JSON.parse(await response.text()) as { completed: Array<{ id: string }> }; // httpSend's text() may be read again
+      for (const batch of answer.completed) tally.completions.set(batch.id, (tally.completions.get(batch.id) ?? 0) + 1);
+    }
+    return response;
   };
   return tally;
 }

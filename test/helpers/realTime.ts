@@ -13,8 +13,8 @@ export function useFakeTimers(): void {
 export const realSleep = (ms: number) => new Promise<void>((resolve) => realSetTimeout(resolve, ms));
 
 /** Resolves once `condition` holds, checked every 5 ms of real time; throws after `limitMs`. */
-export async function until(condition: () => boolean, limitMs = 10_000): Promise<void> {
-  for (let waited = 0; !condition(); waited += 5) {
+export async function until(condition: () => boolean | Promise<boolean>, limitMs = 10_000): Promise<void> {
+  for (let waited = 0; !(await condition()); waited += 5) {
     if (waited > limitMs) throw new Error(`condition not reached in ${limitMs} ms`);
     await realSleep(5);
   }

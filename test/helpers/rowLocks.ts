@@ -3,6 +3,7 @@ import { spawn } from 'node:child_process';
 import knex, { Knex } from 'knex';
 
 import { isPostgresBackend, TestDatabase } from './backends';
+import { until } from './realTime';
 
 /** A pool of its own on a test's MariaDB or PostgreSQL database: the connections of another replica. */
 export function otherConnections(database: TestDatabase, max = 1): Knex {
@@ -32,6 +33,11 @@ export async function lockWaiters(other: Knex, postgres: boolean): Promise<numbe
   const result = (await other.raw(sql)) as { rows?: Array<{ n: number }> } | [Array<{ n: number }>];
   const rows = Array.isArray(result) ? result[0] : (result.rows ?? []);
   return Number(rows[0]?.n ?? 0);
+}
+
+/** Resolves once a statement on `other`'s database waits for a row lock (see lockWaiters). */
+export function untilLockWaited(other: Knex, postgres: boolean): Promise<void> {
+  return until(async () => (await lockWaiters(other, postgres)) > 0);
 }
 
 /**

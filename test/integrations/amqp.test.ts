@@ -111,7 +111,8 @@ describeWith(amqpUrl).each(backends())('rollcall/amqp on a real RabbitMQ quorum 
     const done = await client.waitForCompletion(batch.id, { timeoutMs: 30_000 });
     expect(done).toMatchObject({ state: 'complete', ...expected(200), pending: 0 });
     for (let n = 0; n < 200; n++) expect([n, runs.get(n)]).toEqual([n, { permanent: 4, unrecoverable: 4, flaky: 2, ok: 1 }[kindOf(n)]]);
-    await drained(queue); // the answer that completed the batch may still be on its way to the consumer
+    await tally.settled(); // the answer that completed the batch may still be on its way to the consumer
+    await drained(queue);
     expect(tally.completions.get(batch.id)).toBe(1);
   });
 
@@ -124,6 +125,7 @@ describeWith(amqpUrl).each(backends())('rollcall/amqp on a real RabbitMQ quorum 
     const done = await client.waitForCompletion(batch.id, { timeoutMs: 30_000 });
     expect(done).toMatchObject({ state: 'complete', ...expected(60), pending: 0 });
     for (let n = 0; n < 60; n++) expect([n, runs.get(n)]).toEqual([n, { permanent: 2, unrecoverable: 2, flaky: 2, ok: 1 }[kindOf(n)]]);
+    await tally.settled();
     await drained(queue);
     expect(tally.completions.get(batch.id)).toBe(1);
   });
@@ -279,6 +281,7 @@ describeWith(amqpUrl).each(backends())('rollcall/amqp on a real RabbitMQ quorum 
     await consumer(await connect(), queue, client, new Map(), 0);
     const done = await producerClient.waitForCompletion(batch.id, { timeoutMs: 60_000 });
     expect(done).toMatchObject({ state: 'complete', ...expected(2000), pending: 0 });
+    await tally.settled();
     await drained(queue);
     expect(childCompletions + (tally.completions.get(batch.id) ?? 0)).toBe(1);
   });
@@ -302,6 +305,7 @@ describeWith(amqpUrl).each(backends())('rollcall/amqp on a real RabbitMQ quorum 
     const done = await producerClient.waitForCompletion(batch.id, { timeoutMs: 60_000 });
     expect(done).toMatchObject({ state: 'complete', ...expected(2000), pending: 0 });
     for (let n = 0; n < 2000; n++) expect(runs.get(n) ?? 0).toBeGreaterThan(0);
+    await Promise.all(tallies.map((t) => t.settled()));
     await drained(queue);
     expect(tallies.reduce((sum, t) => sum + (t.completions.get(batch.id) ?? 0), 0)).toBe(1);
     // Coalesced: without it, one call per message (2,000). How many IDs share a call depends on how

@@ -1,14 +1,6 @@
 import { backends, isPostgresBackend, processEnv, TestDatabase } from '../helpers/backends';
 import { call, spawnService } from '../helpers/processes';
-import { holdBatchRow, holdSqliteFile, lockWaiters, otherConnections } from '../helpers/rowLocks';
-
-/** Resolves once `condition` holds (polled every 10 ms, for at most 10 s). */
-async function until(condition: () => Promise<boolean>): Promise<void> {
-  for (const started = Date.now(); !(await condition());) {
-    if (Date.now() - started > 10_000) throw new Error('condition not reached in 10 s');
-    await new Promise((resolve) => setTimeout(resolve, 10));
-  }
-}
+import { holdBatchRow, holdSqliteFile, otherConnections, untilLockWaited } from '../helpers/rowLocks';
 
 /**
  * Holds the batch's lock as another replica (or, on SQLite, another process) would, so that an ack
@@ -24,7 +16,7 @@ async function holdBatch(database: TestDatabase, id: string): Promise<{ ackWaits
   const release = await holdBatchRow(other, id);
   let destroyed = false;
   return {
-    ackWaits: () => until(async () => (await lockWaiters(other, isPostgresBackend(database.name))) > 0),
+    ackWaits: () => untilLockWaited(other, isPostgresBackend(database.name)),
     release: async () => {
       await release();
       if (!destroyed) await other.destroy();

@@ -2,7 +2,8 @@ import { Knex } from 'knex';
 
 import { backends, describeEachOrSkip, isPostgresBackend, serverBackends } from '../helpers/backends';
 import { batchWith, TestBatch } from '../helpers/batches';
-import { holdBatchRow, holdSqliteFile, otherConnections } from '../helpers/rowLocks';
+import { until } from '../helpers/realTime';
+import { holdBatchRow, holdSqliteFile, otherConnections, untilLockWaited } from '../helpers/rowLocks';
 import { startService, TestService } from '../helpers/service';
 
 /** Times a promise: [its value, milliseconds taken]. */
@@ -10,14 +11,6 @@ async function timed<T>(promise: Promise<T>): Promise<[T, number]> {
   const started = performance.now();
   const value = await promise;
   return [value, performance.now() - started];
-}
-
-/** Resolves once `condition` holds (polled every 5 ms, for at most 5 s). */
-async function until(condition: () => boolean): Promise<void> {
-  for (let waited = 0; !condition(); waited += 5) {
-    if (waited > 5000) throw new Error('condition not reached in 5 s');
-    await new Promise((resolve) => setTimeout(resolve, 5));
-  }
 }
 
 /** The id spelt in case `n`: its letters upper-cased by the bits of n (a UUID has 2^20 spellings or so). */
@@ -35,7 +28,7 @@ describeOnServers('a batch row held locked by another connection (%s)', (name, b
   let holder: Knex;
   beforeAll(async () => {
     svc = await startService(backend, { ACK_QUEUE_MAX_IDS: '10000' });
-    holder = otherConnections(svc.database);
+    holder = otherConnections(svc.database, 2); // one holds the row, one watches for waiters
   });
   afterAll(async () => {
     await holder.destroy();
@@ -51,7 +44,7 @@ describeOnServers('a batch row held locked by another connection (%s)', (name, b
     const unlock = setTimeout(() => void release(), 6000);
     try {
       const ackOfX = timed(svc.api.post('/v1/acks').send({ ids: [x.ids[0]] }));
-      await new Promise((resolve) => setTimeout(resolve, 100));
+      await untilLockWaited(holder, postgres);
       for (const id of y.ids) {
         const [res, ms] = await timed(svc.api.post('/v1/acks').send({ ids: [id] }));
         expect(res.status).toBe(200);
@@ -88,7 +81,7 @@ describeOnServers('a batch row held locked by another connection (%s)', (name, b
         const waiting = Promise.all(
           Array.from({ length: 40 }, (_, n) => Promise.resolve(svc.api.post(`/v1/batches/${spelling(x.id, n)}/items`).send({ count: 1 }))),
         );
-        await new Promise((resolve) => setTimeout(resolve, 200));
+        await untilLockWaited(holder, postgres);
         for (const id of y.ids) {
           const [res, ms] = await timed(svc.api.post('/v1/acks').send({ ids: [id] }));
           expect([res.status, ms < 1000]).toEqual([200, true]);
@@ -133,7 +126,7 @@ describeOnServers('a batch row held locked by another connection (%s)', (name, b
     const unlock = setTimeout(() => void release(), 10_000);
     try {
       const first = timed(Promise.resolve(svc.api.post('/v1/acks').send({ ids: [x.ids[0]] })));
-      await new Promise((resolve) => setTimeout(resolve, 500));
+      await untilLockWaited(holder, postgres);
       // They queue behind the first call's round (a batch's rounds run one at a time).
       const later = await Promise.all(x.ids.slice(1).map((id) => timed(Promise.resolve(svc.api.post('/v1/acks').send({ ids: [id] })))));
       for (const [res, ms] of [await first, ...later]) expect([res.status, res.body.error?.code, ms < 2800]).toEqual([503, 'unavailable', true]);
@@ -199,13 +192,14 @@ describeOnServers('a batch row held locked by another connection (%s)', (name, b
   }, 30_000);
 });
 
-describeOnServers('acks merged into rounds while a batch row is held by another connection (%s)', (_name, backend) => {
+describeOnServers('acks merged into rounds while a batch row is held by another connection (%s)', (name, backend) => {
+  const postgres = isPostgresBackend(name);
   let svc: TestService;
   let holder: Knex;
   beforeAll(async () => {
     // A wider merge window than the default 2 ms: calls of X and Y meet in one round every time they can.
     svc = await startService(backend, { ACK_GROUP_COMMIT_WINDOW_MS: '20' });
-    holder = otherConnections(svc.database);
+    holder = otherConnections(svc.database, 2);
   });
   afterAll(async () => {
     await holder.destroy();
@@ -226,8 +220,8 @@ describeOnServers('acks merged into rounds while a batch row is held by another 
       const xWorkers = Array.from({ length: 8 }, async (_, w) => {
         for (let i = w; Date.now() < until; i += 8) await ack(tenOf(x, i));
       });
-      // X's first call reaches the service first, so X is known held before Y's calls could meet it.
-      await new Promise((resolve) => setTimeout(resolve, 100));
+      // X's first call waits for the lock first, so X is known held before Y's calls could meet it.
+      await untilLockWaited(holder, postgres);
       const yAnswers: Array<[number, number]> = [];
       // Enough of them that a round is nearly always in flight and calls gather behind it.
       const yWorkers = Array.from({ length: 24 }, async (_, w) => {
@@ -258,7 +252,7 @@ describeOnServers('acks merged into rounds while a batch row is held by another 
     const ack = (ids: string[]) => timed(Promise.resolve(svc.api.post('/v1/acks').send({ ids })));
     try {
       const both = ack([x.ids[0] as string, y.ids[0] as string]);
-      await new Promise((resolve) => setTimeout(resolve, 300));
+      await untilLockWaited(holder, postgres);
       // Behind it (each batch keeps its order): they share one round when it ends.
       const ofY = y.ids.slice(1).map((id) => ack([id]));
       const ofX = x.ids.slice(1, 4).map((id) => ack([id]));
