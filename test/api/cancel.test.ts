@@ -1,5 +1,6 @@
 import { backends } from '../helpers/backends';
 import { batchWith } from '../helpers/batches';
+import { until } from '../helpers/realTime';
 import { Receiver } from '../helpers/receiver';
 import { itemIds, shuffled, startReplica, startService, TestService } from '../helpers/service';
 
@@ -117,7 +118,7 @@ describe.each(backends())('cancelling a batch (%s)', (_name, backend) => {
       const { id } = await batchWith(svc.client, 2);
       const waitHere = svc.api.get(`/v1/batches/${id}/wait?timeout=30`).then((r) => r);
       const waitThere = replica.api.get(`/v1/batches/${id}/wait?timeout=30`).then((r) => r);
-      await new Promise((r) => setTimeout(r, 150));
+      await until(() => svc.rollcall.watcher.waiting === 1 && replica.rollcall.watcher.waiting === 1); // both wait before the cancel
       const started = Date.now();
       await svc.api.post(`/v1/batches/${id}/cancel`);
       for (const res of await Promise.all([waitHere, waitThere])) expect(res.body).toMatchObject({ id, state: 'cancelled', outcome: 'cancelled' });

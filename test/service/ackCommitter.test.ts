@@ -122,7 +122,8 @@ describeOnServers('the ack committer with a batch row held by another connection
       useFakeTimers();
       const { committer, rounds } = committerOn(svc, { windowMs: 0, concurrency: 2 });
       const answers = [a, b, c].map((batch) => track(committer.submit(ack(batch.ids))));
-      await realSleep(300);
+      await until(() => rounds.length === 2); // both slots taken by the held batches
+      await realSleep(100); // time for a third round, were one to start
       expect(answers.map((x) => x.settled)).toEqual([false, false, false]);
       expect(rounds).toEqual([1, 1]);
       await releases[0]!();
@@ -231,7 +232,7 @@ describeOnServers('the ack committer when a round waits in vain for a batch row 
       await realSleep(20);
       // W's and X's calls meet in one round of held batches, behind a round of Z.
       const [, ofW, ofX] = submitBehind(committer, [z.ids[0]!], [[w.ids[1]!], [x.ids[1]!]]);
-      await realSleep(200);
+      await until(() => rounds.length === 4); // Z's round, then W's and X's: the next call of X comes behind it
       const started = Date.now();
       const behind = track(committer.submit(ack([x.ids[2]!])));
       await until(() => ofW!.settled && ofX!.settled && behind.settled);
