@@ -55,18 +55,27 @@ function queryParameters(schema: z.ZodObject): JsonObject[] {
 
 /** The OpenAPI 3.1 document of the whole API, generated from the schemas that validate requests. */
 export function openApiDocument(): JsonObject {
+  /** Every route: the Host check runs before any of them (loopbackHost.ts). */
+  const misdirected = { '421': failure('misdirected_request: a token-less loopback service named by a non-loopback Host') };
+  const unauthorized = { '401': failure('unauthorized (when tokens are configured)'), ...misdirected };
+  /** The API's reads (GET). */
   const common = {
     '400': failure('invalid_request'),
-    '401': failure('unauthorized (when tokens are configured)'),
+    ...unauthorized,
     '403': failure('forbidden'),
-    '415': failure('unsupported_media_type: a POST or DELETE with a content type an HTML form can send'),
-    '421': failure('misdirected_request: a token-less loopback service named by a non-loopback Host'),
     '503': failure('unavailable, with Retry-After: database down, LOCK_TIMEOUT passed, retries used up, ack queue full'),
   };
-  /** Routes that read a JSON body (it may be empty where the request body is optional). */
-  const withBody = { ...common, '413': failure('payload_too_large: a body over BODY_LIMIT') };
+  /** The API's writes (POST, DELETE), which read a JSON body (it may be empty where the request body is optional). */
+  const withBody = {
+    ...common,
+    '413': failure('payload_too_large: a body over BODY_LIMIT'),
+    '415': failure('unsupported_media_type: a content type an HTML form can send'),
+  };
   /** The routes an operator may close to the public (PUBLIC_METRICS, PUBLIC_OPENAPI off): a token with scope admin. */
-  const closable = { '401': failure('unauthorized, when closed to the public'), '403': failure('forbidden, when closed to the public') };
+  const closable = { '401': failure('unauthorized, when closed to the public'), '403': failure('forbidden, when closed to the public'), ...misdirected };
+  const asset = (summary: string, type: string) => ({
+    get: { summary, security: [], responses: { '200': { description: summary, content: { [type]: { schema: { type: 'string' } } } }, ...misdirected } },
+  });
   return {
     openapi: '3.1.0',
     info: { title: 'rollcall', version: '1', description: 'Tracks when a fan-out batch is finished; completion is reported exactly once.' },
@@ -126,7 +135,7 @@ export function openApiDocument(): JsonObject {
           responses: {
             '200': answer('the batch, sealed or complete', 'Batch'),
             '404': failure('batch_not_found'),
-            '409': failure('expected_items_mismatch'),
+            '409': failure('expected_items_mismatch, or batch_not_open (the batch was cancelled)'),
             ...withBody,
           },
         },
@@ -140,7 +149,7 @@ export function openApiDocument(): JsonObject {
       },
       '/v1/batches/{batchId}/wait': {
         get: {
-          summary: 'Wait until the batch is complete, or the timeout',
+          summary: 'Wait until the batch is complete or cancelled, or the timeout',
           parameters: [batchId, ...queryParameters(req.waitQuery)],
           responses: { '200': answer('the batch', 'Batch'), '404': failure('batch_not_found'), ...common },
         },
@@ -171,7 +180,7 @@ export function openApiDocument(): JsonObject {
           responses: { '200': answer('the item', 'Item'), '404': failure('item_not_found'), ...common },
         },
       },
-      '/v1/whoami': { get: { summary: 'The tenant and scopes of the token in use', responses: { '200': answer('who is asking', 'Whoami'), ...common } } },
+      '/v1/whoami': { get: { summary: 'The tenant and scopes of the token in use', responses: { '200': answer('who is asking', 'Whoami'), ...unauthorized } } },
       '/v1/batches/{batchId}/events': {
         get: {
           summary: 'Callback events of a batch and their delivery state',
@@ -180,8 +189,10 @@ export function openApiDocument(): JsonObject {
         },
       },
       '/v1/admin/sweep': { post: { summary: 'Run one sweep now', responses: { '200': answer('what was removed', 'SweepResult'), ...withBody } } },
-      '/healthz': { get: { summary: 'Liveness', security: [], responses: { '200': answer('the process runs', 'Status') } } },
-      '/readyz': { get: { summary: 'Readiness', security: [], responses: { '200': answer('ready', 'Status'), '503': failure('unavailable') } } },
+      '/healthz': { get: { summary: 'Liveness', security: [], responses: { '200': answer('the process runs', 'Status'), ...misdirected } } },
+      '/readyz': {
+        get: { summary: 'Readiness', security: [], responses: { '200': answer('ready', 'Status'), '503': failure('unavailable'), ...misdirected } },
+      },
       '/metrics': {
         get: {
           summary: 'Prometheus metrics',
@@ -198,9 +209,11 @@ export function openApiDocument(): JsonObject {
         get: {
           summary: 'The dashboard (HTML; asks for a token with scope read when tokens are configured)',
           security: [],
-          responses: { '200': { description: 'the dashboard page', content: { 'text/html': { schema: { type: 'string' } } } } },
+          responses: { '200': { description: 'the dashboard page', content: { 'text/html': { schema: { type: 'string' } } } }, ...misdirected },
         },
       },
+      '/dashboard/app.js': asset("The dashboard's script", 'text/javascript'),
+      '/dashboard/style.css': asset("The dashboard's style sheet", 'text/css'),
     },
   };
 }

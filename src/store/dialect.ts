@@ -16,7 +16,11 @@ export interface DialectProfile {
   clients: readonly string[];
   /** `SELECT … FOR UPDATE` takes row locks. SQLite has none: its write transaction excludes every other writer. */
   rowLocks: boolean;
-  /** `FOR UPDATE SKIP LOCKED` lets claims (outbox, sweeper, child outcomes) pass over rows another replica holds. */
+  /**
+   * `FOR UPDATE SKIP LOCKED`: the sweeper passes over batches another replica holds, and the ack
+   * committer asks which batches of a round are held (the outbox and child-outcome claims are
+   * conditional UPDATEs, which Citus takes).
+   */
   skipLocked: boolean;
   /**
    * How the hot paths reach the database. `mysql2-multi-statement`: the ack transaction is two

@@ -109,6 +109,15 @@ describe.each(backends())('observability (%s)', (_name, backend) => {
     await seen('post', '/v1/admin/sweep', await svc.api.post('/v1/admin/sweep'));
     await seen('get', '/readyz', await svc.api.get('/readyz'));
     await seen('get', '/healthz', await svc.api.get('/healthz'));
+    // The answers every route may give before its own work: each must be in the document too.
+    await seen('post', '/v1/batches/{batchId}/seal', await svc.api.post(`/v1/batches/${other}/seal`).send({})); // cancelled: 409
+    await seen('post', '/v1/acks', await svc.api.post('/v1/acks').set('content-type', 'text/plain').send('ids'));
+    await seen('get', '/v1/whoami', await svc.api.get('/v1/whoami'));
+    for (const path of ['/healthz', '/v1/whoami', '/v1/batches', '/dashboard/app.js']) {
+      const misdirected = await seen('get', path, await svc.api.get(path).set('host', 'rollcall.example'));
+      expect([path, misdirected.status]).toEqual([path, 421]);
+    }
+    await seen('get', '/dashboard/style.css', await svc.api.get('/dashboard/style.css'));
   });
 
   it('when metrics are configured private, then they need an admin token', async () => {
