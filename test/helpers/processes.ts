@@ -33,7 +33,11 @@ export function spawnService(env: Record<string, string>, entry: string[] = FROM
   child.stderr?.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
   return new Promise((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error(`service did not start in 30 s:\n${stderr}`)), 30_000);
-    child.once('exit', (code) => reject(new Error(`service exited with ${code} before listening:\n${stderr}`)));
+    // Cleared on exit too: a service that refuses its configuration must not leave a timer holding Jest's worker for 30 s.
+    child.once('exit', (code) => {
+      clearTimeout(timer);
+      reject(new Error(`service exited with ${code} before listening:\n${stderr}`));
+    });
     readline.createInterface({ input: child.stdout! }).on('line', (line) => {
       const match = /^ROLLCALL_PORT=(\d+)$/.exec(line);
       if (!match) return;
