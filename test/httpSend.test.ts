@@ -1,11 +1,16 @@
-import { ChildProcess, spawn } from 'node:child_process';
+import { ChildProcess, execFileSync, spawn } from 'node:child_process';
+import fs from 'node:fs';
 import http from 'node:http';
+import https from 'node:https';
 import net, { AddressInfo } from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
 import readline from 'node:readline';
 
 import { httpSend, retryAfterMs, RollcallApiError, RollcallClient } from '../src/client';
 import { AckCoalescer } from '../src/integrations/ackCoalescer';
 import { withRetries } from '../src/integrations/retry';
+import { until } from './helpers/realTime';
 
 interface ServerOptions {
   /** Drop a kept-alive connection as its second request arrives: a server closing an idle connection just as the client reuses it. */
@@ -172,6 +177,69 @@ describe("the client's default way of sending (httpSend)", () => {
     await expect(client.list()).rejects.toMatchObject({ name: 'RollcallApiError', status: 200, code: 'invalid_response' });
   });
 
+  it.each([
+    ['an empty body', ''],
+    ['JSON null', 'null'],
+    ['a JSON string', '"ok"'],
+  ])('when a 2xx answer is %s (a proxy, a wrong baseUrl), then it is not taken for an answer: invalid_response', async (_what, text) => {
+    const client = new RollcallClient({ baseUrl: 'http://127.0.0.1:9', fetch: async () => ({ ok: true, status: 200, text: async () => text }) });
+    await expect(client.seal('0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b')).rejects.toMatchObject({ status: 200, code: 'invalid_response' });
+    await expect(client.ack(['a:b:0'])).rejects.toMatchObject({ status: 200, code: 'invalid_response' });
+  });
+
+  it('when a proxy answers 408 (it gave up waiting for the request), then the integrations send it again', async () => {
+    let tries = 0;
+    const client = new RollcallClient({
+      baseUrl: 'http://127.0.0.1:9',
+      fetch: async () =>
+        ++tries === 1
+          ? { ok: false, status: 408, text: async () => '<html>Request Timeout</html>' }
+          : { ok: true, status: 200, text: async () => JSON.stringify({ batches: [], nextCursor: null }) },
+    });
+    await expect(withRetries(() => client.list(), { attempts: 3, firstDelayMs: 1 })).resolves.toEqual({ batches: [], nextCursor: null });
+    expect(tries).toBe(2);
+  });
+
+  it("when the service's certificate is not trusted (self-signed), then the integrations do not send again: one handshake, the TLS error", async () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'rollcall-tls-'));
+    execFileSync(
+      'openssl',
+      [
+        'req',
+        '-x509',
+        '-newkey',
+        'ec',
+        '-pkeyopt',
+        'ec_paramgen_curve:prime256v1',
+        '-nodes',
+        '-days',
+        '2',
+        '-subj',
+        '/CN=localhost',
+        '-keyout',
+        path.join(dir, 'key.pem'),
+        '-out',
+        path.join(dir, 'cert.pem'),
+      ],
+      { stdio: 'ignore' },
+    );
+    const srv = https.createServer({ key: fs.readFileSync(path.join(dir, 'key.pem')), cert: fs.readFileSync(path.join(dir, 'cert.pem')) }, (_req, res) =>
+      res.end('{}'),
+    );
+    let handshakes = 0;
+    srv.on('tlsClientError', () => (handshakes += 1));
+    await new Promise<void>((resolve) => srv.listen(0, '127.0.0.1', resolve));
+    try {
+      const client = new RollcallClient({ baseUrl: `https://localhost:${(srv.address() as AddressInfo).port}` });
+      await expect(withRetries(() => client.list(), { attempts: 5, firstDelayMs: 1 })).rejects.toMatchObject({ code: 'DEPTH_ZERO_SELF_SIGNED_CERT' });
+      await until(() => handshakes > 0);
+      expect(handshakes).toBe(1);
+    } finally {
+      srv.close();
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
   it('when the service answers 429 with Retry-After, then the error says how long, and the integrations wait that long before sending again', async () => {
     const limited = await server({ busyFor: { ms: 60_000, retryAfter: '7' } });
     const busy = await server({ busyFor: { ms: 1500, retryAfter: '1' }, body: { acked: 1, duplicates: 0, rejected: [], completed: [] } });
@@ -275,6 +343,18 @@ describe("the client's default way of sending (httpSend)", () => {
     } finally {
       await srv.close();
     }
+  });
+
+  it('when connectTimeoutMs is Infinity, then a connection may take as long as the request may; 0 or less is refused at once', async () => {
+    const blackhole = await unopenablePort();
+    try {
+      const send = httpSend({ connectTimeoutMs: Infinity });
+      const request = { method: 'GET', headers: {}, signal: AbortSignal.timeout(300) };
+      await expect(send(`http://127.0.0.1:${blackhole.port}/v1/batches`, request)).rejects.toMatchObject({ name: 'AbortError' });
+    } finally {
+      blackhole.close();
+    }
+    for (const ms of [0, -1, Number.NaN]) expect(() => httpSend({ connectTimeoutMs: ms })).toThrow(RangeError);
   });
 
   it('when a connection does not open in time, then the request fails with ETIMEDOUT', async () => {

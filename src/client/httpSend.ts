@@ -56,7 +56,7 @@ const AGENTS = {
 };
 
 export interface HttpSendOptions {
-  /** How long a new connection may take to open. Default 10 s, as with fetch. */
+  /** How long a new connection may take to open. Default 10 s, as with fetch; Infinity for no limit of its own (the request's time limit still holds). */
   connectTimeoutMs?: number;
 }
 
@@ -82,7 +82,7 @@ interface Attempt {
  * time limit as an `AbortError` whose `cause` is the signal's reason.
  */
 export function httpSend(options: HttpSendOptions = {}): HttpSend {
-  const connectTimeoutMs = options.connectTimeoutMs ?? CONNECT_TIMEOUT_MS;
+  const connectTimeoutMs = connectLimitOf(options.connectTimeoutMs ?? CONNECT_TIMEOUT_MS);
   return (url, request) => send(new URL(url), request, { connectTimeoutMs, mayResend: IDEMPOTENT.has(request.method), pooled: true, redirects: 0 });
 }
 
@@ -138,9 +138,18 @@ function redirected(url: URL, request: HttpRequest, status: number, location: st
   return { url: next, request: { ...request, headers } };
 }
 
+/** The longest a timer waits; a longer or infinite connect limit is none (the request's own time limit still holds). */
+const MAX_TIMER_MS = 2 ** 31 - 1;
+
+/** `connectTimeoutMs` as a timer takes it: Infinity (or more than a timer holds) is no limit, a non-positive one a mistake. */
+function connectLimitOf(ms: number): number {
+  if (!(ms > 0)) throw new RangeError(`connectTimeoutMs must be a positive number of milliseconds (or Infinity for no limit), not ${ms}`);
+  return ms > MAX_TIMER_MS ? Infinity : Math.ceil(ms);
+}
+
 /** Fails a request whose connection does not open within `ms` (a kept-alive one is already open). */
 function limitConnect(req: http.ClientRequest, socket: Socket, ms: number): void {
-  if (!socket.connecting) return;
+  if (!socket.connecting || ms === Infinity) return;
   const timer = setTimeout(() => {
     const error: NodeJS.ErrnoException = new Error(`connecting to ${req.host} took longer than ${ms} ms`);
     error.code = 'ETIMEDOUT';

@@ -290,11 +290,17 @@ export class RollcallClient {
       const retryAfter = retryAfterMs(res.headers?.get('retry-after'));
       throw new RollcallApiError(res.status, error?.code ?? 'http_error', error?.message ?? `HTTP ${res.status}`, retryAfter);
     }
+    if (res.status === 204) return undefined as T; // a delete's answer: nothing to read
+    let answer: unknown;
     try {
-      return (text ? JSON.parse(text) : undefined) as T;
+      answer = JSON.parse(text);
     } catch {
-      // A 2xx that is not JSON is not rollcall's answer (a proxy's or a login page, a wrong baseUrl).
-      throw new RollcallApiError(res.status, 'invalid_response', `the answer to ${method} ${path} is not JSON: ${text.slice(0, 100)}`);
+      answer = undefined;
     }
+    // rollcall answers every other 2xx with a JSON object: anything else (a login page, an empty or
+    // `null` body) comes from a proxy or a wrong baseUrl, and must not pass for an answer.
+    if (typeof answer !== 'object' || answer === null || Array.isArray(answer))
+      throw new RollcallApiError(res.status, 'invalid_response', `the answer to ${method} ${path} is not a JSON object: ${JSON.stringify(text.slice(0, 100))}`);
+    return answer as T;
   }
 }

@@ -31,7 +31,7 @@ export interface AckCoalescingOptions {
   maxDelayMs?: number;
   /** Most item IDs in one call (the API's limit is 10,000). Default 10,000. */
   maxIdsPerCall?: number;
-  /** How often a call that failed for a transient reason (network, 429, 5xx) is sent again. */
+  /** How often a call that failed for a transient reason (network, 408, 429, 5xx) is sent again. */
   retry?: RetryPolicy;
 }
 

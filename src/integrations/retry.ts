@@ -30,22 +30,46 @@ const UNSENDABLE = new Set([
   'ERR_UNESCAPED_CHARACTERS',
 ]);
 
-/** Whether `error` or one of its causes (fetch wraps them) is a request Node would not send. */
+/**
+ * TLS refusals of the service's certificate (self-signed, expired, another host's name, an untrusted
+ * chain) and an https URL naming a plain-http port: a setting or a certificate to fix. Sending again
+ * only makes each job wait out the retries (and an AMQP message, nacked as for an outage, return
+ * again and again).
+ */
+const UNTRUSTED = new Set([
+  'DEPTH_ZERO_SELF_SIGNED_CERT',
+  'SELF_SIGNED_CERT_IN_CHAIN',
+  'UNABLE_TO_VERIFY_LEAF_SIGNATURE',
+  'UNABLE_TO_GET_ISSUER_CERT',
+  'UNABLE_TO_GET_ISSUER_CERT_LOCALLY',
+  'CERT_HAS_EXPIRED',
+  'CERT_NOT_YET_VALID',
+  'CERT_SIGNATURE_FAILURE',
+  'CERT_REVOKED',
+  'CERT_UNTRUSTED',
+  'CERT_REJECTED',
+  'INVALID_CA',
+  'ERR_TLS_CERT_ALTNAME_INVALID',
+  'ERR_SSL_WRONG_VERSION_NUMBER',
+]);
+
+/** Whether `error` or one of its causes (fetch wraps them) is a request Node would not send, or a service it cannot trust. */
 function unsendable(error: unknown): boolean {
   for (let at = error, depth = 0; typeof at === 'object' && at !== null && depth < 4; at = (at as { cause?: unknown }).cause, depth++) {
     const code = (at as { code?: unknown }).code;
-    if (typeof code === 'string' && UNSENDABLE.has(code)) return true;
+    if (typeof code === 'string' && (UNSENDABLE.has(code) || UNTRUSTED.has(code))) return true;
   }
   return false;
 }
 
 /**
- * Whether a failed call may succeed when sent again: a network error or time-out, `429`, or a `5xx`
- * (`503` is what the service answers while its database is away). A `4xx` answer will not change,
- * nor will a request Node refuses to send (each job's ack waited out ~29 s of retries for it).
+ * Whether a failed call may succeed when sent again: a network error or time-out, `408` (a proxy or
+ * server that gave up waiting for the request), `429`, or a `5xx` (`503` is what the service answers
+ * while its database is away). Another `4xx` answer will not change, nor will a request Node refuses
+ * to send or a certificate it refuses (each job's ack waited out ~29 s of retries for them).
  */
 export function isTransient(error: unknown): boolean {
-  if (error instanceof RollcallApiError) return error.status === 429 || error.status >= 500;
+  if (error instanceof RollcallApiError) return error.status === 408 || error.status === 429 || error.status >= 500;
   return !unsendable(error);
 }
 
