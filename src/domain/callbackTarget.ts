@@ -20,8 +20,8 @@ for (const [prefix, bits] of [
 ] as const) {
   FORBIDDEN.addSubnet(prefix, bits, 'ipv4');
 }
-// NAT64 (64:ff9b::/96, 64:ff9b:1::/48) and 6to4 (2002::/16) carry an IPv4 address inside and can
-// reach private IPv4 networks through a translator: refused whole (allow-list a host to use one).
+// NAT64's well-known prefix and 6to4 are checked by the IPv4 address they carry (embeddedIPv4): an
+// IPv6-only network with DNS64 reaches every public IPv4 host as 64:ff9b::a.b.c.d.
 for (const [prefix, bits] of [
   ['::', 96], // :: and ::1, and the deprecated IPv4-compatible ::a.b.c.d (::127.0.0.1)
   ['::ffff:0:0:0', 96], // IPv4-translated (SIIT): ::ffff:0:7f00:1 is 127.0.0.1 to a translator
@@ -29,23 +29,49 @@ for (const [prefix, bits] of [
   ['fe80::', 10],
   ['fec0::', 10], // site-local: deprecated, private where still used
   ['ff00::', 8], // multicast
-  ['64:ff9b::', 96],
-  ['64:ff9b:1::', 48],
-  ['2002::', 16],
+  ['64:ff9b:1::', 48], // NAT64 for local use (RFC 8215): its translator may reach private networks
 ] as const) {
   FORBIDDEN.addSubnet(prefix, bits, 'ipv6');
 }
 
-/** `::ffff:10.0.0.1` and `::ffff:a00:1` are IPv4 addresses in IPv6 clothing: check them as IPv4. */
+/** The 16 bytes of an IPv6 address (`::` and a final dotted quad allowed), or null for anything else. */
+function ipv6Bytes(address: string): number[] | null {
+  if (!net.isIPv6(address)) return null;
+  let text = address.replace(/%.*$/, '');
+  const quad = /(\d+)\.(\d+)\.(\d+)\.(\d+)$/.exec(text);
+  if (quad) {
+    const [a, b, c, d] = quad.slice(1).map(Number) as [number, number, number, number];
+    text = `${text.slice(0, quad.index)}${((a << 8) | b).toString(16)}:${((c << 8) | d).toString(16)}`;
+  }
+  const [head = '', tail] = text.split('::');
+  const groupsOf = (part: string) => (part ? part.split(':') : []);
+  const [before, after] = [groupsOf(head), tail === undefined ? [] : groupsOf(tail)];
+  const groups = tail === undefined ? before : [...before, ...Array<string>(8 - before.length - after.length).fill('0'), ...after];
+  return groups.flatMap((group) => {
+    const value = parseInt(group, 16);
+    return [value >> 8, value & 255];
+  });
+}
+
+/**
+ * The IPv4 address an IPv6 address stands for, where it carries one a router acts on: IPv4-mapped
+ * (`::ffff:10.0.0.1`, `::ffff:a00:1`), NAT64's well-known prefix (`64:ff9b::a.b.c.d`, which RFC 6052
+ * keeps for global IPv4 addresses; a translator that did otherwise would still be caught here) and
+ * 6to4 (`2002:aabb:ccdd::/48`).
+ */
+function embeddedIPv4(address: string): string | null {
+  const bytes = ipv6Bytes(address);
+  if (!bytes) return null;
+  const zero = (from: number, to: number) => bytes.slice(from, to).every((byte) => byte === 0);
+  if (zero(0, 10) && bytes[10] === 0xff && bytes[11] === 0xff) return bytes.slice(12).join('.');
+  if (bytes[1] === 0x64 && bytes[2] === 0xff && bytes[3] === 0x9b && zero(0, 1) && zero(4, 12)) return bytes.slice(12).join('.');
+  if (bytes[0] === 0x20 && bytes[1] === 0x02) return bytes.slice(2, 6).join('.');
+  return null;
+}
+
+/** The address as it is checked: an IPv6 address carrying an IPv4 one (embeddedIPv4) as that IPv4 address. */
 function unmapped(address: string): string {
-  const lower = address.toLowerCase();
-  if (!lower.startsWith('::ffff:')) return lower;
-  const rest = lower.slice(7);
-  if (net.isIPv4(rest)) return rest;
-  const hex = /^([0-9a-f]{1,4}):([0-9a-f]{1,4})$/.exec(rest);
-  if (!hex) return lower;
-  const [high, low] = [parseInt(hex[1] as string, 16), parseInt(hex[2] as string, 16)];
-  return [high >> 8, high & 255, low >> 8, low & 255].join('.');
+  return embeddedIPv4(address) ?? address.toLowerCase();
 }
 
 const familyOf = (address: string) => (net.isIPv4(address) ? 'ipv4' : 'ipv6');

@@ -49,12 +49,22 @@ describe.each(backends())('callback targets in a multi-tenant service (%s)', (_n
     'http://[ff02::1]/',
     'http://224.0.0.1/',
     'http://255.255.255.255/',
+    'http://[64:ff9b::a9fe:a9fe]/latest/meta-data', // NAT64 of 169.254.169.254
+    'http://[2002:a01:203::1]/', // 6to4 of 10.1.2.3
   ])('when a batch is created with callbackUrl %s, then 400 and nothing is created', async (callbackUrl) => {
     const res = await svc.api.post('/v1/batches').set('Authorization', tenantA).send({ callbackUrl });
     expect(res.status).toBe(400);
     expect(res.body.error.code).toBe('invalid_request');
     expect((await svc.api.get('/v1/batches').set('Authorization', tenantA)).body.batches).toEqual([]);
   });
+
+  it.each(['http://203.0.113.7/cb', 'http://[64:ff9b::203.0.113.7]/cb', 'http://[2001:db8::7]/cb'])(
+    'when a batch is created with the public callbackUrl %s (NAT64 as an IPv6-only network with DNS64 names one), then it is taken',
+    async (callbackUrl) => {
+      const res = await svc.api.post('/v1/batches').set('Authorization', tenantA).send({ callbackUrl });
+      expect([res.status, res.body.callbackUrl]).toEqual([201, callbackUrl]);
+    },
+  );
 
   it('when the address is in CALLBACK_ALLOW_HOSTS (127.0.0.2), then the callback is delivered', async () => {
     const id = await completedWithCallback(svc, tokenA, allowed.url);
