@@ -47,7 +47,9 @@ export function createApp(deps: AppDeps): Express {
   app.disable('x-powered-by');
   app.set('etag', false);
   const everyRequest = [requestContext(app, deps.log), httpMetrics(deps.metrics), ...(deps.loopbackHostsOnly ? [requireLoopbackHost()] : [])];
-  const apiRequest = [authenticate(deps.tokens), ...(deps.tokens ? [] : [refuseCrossSiteWrites()]), requireJsonBody, readJsonBody(deps.bodyLimit)];
+  // A form's content type is refused (415) before its origin is asked: the cross-site check is for the
+  // bodiless writes no content-type rule catches.
+  const apiRequest = [authenticate(deps.tokens), requireJsonBody, ...(deps.tokens ? [] : [refuseCrossSiteWrites()]), readJsonBody(deps.bodyLimit)];
   // The hottest route first, its whole chain as handlers of one route: a one-ID ack then runs them in
   // a single route dispatch instead of walking the router's layer stack once per middleware.
   app.post('/v1/acks', ...everyRequest, ...apiRequest, ...ackHandlers(deps.submitAck));

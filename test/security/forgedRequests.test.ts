@@ -23,6 +23,21 @@ describe.each(backends())('requests a browser page could forge (%s)', (_name, ba
     expect(await count()).toBe(before);
   });
 
+  it.each(FORM_TYPES)(
+    "when a browser's form on another site posts %s (with its Origin and Sec-Fetch-Site), then 415 as for any form, and nothing is created",
+    async (type) => {
+      const before = await count();
+      const res = await svc.api
+        .post('/v1/batches')
+        .set('Content-Type', type)
+        .set('Origin', 'https://evil.example')
+        .set('Sec-Fetch-Site', 'cross-site')
+        .send('userKey=x');
+      expect([res.status, res.body.error.code]).toEqual([415, 'unsupported_media_type']);
+      expect(await count()).toBe(before);
+    },
+  );
+
   it('when a form posts to seal, sweep or delete, then 415 and the batch is untouched', async () => {
     const { id } = await batchWith(svc.client, 1, { sealed: false });
     expect((await svc.api.post(`/v1/batches/${id}/seal`).set('Content-Type', 'text/plain').send('')).status).toBe(415);
