@@ -56,6 +56,22 @@ describe.each(backends())('opening and reading batches (%s)', (_name, backend) =
     expect(after.body.batches.length).toBe(before.body.batches.length);
   });
 
+  it('when a batch is opened at the limits (a 255-character userKey, metadata of exactly 4 KiB as JSON), then it is taken whole', async () => {
+    const userKey = 'k'.repeat(255);
+    const metadata = { blob: 'x'.repeat(4096 - JSON.stringify({ blob: '' }).length) };
+    expect(Buffer.byteLength(JSON.stringify(metadata))).toBe(4096);
+    const res = await svc.api.post('/v1/batches').send({ userKey, metadata });
+    expect([res.status, res.body.userKey, res.body.metadata]).toEqual([201, userKey, metadata]);
+    const oneMore = await svc.api.post('/v1/batches').send({ metadata: { blob: `${metadata.blob}x` } });
+    expect([oneMore.status, oneMore.body.error?.code]).toEqual([400, 'invalid_request']);
+  });
+
+  it('when the list is read without a limit, then a page holds 50 batches', async () => {
+    for (let i = 0; i < 51; i++) expect((await svc.api.post('/v1/batches').send({ userKey: 'page-of-fifty' })).status).toBe(201);
+    const page = await svc.api.get('/v1/batches?userKey=page-of-fifty');
+    expect([page.body.batches.length, typeof page.body.nextCursor]).toEqual([50, 'string']);
+  });
+
   it('when the body is not JSON, then 400 invalid_request', async () => {
     const res = await svc.api.post('/v1/batches').set('content-type', 'application/json').send('{not json');
     expect(res.status).toBe(400);
