@@ -32,12 +32,29 @@ export function toExactText(text: string): string {
   return isExactText(text) ? text : text.replace(NOT_STORABLE_ALL, '\uFFFD');
 }
 
+const isHighSurrogate = (unit: number) => unit >= 0xd800 && unit <= 0xdbff;
+const isLowSurrogate = (unit: number) => unit >= 0xdc00 && unit <= 0xdfff;
+
 /**
- * At most `length` UTF-16 units of `text`, not cutting a surrogate pair in two (a cut pair would
- * leave a lone surrogate, which the service refuses).
+ * Where `text`'s first `characters` characters end, in UTF-16 units: a character is a code point,
+ * as the contract's limits, zod's and the databases' `VARCHAR(n)` (utf8mb4, PostgreSQL) count, so
+ * an emoji is one, not two. A lone surrogate counts as one.
  */
-export function truncateText(text: string, length: number): string {
-  if (text.length <= length) return text;
-  const cutsPair = /[\uD800-\uDBFF]/.test(text[length - 1] ?? '');
-  return text.slice(0, cutsPair ? length - 1 : length);
+function unitsOfCharacters(text: string, characters: number): number {
+  let at = 0;
+  for (let counted = 0; counted < characters && at < text.length; counted++) {
+    at += isHighSurrogate(text.charCodeAt(at)) && isLowSurrogate(text.charCodeAt(at + 1)) ? 2 : 1;
+  }
+  return at;
+}
+
+/**
+ * At most `characters` characters (code points, as the service counts them: zod's string limits
+ * do) of `text`, never cutting a surrogate pair in two (a cut pair would leave a lone surrogate,
+ * which the service refuses).
+ */
+export function truncateText(text: string, characters: number): string {
+  if (text.length <= characters) return text; // no more code points than UTF-16 units
+  const end = unitsOfCharacters(text, characters);
+  return end === text.length ? text : text.slice(0, end);
 }

@@ -29,5 +29,5 @@ export type EventStatus = (typeof EVENT_STATUSES)[number];
 /** The most item IDs one ack call takes (more is 413; the client splits larger acks). */
 export const MAX_ACK_IDS = 10_000;
 
-/** The longest failure reason an ack call takes, in UTF-16 units (JavaScript's string length). */
+/** The longest failure reason an ack call takes, in characters (code points, as zod counts: an emoji is one). */
 export const MAX_ERROR_LENGTH = 1000;

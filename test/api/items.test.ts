@@ -46,6 +46,8 @@ describe.each(backends())('reading one item (%s)', (_name, backend) => {
   it('when a failed ack carries an error, then both forms take it; with succeeded or too long it is 400', async () => {
     const { id, groups, ids } = await batchWith(svc.client, 4);
     expect((await svc.api.post('/v1/acks').send({ ids: [ids[0]], outcome: 'failed', error: 'x'.repeat(1000) })).body.acked).toBe(1);
+    // Characters are code points, as the contract and the columns count them: 1,000 emoji fit (2,000 UTF-16 units).
+    expect((await svc.api.post('/v1/acks').send({ ids: [ids[3]], outcome: 'failed', error: '\u{1F600}'.repeat(1000) })).body.acked).toBe(1);
     expect(
       (await svc.api.post('/v1/acks').send({ groups: [{ batchId: id, groupId: groups[0]!.id, indexes: [1] }], outcome: 'failed', error: 'e' })).body.acked,
     ).toBe(1);
@@ -53,6 +55,7 @@ describe.each(backends())('reading one item (%s)', (_name, backend) => {
       { ids: [ids[2]], error: 'no outcome means succeeded' },
       { ids: [ids[2]], outcome: 'succeeded', error: 'x' },
       { ids: [ids[2]], outcome: 'failed', error: 'x'.repeat(1001) },
+      { ids: [ids[2]], outcome: 'failed', error: '\u{1F600}'.repeat(1001) },
       { ids: [ids[2]], outcome: 'failed', error: 42 },
       { groups: [{ batchId: id, groupId: groups[0]!.id, indexes: [2] }], outcome: 'succeeded', error: 'x' },
     ]) {
@@ -60,7 +63,8 @@ describe.each(backends())('reading one item (%s)', (_name, backend) => {
       expect(res.status).toBe(400);
       expect(res.body.error.code).toBe('invalid_request');
     }
-    expect((await svc.api.get(`/v1/batches/${id}`)).body).toMatchObject({ succeeded: 0, failed: 2, pending: 2 });
+    expect((await svc.api.get(`/v1/batches/${id}`)).body).toMatchObject({ succeeded: 0, failed: 3, pending: 1 });
+    expect((await svc.api.get(`/v1/batches/${id}/failures`)).body.failures.map((f: { error: string }) => f.error)).toContain('\u{1F600}'.repeat(1000));
   });
 });
 

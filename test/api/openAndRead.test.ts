@@ -66,6 +66,17 @@ describe.each(backends())('opening and reading batches (%s)', (_name, backend) =
     expect([oneMore.status, oneMore.body.error?.code]).toEqual([400, 'invalid_request']);
   });
 
+  it('when a userKey is 255 emoji (510 UTF-16 units), then it is taken and found; 256 are 400', async () => {
+    const userKey = '\u{1F600}'.repeat(255);
+    const res = await svc.api.post('/v1/batches').send({ userKey });
+    expect([res.status, res.body.userKey]).toEqual([201, userKey]);
+    const found = await svc.api.get(`/v1/batches?userKey=${encodeURIComponent(userKey)}`);
+    expect(found.body.batches.map((b: { id: string }) => b.id)).toEqual([res.body.id]);
+    const tooLong = await svc.api.post('/v1/batches').send({ userKey: `${userKey}\u{1F600}` });
+    expect([tooLong.status, tooLong.body.error?.code]).toEqual([400, 'invalid_request']);
+    expect((await svc.api.get(`/v1/batches?userKey=${encodeURIComponent(`${userKey}\u{1F600}`)}`)).status).toBe(400);
+  });
+
   it('when the list is read without a limit, then a page holds 50 batches', async () => {
     for (let i = 0; i < 51; i++) expect((await svc.api.post('/v1/batches').send({ userKey: 'page-of-fifty' })).status).toBe(201);
     const page = await svc.api.get('/v1/batches?userKey=page-of-fifty');

@@ -56,14 +56,14 @@ describe('the ack coalescer of the queue integrations, against a real service', 
     );
   });
 
-  it('when a failure message holds what the service refuses, or is cut inside a surrogate pair, then it is recorded with U+FFFD in its place', async () => {
+  it('when a failure message holds what the service refuses, then it is recorded with U+FFFD in its place; one of over 1,000 emoji is cut after the 1,000th', async () => {
     const { id, ids } = await batchWith(svc.client, 3);
     const acks = new AckCoalescer(new RollcallClient({ baseUrl: svc.url }));
-    const cutInPair = `${'x'.repeat(999)}\u{1F600}`; // 1,001 units: the 1,000th is the pair's first half
+    const emoji = '\u{1F600}'.repeat(1001); // 1,001 characters in 2,002 UTF-16 units: a cut by units would split a pair
     const answers = await Promise.all([
       acks.ack(ids[0]!, 'failed', 'bad\u0000byte'),
       acks.ack(ids[1]!, 'failed', 'half \ud800 pair'),
-      acks.ack(ids[2]!, 'failed', cutInPair),
+      acks.ack(ids[2]!, 'failed', emoji),
     ]);
     expect(answers).toEqual([null, null, null]);
     const reasons = new Map((await new RollcallClient({ baseUrl: svc.url }).failures(id)).failures.map((f) => [f.id, f.error]));
@@ -71,7 +71,7 @@ describe('the ack coalescer of the queue integrations, against a real service', 
       new Map([
         [ids[0], 'bad\uFFFDbyte'],
         [ids[1], 'half \uFFFD pair'],
-        [ids[2], 'x'.repeat(999)],
+        [ids[2], '\u{1F600}'.repeat(1000)],
       ]),
     );
   });
