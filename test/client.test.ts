@@ -39,6 +39,12 @@ describe.each(backends())('the TypeScript client and the CLI against a real serv
     expect((await client.list({ userKey: 'client' })).batches.map((b) => b.id)).toEqual([batch.id]);
   });
 
+  it('when an ID holds a lone surrogate (no URL form), then the call is answered 404, not thrown before it is sent', async () => {
+    const bad = 'a\ud800b';
+    await expect(svc.client.item(bad)).rejects.toMatchObject({ name: 'RollcallApiError', status: 404, code: 'item_not_found' });
+    await expect(svc.client.status(bad)).rejects.toMatchObject({ name: 'RollcallApiError', status: 404, code: 'batch_not_found' });
+  });
+
   it('when the service answers with an error, then the client throws it with the status and code', async () => {
     const missing = '0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b';
     await expect(client.status(missing)).rejects.toMatchObject({ name: 'RollcallApiError', status: 404, code: 'batch_not_found' });

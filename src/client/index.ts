@@ -4,6 +4,7 @@
  */
 
 import type { AckResult, BatchView as Batch, ItemStatus, Rejection } from '../contract/responses';
+import { toExactText } from '../contract/text';
 import { type BatchOutcome, type BatchState, MAX_ACK_IDS } from '../contract/vocabulary';
 import { type HttpAnswer, type HttpRequest, type HttpSend, httpSend, type HttpSendOptions } from './httpSend';
 
@@ -128,7 +129,11 @@ export function* itemIdsOf(batchId: string, groups: readonly Group[]): IterableI
  * An ID as one path segment: an ID from elsewhere (a user's input) cannot then steer the request to
  * another route (`../admin/sweep?`).
  */
-const pathPart = (id: string): string => encodeURIComponent(id);
+/**
+ * An ID as a path segment. A lone surrogate has no URL form (encodeURIComponent throws): it becomes
+ * U+FFFD, as in no ID the service made, so the call is answered 404 rather than thrown.
+ */
+const pathPart = (id: string): string => encodeURIComponent(toExactText(id));
 
 /** Timers take whole milliseconds up to 2^31 - 1 (~24.8 days); longer is treated as that. */
 const MAX_TIMER_MS = 2 ** 31 - 1;
@@ -177,7 +182,7 @@ export class RollcallClient {
 
   /** One item's state and its batch's state (ask before costly work: a cancelled batch needs none). */
   item(itemId: string): Promise<ItemStatus> {
-    return this.request('GET', `/v1/items/${encodeURIComponent(itemId)}`);
+    return this.request('GET', `/v1/items/${pathPart(itemId)}`);
   }
 
   /** A page of a batch's kept failure reasons, oldest first. */

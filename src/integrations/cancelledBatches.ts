@@ -65,17 +65,21 @@ export class CancelledBatches {
   }
 
   private async ask(batchId: string, itemId: string): Promise<boolean> {
-    const asking = this.client.item(itemId).then(
-      (item) => item.batchState === 'cancelled',
-      () => false,
-    );
+    // Any failure of the look-up, a thrown one too, counts as "not cancelled" (see above).
+    const asking = Promise.resolve()
+      .then(() => this.client.item(itemId))
+      .then(
+        (item) => item.batchState === 'cancelled',
+        () => false,
+      );
     const entry: Known = { cancelled: false, checkedAt: Date.now(), asking };
     this.remember(batchId, entry);
     const cancelled = await asking;
     entry.asking = null;
     entry.cancelled ||= cancelled;
     entry.checkedAt = Date.now();
-    return entry.cancelled;
+    // A cancel learned from a rejected ack while this look-up ran replaced the entry: it holds too.
+    return entry.cancelled || this.known.get(batchId)?.cancelled === true;
   }
 
   private remember(batchId: string, entry: Known): void {

@@ -1,0 +1,36 @@
+import type { RollcallClient } from '../../src/client';
+import type { ItemStatus } from '../../src/contract/responses';
+import { CancelledBatches } from '../../src/integrations/cancelledBatches';
+
+/** A client whose item look-ups answer when the test says: only `item` is used by CancelledBatches. */
+function clientAnsweringLater() {
+  let answer!: (status: ItemStatus) => void;
+  const asked = new Promise<ItemStatus>((resolve) => (answer = resolve));
+  const client = { item: () => asked } as unknown as RollcallClient;
+  return { client, answer };
+}
+
+describe('what a process knows of cancelled batches', () => {
+  const batchId = '0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b';
+  const item = `${batchId}:0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5c:0`;
+
+  it('when a rejected ack says the batch is cancelled while a look-up is out, then those waiting on the look-up hear "cancelled"', async () => {
+    const { client, answer } = clientAnsweringLater();
+    const batches = new CancelledBatches(client);
+    const waiting = batches.isCancelled(item);
+    expect(waiting).toBeInstanceOf(Promise);
+    batches.learnCancelled(item); // from another job's ack, answered first
+    answer({ id: item, batchId, state: 'pending', batchState: 'sealed' }); // read before the cancel
+    expect(await waiting).toBe(true);
+    expect(batches.isCancelled(item)).toBe(true);
+  });
+
+  it('when the look-up throws before it is sent, then the batch counts as not cancelled', async () => {
+    const client = {
+      item: () => {
+        throw new URIError('URI malformed');
+      },
+    } as unknown as RollcallClient;
+    await expect(new CancelledBatches(client).isCancelled(item)).resolves.toBe(false);
+  });
+});
