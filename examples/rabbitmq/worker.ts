@@ -27,7 +27,15 @@ async function main(): Promise<void> {
       const { n } = JSON.parse(message.content.toString()) as { n: number };
       await work(n, previousDeliveries(message) === 0);
     },
-    { maxDeliveries: 3, onError: (error) => console.error(error.message) },
+    {
+      maxDeliveries: 3,
+      onError: (error) => console.error(error.message),
+      // The queue was deleted (or its node lost): nothing more will come; exit so a supervisor restarts us.
+      onCancelled: () => {
+        console.error('RabbitMQ cancelled the consumer');
+        process.exit(1);
+      },
+    },
   );
   const { consumerTag } = await channel.consume('thumbnails', consume);
   console.log('consumer running; Ctrl-C to stop');

@@ -46,10 +46,30 @@ export interface RollcallConsumerOptions extends AckCoalescingOptions, CancelChe
    * Told what a consume callback cannot throw to anyone: an ack rollcall rejected (`ack_rejected`;
    * the message is acked, no retry can fix it), an ack call that failed after its retries or was
    * refused with a `4xx` (the message is requeued: see `record`), a message without an item ID (`missing_item_id`; nacked without requeue,
-   * so it is dead-lettered where the queue has a dead-letter exchange). Default: ignore. What it
-   * throws is ignored: the message is settled all the same.
+   * so it is dead-lettered where the queue has a dead-letter exchange), and anything else that went
+   * wrong with a message (it is then returned as a failed delivery). Default: ignore. What it throws,
+   * or its promise rejects with, is ignored: the message is settled all the same.
    */
   onError?: (error: Error, message: ConsumeMessage) => void;
+  /**
+   * Called when RabbitMQ cancels the consumer (its queue was deleted, or the queue's node went away
+   * for good): no more messages will come to this callback, and amqplib says so only by calling it
+   * with `null`. Consume again, or stop the process so that it is restarted. Default: ignore.
+   */
+  onCancelled?: () => void;
+}
+
+/**
+ * Calls a user's hook: what it throws must not stop a message being settled, nor may an async hook's
+ * rejection end the process as an unhandled one (a `=> void` type takes an async function too).
+ */
+function callQuietly(hook: () => unknown): void {
+  try {
+    const result = hook();
+    if (typeof (result as PromiseLike<unknown> | undefined)?.then === 'function') Promise.resolve(result).catch(() => undefined);
+  } catch {
+    // ignored, as documented
+  }
 }
 
 function headerOf(message: ConsumeMessage, name: string): unknown {
@@ -105,13 +125,9 @@ export function rollcallConsumer(
   const cancelled = sharedCancelledBatches(client, options);
   const itemIdOf = options.itemIdOf ?? defaultItemIdOf;
   const maxDeliveries = options.maxDeliveries ?? 3;
-  const report = (error: Error, message: ConsumeMessage) => {
-    try {
-      options.onError?.(error, message);
-    } catch {
-      // an onError that throws must not keep its message from being settled
-    }
-  };
+  const report = (error: Error, message: ConsumeMessage) => callQuietly(() => options.onError?.(error, message));
+  /** Messages settled here: each is settled once, and one that an unforeseen error left is settled too. */
+  const settledMessages = new WeakSet<ConsumeMessage>();
 
   /**
    * How a message leaves this consumer. A failed run is returned with basic.reject, which counts a
@@ -121,6 +137,8 @@ export function rollcallConsumer(
    * After a dropped connection the channel is closed and acking throws; RabbitMQ redelivers the message.
    */
   const settleMessage = (message: ConsumeMessage, how: 'ack' | 'retry' | 'requeue' | 'drop') => {
+    if (settledMessages.has(message)) return;
+    settledMessages.add(message);
     try {
       if (how === 'ack') channel.ack(message);
       else if (how === 'retry' && channel.reject) channel.reject(message, true);
@@ -174,9 +192,14 @@ export function rollcallConsumer(
 
   const unsettled = new Set<Promise<void>>();
   const callback = (message: ConsumeMessage | null): void => {
-    if (message === null) return; // the broker cancelled the consumer
+    if (message === null) return callQuietly(() => options.onCancelled?.()); // the broker cancelled the consumer
     const settled: Promise<void> = consume(message)
-      .catch((error: unknown) => report(asError(error), message))
+      .catch((error: unknown) => {
+        // Unforeseen: the message must not hold its prefetch place for good. A failed delivery, so
+        // the queue's delivery limit ends its reruns if the error comes back each time.
+        report(asError(error), message);
+        settleMessage(message, 'retry');
+      })
       .finally(() => unsettled.delete(settled));
     unsettled.add(settled);
   };

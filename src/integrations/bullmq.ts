@@ -9,7 +9,7 @@ import type { RollcallClient } from '../client';
 import { AckCoalescingOptions, Rejected, Rejections, sharedCoalescer } from './ackCoalescer';
 import { answered, defaultItemIdOf, watchWorkerOf } from './bullmqFailureWatch';
 import { CancelCheckOptions, sharedCancelledBatches } from './cancelledBatches';
-import { asError, IntegrationErrorCode } from './errors';
+import { asError, IntegrationErrorCode, textOf } from './errors';
 
 export type { FailureWatchOptions, WatchableWorker } from './bullmqFailureWatch';
 export { watchFailedJobs } from './bullmqFailureWatch';
@@ -129,7 +129,7 @@ export function asBullmqSeesIt(thrown: unknown, sandboxed: boolean): Error {
 
 /** The failure reason of what was thrown: its message when it has one, else the value as text. */
 function messageOf(error: Error, thrown: unknown): string {
-  return typeof error.message === 'string' ? error.message : String(thrown);
+  return typeof error.message === 'string' ? error.message : textOf(thrown);
 }
 
 /**

@@ -34,7 +34,19 @@ export class RollcallIntegrationError extends Error {
   readonly enqueued: number | undefined;
 }
 
+/**
+ * What was thrown, as text. `String()` itself throws for a value without a usable `toString`
+ * (`Object.create(null)`, a symbol's description aside): then its type is the text.
+ */
+export function textOf(thrown: unknown): string {
+  try {
+    return String(thrown);
+  } catch {
+    return `a thrown ${Object.prototype.toString.call(thrown)}`;
+  }
+}
+
 /** `unknown` from a catch as an Error, keeping what was thrown as the cause. */
 export function asError(thrown: unknown): Error {
-  return thrown instanceof Error ? thrown : new Error(String(thrown), { cause: thrown });
+  return thrown instanceof Error ? thrown : new Error(textOf(thrown), { cause: thrown });
 }

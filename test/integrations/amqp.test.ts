@@ -11,6 +11,7 @@ import { openBatch } from '../../src/integrations/producer';
 import { backends } from '../helpers/backends';
 import { amqpUrl, describeWith } from '../helpers/brokers';
 import { AckTally, countingFetch } from '../helpers/countingFetch';
+import { until } from '../helpers/realTime';
 import { startService, TestService } from '../helpers/service';
 import { TcpProxy } from '../helpers/tcpProxy';
 import { kindOf } from './fixtures/jobs';
@@ -240,6 +241,93 @@ describeWith(amqpUrl).each(backends())('rollcall/amqp on a real RabbitMQ quorum 
     );
     expect(told.filter((message) => /has no x-rollcall-item-id/.test(message))).toHaveLength(10);
     expect(told).toHaveLength(20);
+  });
+
+  it('when onError is async and rejects, then no rejection goes unhandled and the messages are still settled', async () => {
+    const client = new RollcallClient({ baseUrl: svc.url });
+    const { queue } = await produce(client, 10);
+    const unhandled: unknown[] = [];
+    const record = (reason: unknown) => unhandled.push(reason);
+    process.on('unhandledRejection', record);
+    try {
+      const channel = await (await connect()).createChannel();
+      channel.on('error', () => undefined);
+      let told = 0;
+      await channel.consume(
+        queue,
+        rollcallConsumer(client, channel, () => undefined, {
+          itemIdOf: () => undefined, // every message lacks its ID: each is reported
+          onError: async () => {
+            told++;
+            throw new Error('the alerting service is down');
+          },
+        }),
+      );
+      await drained(queue);
+      await new Promise((resolve) => setImmediate(resolve));
+      expect({ told, unhandled }).toEqual({ told: 10, unhandled: [] });
+    } finally {
+      process.off('unhandledRejection', record);
+    }
+  });
+
+  it('when itemIdOf reads an ID with a lone surrogate from the body, then each message is still settled (ack_rejected), none holds its prefetch place', async () => {
+    const client = new RollcallClient({ baseUrl: svc.url });
+    const { queue } = await produce(client, 3);
+    const channel = await (await connect()).createChannel();
+    channel.on('error', () => undefined);
+    await channel.prefetch(1); // one message left unsettled would stop this consumer
+    const codes: string[] = [];
+    const consume = rollcallConsumer(client, channel, () => undefined, {
+      itemIdOf: (message) => `${String(message.properties.headers?.['x-rollcall-item-id'])}\ud800`,
+      onError: (error) => codes.push((error as { code?: string }).code ?? error.message),
+    });
+    await channel.consume(queue, consume);
+    await until(() => codes.length === 3, 20_000);
+    await consume.drain();
+    expect(codes).toEqual(['ack_rejected', 'ack_rejected', 'ack_rejected']);
+    const check = await admin.createChannel();
+    expect((await check.checkQueue(queue)).messageCount).toBe(0);
+    await check.deleteQueue(queue);
+    await check.close();
+  });
+
+  it('when the handler throws a value that cannot be made text (Object.create(null)) on the last delivery, then the failure is still recorded and the message settled', async () => {
+    const client = new RollcallClient({ baseUrl: svc.url });
+    const { queue, batch } = await produce(client, 2);
+    const channel = await (await connect()).createChannel();
+    channel.on('error', () => undefined);
+    const consume = rollcallConsumer(
+      client,
+      channel,
+      () => {
+        throw Object.create(null) as unknown;
+      },
+      { maxDeliveries: 0 },
+    );
+    await channel.consume(queue, consume);
+    const done = await client.waitForCompletion(batch.id, { timeoutMs: 20_000 });
+    expect(done).toMatchObject({ state: 'complete', failed: 2 });
+    expect((await client.failures(batch.id)).failures.map((f) => f.error)).toEqual(['a thrown [object Object]', 'a thrown [object Object]']);
+    await consume.drain();
+    await drained(queue);
+  });
+
+  it('when RabbitMQ cancels the consumer (its queue is deleted), then onCancelled is told', async () => {
+    const client = new RollcallClient({ baseUrl: svc.url });
+    const { queue } = await produce(client, 1);
+    const channel = await (await connect()).createChannel();
+    channel.on('error', () => undefined);
+    let cancelledCalls = 0;
+    await channel.consume(
+      queue,
+      rollcallConsumer(client, channel, () => undefined, { onCancelled: () => void cancelledCalls++ }),
+    );
+    const other = await admin.createChannel();
+    await other.deleteQueue(queue);
+    await other.close();
+    await until(() => cancelledCalls > 0);
+    expect(cancelledCalls).toBe(1);
   });
 
   it('when a batch is cancelled before its messages are consumed, then none of them runs and all are acked', async () => {
