@@ -48,12 +48,23 @@ export class RollcallJobError extends UnrecoverableError {
   constructor(
     readonly code: IntegrationErrorCode,
     message: string,
+    options: { cause?: unknown } = {},
   ) {
     super(message);
     // BullMQ recognises an UnrecoverableError by class or by this name; the name also works when the
     // worker's copy of bullmq is not the one this module loaded.
     this.name = 'UnrecoverableError';
+    if (options.cause !== undefined) this.cause = options.cause;
   }
+}
+
+/**
+ * Throws, as BullMQ's `moveToCompleted` would, for a result it cannot store (a BigInt, a cycle):
+ * checked before the `succeeded` ack, so rollcall does not record a success that BullMQ then fails
+ * (and retries). Plain values cost a `typeof`; an object is serialised once more.
+ */
+function assertStorable(result: unknown): void {
+  if (typeof result === 'object' ? result !== null : typeof result === 'bigint') JSON.stringify(result);
 }
 
 /**
@@ -173,14 +184,18 @@ export function rollcallProcessor<DataType = any, ResultType = any, NameType ext
 
   /**
    * Acks the last failure; if rollcall cannot be told, or refuses it, the job's failure says so (its
-   * item stays pending).
+   * item stays pending, for the failure watch to record). That error is unrecoverable: the handler's
+   * failure was the last, and a plain error in its place would let BullMQ retry a job whose handler
+   * threw `UnrecoverableError` (or whose backoff strategy said -1 for the handler's error).
    */
   const ackLastFailure = async (itemId: string, message: string): Promise<void> => {
     let rejected: Rejected;
     try {
       rejected = await acks.ack(itemId, 'failed', message);
     } catch (ackError) {
-      throw new Error(`${message} (and rollcall could not record the failure: ${asError(ackError).message})`, { cause: ackError });
+      throw new RollcallJobError('failure_unrecorded', `${message} (and rollcall could not record the failure: ${asError(ackError).message})`, {
+        cause: ackError,
+      });
     }
     if (rejected === 'batch_cancelled') cancelled.learnCancelled(itemId);
     else if (rejected !== null)
@@ -203,6 +218,7 @@ export function rollcallProcessor<DataType = any, ResultType = any, NameType ext
     let result: ResultType;
     try {
       result = await handler(job, token, signal);
+      assertStorable(result);
     } catch (thrown) {
       // A sandboxed processor gets a plain object, not a Job of any copy of bullmq (child-processor.ts `wrapJob`).
       const error = asBullmqSeesIt(thrown, Object.getPrototypeOf(job) === Object.prototype);

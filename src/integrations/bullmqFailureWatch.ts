@@ -11,6 +11,19 @@ import type { RollcallClient } from '../client';
 import { AckCoalescingOptions, Rejected, sharedCoalescer } from './ackCoalescer';
 import { asError, RollcallIntegrationError } from './errors';
 
+/**
+ * A process warning for an error nothing else listens for. Node refuses an Error of another realm
+ * (a module loaded in a vm context, as Jest loads it) as a warning: then it goes as text, with its
+ * name and code.
+ */
+function warn(error: RollcallIntegrationError): void {
+  try {
+    process.emitWarning(error);
+  } catch {
+    process.emitWarning(error.message, { type: error.name, code: error.code });
+  }
+}
+
 export interface FailureWatchOptions<DataType, ResultType, NameType extends string> extends AckCoalescingOptions {
   /** Where a job's item ID is. Default: `job.data.rollcallItemId` (as the processor's). */
   itemIdOf?: (job: Job<DataType, ResultType, NameType>) => string | undefined;
@@ -110,9 +123,9 @@ export function watchFailedJobs<DataType = any, ResultType = any, NameType exten
     // An `error` listener that throws must not reach BullMQ, nor become an unhandled rejection.
     try {
       if (worker.listenerCount('error') > 0) worker.emit('error', error);
-      else process.emitWarning(error);
+      else warn(error);
     } catch {
-      process.emitWarning(error);
+      warn(error);
     }
   };
   /** Acks job's item `failed`: what rollcall answered, or why it could not be asked. */

@@ -412,6 +412,53 @@ describeWith(redisUrl).each(backends())('rollcall/bullmq on a real Redis and a r
     ]);
   });
 
+  it('when a handler throws UnrecoverableError while rollcall is out of reach, then BullMQ still does not run the job again', async () => {
+    const queue = newQueue();
+    await produce(queue, 2, { attempts: 3 });
+    // A service gone for longer than the retries (one try here): the last failure cannot be recorded.
+    const unreachable = new RollcallClient({ baseUrl: 'http://127.0.0.1:9' });
+    let runs = 0;
+    workers.push(
+      new Worker<TestJobData>(
+        queue.name,
+        rollcallProcessor<TestJobData, string>(
+          unreachable,
+          async () => {
+            runs++;
+            throw new UnrecoverableError('the file is gone');
+          },
+          { retry: { attempts: 1, firstDelayMs: 1 }, cancelCheckIntervalMs: 0 },
+        ),
+        { connection, prefix, concurrency: 2 },
+      ),
+    );
+    // Nor can the Worker's failure watch record them: with no `error` listener on the Worker it says so
+    // in a process warning each (which Node refused, as an Error of Jest's realm, until warn()).
+    await settled(queue, 2);
+    expect(runs).toBe(2);
+    const failed = await queue.getFailed();
+    expect(failed.map((job) => [job.attemptsMade, job.failedReason])).toEqual([
+      [1, expect.stringMatching(/^the file is gone \(and rollcall could not record the failure: /)],
+      [1, expect.stringMatching(/^the file is gone \(and rollcall could not record the failure: /)],
+    ]);
+  });
+
+  it('when a handler returns what BullMQ cannot store (a BigInt), then rollcall does not record a success: the job fails as BullMQ fails it', async () => {
+    const queue = newQueue();
+    const batch = await produce(queue, 1, { attempts: 2 });
+    workers.push(
+      new Worker<TestJobData>(
+        queue.name,
+        rollcallProcessor<TestJobData, bigint>(client, async () => 10n),
+        { connection, prefix },
+      ),
+    );
+    expect(await client.waitForCompletion(batch.id, { timeoutMs: 15_000 })).toMatchObject({ state: 'complete', succeeded: 0, failed: 1 });
+    expect((await client.failures(batch.id)).failures.map((f) => f.error)).toEqual([expect.stringMatching(/BigInt/)]);
+    await settled(queue, 1);
+    expect((await queue.getFailed()).map((job) => job.attemptsMade)).toEqual([2]);
+  });
+
   it('when a handler throws a plain object named UnrecoverableError, then BullMQ fails the job for good and its failure is recorded with its message', async () => {
     const queue = newQueue();
     const batch = await produce(queue, 3);
