@@ -156,6 +156,15 @@ describe.each(backends())('the TypeScript client and the CLI against a real serv
     expect((await waiting).state).toBe('complete');
   });
 
+  it.each([
+    ['25 days (past what a timer takes)', 25 * 86_400_000],
+    ['Infinity', Infinity],
+  ])("when the client's own timeoutMs is %s, then its calls are answered (no RangeError, no abort after 1 ms)", async (_what, timeoutMs) => {
+    const patient = new RollcallClient({ baseUrl: svc.url, timeoutMs });
+    const batch = await patient.open();
+    expect(await patient.status(batch.id)).toMatchObject({ id: batch.id, state: 'open' });
+  });
+
   it('when a wait times out, then the batch comes back in its current state', async () => {
     const batch = await client.open();
     await client.addItems(batch.id, 1);

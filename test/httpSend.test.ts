@@ -302,6 +302,8 @@ describe("the client's default way of sending (httpSend)", () => {
       const client = new RollcallClient({ baseUrl: srv.url, timeoutMs: 500 });
       const started = Date.now();
       await expect(client.waitForCompletion('0190a0e0-0000-7000-8000-000000000000', { timeoutMs: 120_000 })).rejects.toMatchObject({ name: 'AbortError' });
+      // The request's limit is the client's timeoutMs plus the /wait's own 60 s: not sooner, not later.
+      expect(Date.now() - started).toBeGreaterThanOrEqual(60_000);
       expect(Date.now() - started).toBeLessThan(75_000);
     } finally {
       await srv.close();

@@ -47,6 +47,16 @@ describeWith(redisUrl).each(backends())('rollcall/bullmq on a real Redis and a r
     await svc.stop();
   });
 
+  /**
+   * The Worker with its failure watch stopped before its first job, so the processor's auto-start
+   * leaves it off: every failure recorded is then the processor's own ack. (Else the watch records
+   * a last failure the processor got wrong, from BullMQ's `failed` event, and the test cannot tell.)
+   */
+  function processorOnly<W extends Worker>(worker: W): W {
+    void watchFailedJobs(client, worker, { recoverFailedWithinMs: 0 })();
+    return worker;
+  }
+
   function newQueue(): Queue<TestJobData> {
     const queue = new Queue<TestJobData>(`q-${randomBytes(4).toString('hex')}`, { connection, prefix });
     queues.push(queue);
@@ -226,18 +236,20 @@ describeWith(redisUrl).each(backends())('rollcall/bullmq on a real Redis and a r
     const backoffStrategy = (_attemptsMade: number, _type?: string, error?: Error) => (error?.message.startsWith('stop') ? -1 : 10);
     const runs = new Map<number, number>();
     workers.push(
-      new Worker<TestJobData>(
-        queue.name,
-        rollcallProcessor(
-          client,
-          async (job: Job<TestJobData>) => {
-            runs.set(job.data.n, (runs.get(job.data.n) ?? 0) + 1);
-            if (job.data.n % 2 === 0) throw new Error(`stop: job ${job.data.n} cannot succeed`);
-            if (job.attemptsMade === 0) throw new Error('flaky, first attempt');
-          },
-          { backoffStrategy },
+      processorOnly(
+        new Worker<TestJobData>(
+          queue.name,
+          rollcallProcessor(
+            client,
+            async (job: Job<TestJobData>) => {
+              runs.set(job.data.n, (runs.get(job.data.n) ?? 0) + 1);
+              if (job.data.n % 2 === 0) throw new Error(`stop: job ${job.data.n} cannot succeed`);
+              if (job.attemptsMade === 0) throw new Error('flaky, first attempt');
+            },
+            { backoffStrategy },
+          ),
+          { connection, prefix, concurrency: 5, settings: { backoffStrategy } },
         ),
-        { connection, prefix, concurrency: 5, settings: { backoffStrategy } },
       ),
     );
     const done = await client.waitForCompletion(batch.id, { timeoutMs: 30_000 });
@@ -256,8 +268,8 @@ describeWith(redisUrl).each(backends())('rollcall/bullmq on a real Redis and a r
       throw new Error(`job ${job.data.n} failed`);
     });
     workers.push(
-      new Worker<TestJobData>(stopping.name, fail, { connection, prefix, concurrency: 4, settings: { backoffStrategy: () => -1 } }),
-      new Worker<TestJobData>(started.name, fail, { connection, prefix, concurrency: 4, maxStartedAttempts: 1 }),
+      processorOnly(new Worker<TestJobData>(stopping.name, fail, { connection, prefix, concurrency: 4, settings: { backoffStrategy: () => -1 } })),
+      processorOnly(new Worker<TestJobData>(started.name, fail, { connection, prefix, concurrency: 4, maxStartedAttempts: 1 })),
     );
     // BullMQ runs each job once; the processor, not told the Worker's options, must see that too.
     for (const batch of [stoppingBatch, startedBatch])
@@ -463,12 +475,14 @@ describeWith(redisUrl).each(backends())('rollcall/bullmq on a real Redis and a r
     const queue = newQueue();
     const batch = await produce(queue, 3);
     workers.push(
-      new Worker<TestJobData>(
-        queue.name,
-        rollcallProcessor<TestJobData, string>(client, async () => {
-          throw { name: 'UnrecoverableError', message: 'gone for good' }; // a plain object, as some libraries throw
-        }),
-        { connection, prefix, concurrency: 3 },
+      processorOnly(
+        new Worker<TestJobData>(
+          queue.name,
+          rollcallProcessor<TestJobData, string>(client, async () => {
+            throw { name: 'UnrecoverableError', message: 'gone for good' }; // a plain object, as some libraries throw
+          }),
+          { connection, prefix, concurrency: 3 },
+        ),
       ),
     );
     expect(await client.waitForCompletion(batch.id, { timeoutMs: 15_000 })).toMatchObject({ state: 'complete', failed: 3 });
