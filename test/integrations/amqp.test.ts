@@ -214,6 +214,7 @@ describeWith(amqpUrl).each(backends())('rollcall/amqp on a real RabbitMQ quorum 
       queue,
       rollcallConsumer(misrouted, recording, () => void runs++, { onError: (error) => errors.push(error.message) }),
     );
+    await until(() => returns.length >= 3, 10_000); // the third return is the last: RabbitMQ then drops the message
     await drained(queue);
     // Delivered 3 times (x-delivery-limit 2), each run's ack refused, each return counted: basic.reject,
     // which every RabbitMQ counts (from 4.3 on a basic.nack is not counted: it would rerun forever).
