@@ -85,15 +85,35 @@ function steersBullmq(error: Error): boolean {
 /**
  * Whether BullMQ will give up on this job after this error, mirroring `Job.shouldRetryJob` (bullmq
  * 5 and 6): it retries only while `attemptsMade + 1 < opts.attempts` (no `attempts` means one), the
- * error is not an `UnrecoverableError`, the Worker's `maxStartedAttempts` is not reached, and (bullmq
- * 5, which has `job.discard()`) the job was not discarded.
+ * error is not an `UnrecoverableError`, (bullmq 6) the Worker's `maxStartedAttempts` is not reached,
+ * and (bullmq 5, which has `job.discard()`) the job was not discarded.
  * `attemptsMade` counts the failed runs before this one, so it is 0 on the first run.
  */
 export function isLastAttempt(job: Pick<Job, 'attemptsMade' | 'attemptsStarted' | 'opts'>, error: Error, maxStartedAttempts?: number): boolean {
   if (error.name === 'UnrecoverableError' || error instanceof UnrecoverableError) return true;
   if ((job as { discarded?: unknown }).discarded === true) return true;
-  if (maxStartedAttempts && maxStartedAttempts <= job.attemptsStarted) return true;
+  if (maxStartedAttempts && maxStartedAttempts <= job.attemptsStarted && retriesStopAtMaxStarted(job)) return true;
   return job.attemptsMade + 1 >= (job.opts.attempts ?? 1);
+}
+
+/** Per Job class: whether its `shouldRetryJob` stops retries at the Worker's `maxStartedAttempts`. */
+const STOPS_AT_MAX_STARTED = new WeakMap<object, boolean>();
+
+/**
+ * Whether the job's BullMQ stops retrying at `maxStartedAttempts`. bullmq 6's `shouldRetryJob` does;
+ * bullmq 5's retries such a job and fails it for good when it is next picked up, without running it
+ * (the failure watch records that). Told by reading the job's own `shouldRetryJob` (a private
+ * method), as the major version is not on the job. A sandbox's job is a plain copy without it: there
+ * `options.maxStartedAttempts` is taken as given.
+ */
+function retriesStopAtMaxStarted(job: object): boolean {
+  const jobClass: unknown = Object.getPrototypeOf(job);
+  const shouldRetryJob = (jobClass as { shouldRetryJob?: unknown } | null)?.shouldRetryJob;
+  if (typeof shouldRetryJob !== 'function') return true;
+  let stops = STOPS_AT_MAX_STARTED.get(jobClass as object);
+  if (stops === undefined)
+    STOPS_AT_MAX_STARTED.set(jobClass as object, (stops = Function.prototype.toString.call(shouldRetryJob).includes('maxStartedAttempts')));
+  return stops;
 }
 
 /**
@@ -138,6 +158,15 @@ export function asBullmqSeesIt(thrown: unknown, sandboxed: boolean): Error {
   return copy;
 }
 
+/**
+ * What a handler threw, as the processor passes it on: `undefined` and `null` become an Error that
+ * says so. BullMQ (5 and 6) reads `.message` of what the processor throws, and on these its own
+ * failure handling throws: the job is left active, stalls, and runs again, whatever rollcall was told.
+ */
+function failureOf(thrown: unknown): unknown {
+  return thrown === undefined || thrown === null ? new Error(`the handler threw ${String(thrown)}`) : thrown;
+}
+
 /** The failure reason of what was thrown: its message when it has one, else the value as text. */
 function messageOf(error: Error, thrown: unknown): string {
   return typeof error.message === 'string' ? error.message : textOf(thrown);
@@ -174,12 +203,13 @@ export function rollcallProcessor<DataType = any, ResultType = any, NameType ext
   const watchOptions = { ...options, itemIdOf };
 
   /** Acts on a rejection: cancelled batches are remembered; anything else cannot be fixed by a retry. */
-  const settle = (itemId: string, rejections: Rejections): void => {
+  const settle = (job: Job<DataType, ResultType, NameType>, itemId: string, rejections: Rejections): void => {
     if (rejections.size === 0) return;
     const rejected = rejections.get(itemId);
     if (rejected === undefined) return;
     if (rejected === 'batch_cancelled') return cancelled.learnCancelled(itemId);
-    throw answered(new RollcallJobError('ack_rejected', `rollcall rejected item ${itemId}: ${rejected}`));
+    answered(job);
+    throw new RollcallJobError('ack_rejected', `rollcall rejected item ${itemId}: ${rejected}`);
   };
 
   /**
@@ -188,7 +218,7 @@ export function rollcallProcessor<DataType = any, ResultType = any, NameType ext
    * failure was the last, and a plain error in its place would let BullMQ retry a job whose handler
    * threw `UnrecoverableError` (or whose backoff strategy said -1 for the handler's error).
    */
-  const ackLastFailure = async (itemId: string, message: string): Promise<void> => {
+  const ackLastFailure = async (job: Job<DataType, ResultType, NameType>, itemId: string, message: string): Promise<void> => {
     let rejected: Rejected;
     try {
       rejected = await acks.ack(itemId, 'failed', message);
@@ -197,9 +227,9 @@ export function rollcallProcessor<DataType = any, ResultType = any, NameType ext
         cause: ackError,
       });
     }
+    answered(job);
     if (rejected === 'batch_cancelled') cancelled.learnCancelled(itemId);
-    else if (rejected !== null)
-      throw answered(new RollcallJobError('ack_rejected', `${message} (and rollcall rejected the failure of item ${itemId}: ${rejected})`));
+    else if (rejected !== null) throw new RollcallJobError('ack_rejected', `${message} (and rollcall rejected the failure of item ${itemId}: ${rejected})`);
   };
 
   /** Whether BullMQ will not run the job again after this failure, with the Worker's options as BullMQ reads them. */
@@ -219,16 +249,14 @@ export function rollcallProcessor<DataType = any, ResultType = any, NameType ext
     try {
       result = await handler(job, token, signal);
       assertStorable(result);
-    } catch (thrown) {
+    } catch (caught) {
+      const thrown = failureOf(caught);
       // A sandboxed processor gets a plain object, not a Job of any copy of bullmq (child-processor.ts `wrapJob`).
       const error = asBullmqSeesIt(thrown, Object.getPrototypeOf(job) === Object.prototype);
-      if (!steersBullmq(error) && (await isLastFailure(job, error))) {
-        await ackLastFailure(itemId, messageOf(error, thrown));
-        answered(thrown);
-      }
+      if (!steersBullmq(error) && (await isLastFailure(job, error))) await ackLastFailure(job, itemId, messageOf(error, thrown));
       throw thrown;
     }
-    settle(itemId, await acks.ackInCall(itemId, 'succeeded'));
+    settle(job, itemId, await acks.ackInCall(itemId, 'succeeded'));
     return result;
   };
   // BullMQ makes an AbortController for every job of a processor that declares a third parameter

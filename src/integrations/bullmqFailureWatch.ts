@@ -9,7 +9,7 @@ import { Job, Queue, type QueueOptions } from 'bullmq';
 
 import type { RollcallClient } from '../client';
 import { AckCoalescingOptions, Rejected, sharedCoalescer } from './ackCoalescer';
-import { asError, RollcallIntegrationError } from './errors';
+import { asError, RollcallIntegrationError, textOf } from './errors';
 
 /**
  * A process warning for an error nothing else listens for. Node refuses an Error of another realm
@@ -67,17 +67,17 @@ export interface WatchableWorker {
 const WATCHES = new WeakMap<object, () => Promise<void>>();
 
 /**
- * What was thrown for failures rollcall has answered for (the item acked `failed`, or its ack
- * refused): the watch skips them, so an item is acked once. BullMQ hands the processor's thrown value
- * to the `failed` event unchanged in the Worker's own process (a sandbox's arrives as a copy: its
- * failures are then acked again, and count as duplicates).
+ * The jobs (BullMQ's Job objects, one per run) whose failure rollcall has answered for (the item
+ * acked `failed`, or its ack refused): the watch skips them, so an item is acked once. BullMQ hands
+ * the `failed` event the Job it ran in the Worker's own process; a sandbox runs a copy, so its
+ * failures are acked again and count as duplicates. By the run, not by what was thrown: a handler
+ * may throw the same error object for many jobs, or a string, which cannot be marked.
  */
-const ANSWERED_FAILURES = new WeakSet<object>();
+const ANSWERED_RUNS = new WeakSet<object>();
 
-/** Marks what the processor throws for a failure rollcall has answered for; returns it. */
-export function answered<T>(thrown: T): T {
-  if (typeof thrown === 'object' && thrown !== null) ANSWERED_FAILURES.add(thrown);
-  return thrown;
+/** Marks a run whose failure rollcall has answered for. */
+export function answered(job: object): void {
+  ANSWERED_RUNS.add(job);
 }
 
 export function defaultItemIdOf(job: Job): string | undefined {
@@ -146,8 +146,8 @@ export function watchFailedJobs<DataType = any, ResultType = any, NameType exten
   const record = (job: Job, error: Error): void => {
     // BullMQ sets `finishedOn` only when it moves the job to failed; a job it retries has none.
     if (typeof job.finishedOn !== 'number') return;
-    if (typeof error === 'object' && error !== null && ANSWERED_FAILURES.has(error)) return;
-    ackFailure(job, typeof error?.message === 'string' ? error.message : String(error)).then(
+    if (ANSWERED_RUNS.has(job)) return;
+    ackFailure(job, typeof error?.message === 'string' ? error.message : textOf(error)).then(
       ({ itemId, rejected }) => {
         if (rejected !== null && rejected !== 'batch_cancelled') report(`rollcall rejected the failure of job ${job.id} (item ${itemId}): ${rejected}`);
       },

@@ -543,6 +543,84 @@ describeWith(redisUrl).each(backends())('rollcall/bullmq on a real Redis and a r
    */
   const STALLING = { connection, prefix, concurrency: 5, lockDuration: 1000, skipLockRenewal: true, stalledInterval: 500 };
 
+  /** Opens and seals a batch with one job per entry of `opts`, job n with opts[n]. */
+  async function produceEach(queue: Queue<TestJobData>, opts: JobsOptions[]): Promise<Batch> {
+    let n = 0;
+    return openBatch(client, {
+      count: opts.length,
+      enqueue: async (ids) => {
+        await queue.addBulk(ids.map((id) => ({ name: 'item', data: { rollcallItemId: id, n }, opts: { ...opts[n++], removeOnComplete: false } })));
+      },
+    });
+  }
+
+  it('when handlers throw one shared error object, and BullMQ stops a later job that the processor was told would retry, then the watch still records that job', async () => {
+    const queue = newQueue();
+    const shared = new Error('the upstream is gone'); // a module-level error, thrown for every job
+    // A strategy that tells the processor "retry in 10 ms" and BullMQ, asked next, "stop" (-1).
+    const asked = new Map<string | undefined, number>();
+    const backoffStrategy = (_attempts: number, _type?: string, _error?: Error, job?: { id?: string }) => {
+      asked.set(job?.id, (asked.get(job?.id) ?? 0) + 1);
+      return asked.get(job?.id) === 1 ? 10 : -1;
+    };
+    // Job 0 fails on its only attempt first (the processor records it); job 1 then meets the strategy.
+    const batch = await produceEach(queue, [{ attempts: 1 }, { attempts: 3, backoff: { type: 'lots' } }]);
+    workers.push(
+      new Worker<TestJobData>(
+        queue.name,
+        rollcallProcessor<TestJobData>(client, async () => {
+          throw shared;
+        }),
+        { connection, prefix, concurrency: 1, settings: { backoffStrategy } },
+      ),
+    );
+    const done = await client.waitForCompletion(batch.id, { timeoutMs: 15_000 });
+    expect(done).toMatchObject({ state: 'complete', failed: 2, pending: 0 });
+    expect(await queue.getJobCounts('failed')).toEqual({ failed: 2 });
+  });
+
+  it('when a handler throws a string on its only attempt, then its failure is acked once, not again by the failure watch', async () => {
+    const queue = newQueue();
+    const batch = await produce(queue, 3, { attempts: 1 });
+    workers.push(
+      new Worker<TestJobData>(
+        queue.name,
+        rollcallProcessor<TestJobData>(client, async (job: Job<TestJobData>) => {
+          throw `job ${job.data.n} broke`;
+        }),
+        { connection, prefix, concurrency: 3 },
+      ),
+    );
+    expect(await client.waitForCompletion(batch.id, { timeoutMs: 15_000 })).toMatchObject({ state: 'complete', failed: 3, pending: 0 });
+    await settled(queue, 3);
+    await tally.settled();
+    expect(tally.failedIds).toBe(3);
+    expect((await failureReasons(batch.id)).sort()).toEqual(['job 0 broke', 'job 1 broke', 'job 2 broke']);
+  });
+
+  it('when a handler throws undefined or null on its last attempt, then BullMQ fails the job as rollcall records it, not leaving it to stall and run again', async () => {
+    const queue = newQueue();
+    const batch = await produce(queue, 2, { attempts: 1 });
+    const runs = new Map<number, number>();
+    const worker = new Worker<TestJobData>(
+      queue.name,
+      rollcallProcessor(client, async (job: Job<TestJobData>) => {
+        runs.set(job.data.n, (runs.get(job.data.n) ?? 0) + 1);
+        if (runs.get(job.data.n) === 1) throw job.data.n === 0 ? undefined : null;
+      }),
+      // A job left active stalls within a second here, so a rerun would show within the test.
+      { ...STALLING, concurrency: 2 },
+    );
+    worker.on('error', () => undefined);
+    workers.push(worker);
+    expect(await client.waitForCompletion(batch.id, { timeoutMs: 15_000 })).toMatchObject({ state: 'complete', failed: 2, pending: 0 });
+    await settled(queue, 2);
+    await new Promise((resolve) => setTimeout(resolve, 2000)); // two stall checks: nothing left active to rerun
+    expect(await queue.getJobCounts('completed', 'failed', 'active')).toEqual({ completed: 0, failed: 2, active: 0 });
+    expect(Object.fromEntries(runs)).toEqual({ 0: 1, 1: 1 });
+    expect((await failureReasons(batch.id)).sort()).toEqual(['the handler threw null', 'the handler threw undefined']);
+  });
+
   it("when a job stalls more often than maxStalledCount, then BullMQ fails it without running it and the processor's failure watch records it: the batch completes", async () => {
     const queue = newQueue();
     const holding = holdingJob(2);
@@ -607,6 +685,27 @@ describeWith(redisUrl).each(backends())('rollcall/bullmq on a real Redis and a r
       expect(tally.failedIds).toBe(1);
     } finally {
       holding.release();
+      await stop();
+    }
+  });
+
+  it('when watchFailedJobs watches a Worker whose processor throws a value without toString, then the failure is still recorded, as text', async () => {
+    const queue = newQueue();
+    const worker = new Worker<TestJobData>(
+      queue.name,
+      async () => {
+        throw Object.create(null); // what String() cannot turn into text
+      },
+      { connection, prefix },
+    );
+    worker.on('error', () => undefined);
+    workers.push(worker);
+    const stop = watchFailedJobs(client, worker);
+    try {
+      const batch = await produce(queue, 1, { attempts: 1 });
+      expect(await client.waitForCompletion(batch.id, { timeoutMs: 15_000 })).toMatchObject({ state: 'complete', failed: 1, pending: 0 });
+      expect(await failureReasons(batch.id)).toEqual(['a thrown [object Object]']);
+    } finally {
       await stop();
     }
   });

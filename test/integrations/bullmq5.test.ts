@@ -8,6 +8,7 @@ import { rollcallProcessor, WatchableWorker, watchFailedJobs } from '../../src/i
 import { openBatch } from '../../src/integrations/producer';
 import { backends } from '../helpers/backends';
 import { describeWith, redisConnection, redisUrl } from '../helpers/brokers';
+import { countingFetch } from '../helpers/countingFetch';
 import { startService, TestService } from '../helpers/service';
 
 interface Data {
@@ -40,7 +41,7 @@ describeWith(redisUrl).each(backends())('rollcall/bullmq with BullMQ 5 on a real
     return worker;
   }
 
-  async function produce(client: RollcallClient, queue: Queue<Data>, count: number, backoff?: { type: string }): Promise<Batch> {
+  async function produce(client: RollcallClient, queue: Queue<Data>, count: number, backoff?: { type: string; delay?: number }): Promise<Batch> {
     let n = 0;
     return openBatch(client, {
       count,
@@ -102,6 +103,33 @@ describeWith(redisUrl).each(backends())('rollcall/bullmq with BullMQ 5 on a real
       ),
     );
     expect(await client.waitForCompletion(batch.id, { timeoutMs: 15_000 })).toMatchObject({ state: 'complete', failed: 4, pending: 0 });
+  });
+
+  it('when the Worker has maxStartedAttempts (which BullMQ 5 applies at the next start, not as a retry stops), then each failure is recorded once, when BullMQ 5 fails the job', async () => {
+    const tally = countingFetch();
+    const client = new RollcallClient({ baseUrl: svc.url, fetch: tally.fetch });
+    const queue = new Queue<Data>(`q-${randomBytes(4).toString('hex')}`, { connection, prefix });
+    queues.push(queue);
+    const batch = await produce(client, queue, 4, { type: 'fixed', delay: 200 });
+    const runs = new Map<number, number>();
+    workers.push(
+      new Worker<Data>(
+        queue.name,
+        rollcallProcessor(client, async (anyJob) => {
+          const job = anyJob as unknown as Job<Data>;
+          runs.set(job.data.n, (runs.get(job.data.n) ?? 0) + 1);
+          throw new Error(`job ${job.data.n} failed`);
+        }) as unknown as Processor<Data>,
+        { connection, prefix, concurrency: 4, maxStartedAttempts: 1 },
+      ),
+    );
+    // BullMQ 5 retries each job after its run and fails it when it starts it again, without running it.
+    expect(await client.waitForCompletion(batch.id, { timeoutMs: 15_000 })).toMatchObject({ state: 'complete', failed: 4, pending: 0 });
+    expect(Object.fromEntries(runs)).toEqual({ 0: 1, 1: 1, 2: 1, 3: 1 });
+    expect(await queue.getJobCounts('failed', 'delayed')).toEqual({ failed: 4, delayed: 0 });
+    await tally.settled();
+    expect(tally.failedIds).toBe(4);
+    expect((await client.failures(batch.id, { limit: 10 })).failures.map((f) => f.error)).toEqual(Array(4).fill('job started more than allowable limit'));
   });
 
   it("when a job stalls more often than maxStalledCount, then BullMQ 5 fails it without running it and the processor's failure watch records it", async () => {
