@@ -46,8 +46,10 @@ export interface RollcallConsumerOptions extends AckCoalescingOptions, CancelChe
    * Told what a consume callback cannot throw to anyone: an ack rollcall rejected (`ack_rejected`;
    * the message is acked, no retry can fix it), an ack call that failed after its retries or was
    * refused with a `4xx` (the message is requeued: see `record`), a message without an item ID (`missing_item_id`; nacked without requeue,
-   * so it is dead-lettered where the queue has a dead-letter exchange), and anything else that went
-   * wrong with a message (it is then returned as a failed delivery). Default: ignore. What it throws,
+   * so it is dead-lettered where the queue has a dead-letter exchange), a message the channel could
+   * not ack or return for another reason than being closed (`settle_failed`: it stays unacked until
+   * the channel closes), and anything else that went wrong with a message (it is then returned as a
+   * failed delivery). Default: ignore. What it throws,
    * or its promise rejects with, is ignored: the message is settled all the same.
    */
   onError?: (error: Error, message: ConsumeMessage) => void;
@@ -72,6 +74,11 @@ function callQuietly(hook: () => unknown): void {
   }
 }
 
+/** amqplib's refusal to use a channel that is closed or closing (after a dropped connection, say). */
+function closedChannel(error: unknown): boolean {
+  return (error as { name?: unknown } | null)?.name === 'IllegalOperationError';
+}
+
 function headerOf(message: ConsumeMessage, name: string): unknown {
   return (message.properties.headers as Record<string, unknown> | undefined)?.[name];
 }
@@ -82,8 +89,13 @@ function defaultItemIdOf(message: ConsumeMessage): string | undefined {
   return Buffer.isBuffer(value) ? value.toString('utf8') : undefined;
 }
 
-/** Deliveries before this one: 0 on the first (quorum queues add the header only on redelivery). */
+/**
+ * Deliveries before this one: 0 on the first (quorum queues add the header only on redelivery). A
+ * first delivery is not `redelivered`, whatever its header says: a message republished with the
+ * headers of one consumed before carries that one's count, which is not this message's.
+ */
 export function previousDeliveries(message: ConsumeMessage): number {
+  if (!message.fields.redelivered) return 0;
   const count = Number(headerOf(message, DELIVERY_COUNT_HEADER) ?? 0);
   return Number.isFinite(count) && count > 0 ? count : 0;
 }
@@ -139,12 +151,22 @@ export function rollcallConsumer(
   const settleMessage = (message: ConsumeMessage, how: 'ack' | 'retry' | 'requeue' | 'drop') => {
     if (settledMessages.has(message)) return;
     settledMessages.add(message);
+    const notSettled = (error: unknown) => {
+      if (closedChannel(error)) return; // nothing to do: the broker already took the message back
+      report(
+        new RollcallIntegrationError('settle_failed', `message ${message.fields.deliveryTag} could not be settled (${how}): ${asError(error).message}`, {
+          cause: error,
+        }),
+        message,
+      );
+    };
     try {
-      if (how === 'ack') channel.ack(message);
-      else if (how === 'retry' && channel.reject) channel.reject(message, true);
-      else channel.nack(message, false, how !== 'drop');
-    } catch {
-      // nothing to do: the broker already took the message back
+      // A wrapper's ack may be async (the type takes one): its rejection must not go unhandled.
+      const result: unknown =
+        how === 'ack' ? channel.ack(message) : how === 'retry' && channel.reject ? channel.reject(message, true) : channel.nack(message, false, how !== 'drop');
+      if (typeof (result as PromiseLike<unknown> | undefined)?.then === 'function') Promise.resolve(result).catch(notSettled);
+    } catch (error) {
+      notSettled(error);
     }
   };
 

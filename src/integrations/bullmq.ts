@@ -85,7 +85,7 @@ function steersBullmq(error: Error): boolean {
 /**
  * Whether BullMQ will give up on this job after this error, mirroring `Job.shouldRetryJob` (bullmq
  * 5 and 6): it retries only while `attemptsMade + 1 < opts.attempts` (no `attempts` means one), the
- * error is not an `UnrecoverableError`, (bullmq 6) the Worker's `maxStartedAttempts` is not reached,
+ * error is not an `UnrecoverableError`, (bullmq 6.7) the Worker's `maxStartedAttempts` is not reached,
  * and (bullmq 5, which has `job.discard()`) the job was not discarded.
  * `attemptsMade` counts the failed runs before this one, so it is 0 on the first run.
  */
@@ -100,9 +100,9 @@ export function isLastAttempt(job: Pick<Job, 'attemptsMade' | 'attemptsStarted' 
 const STOPS_AT_MAX_STARTED = new WeakMap<object, boolean>();
 
 /**
- * Whether the job's BullMQ stops retrying at `maxStartedAttempts`. bullmq 6's `shouldRetryJob` does;
- * bullmq 5's retries such a job and fails it for good when it is next picked up, without running it
- * (the failure watch records that). Told by reading the job's own `shouldRetryJob` (a private
+ * Whether the job's BullMQ stops retrying at `maxStartedAttempts`. bullmq 6.7's `shouldRetryJob`
+ * does; bullmq 5 (and 6.0–6.2 at least) retries such a job and fails it for good when it is next
+ * picked up, without running it (the failure watch records that). Told by reading the job's own `shouldRetryJob` (a private
  * method), as the major version is not on the job. A sandbox's job is a plain copy without it: there
  * `options.maxStartedAttempts` is taken as given.
  */

@@ -9,6 +9,8 @@ export type IntegrationErrorCode =
   | 'ack_rejected'
   /** The failure watch could not record a job BullMQ failed for good (refused, or rollcall out of reach): its item stays pending. */
   | 'failure_unrecorded'
+  /** rollcall/amqp could not ack or return a message (the channel's ack, nack or reject threw, not for a closed channel): it stays unacked until its channel closes. */
+  | 'settle_failed'
   /** `openBatch` could not add the items (after retries); the batch is not sealed, see `batchId`. */
   | 'add_failed'
   /** `openBatch`'s `enqueue` threw; the batch is not sealed, see `batchId`. */

@@ -278,6 +278,65 @@ describeWith(amqpUrl).each(backends())('rollcall/amqp on a real RabbitMQ quorum 
     expect(told).toBe(10);
   });
 
+  it("when the channel's ack throws (not for a closed channel) or an async ack rejects, then onError is told settle_failed, and no rejection goes unhandled", async () => {
+    const client = new RollcallClient({ baseUrl: svc.url });
+    const { queue, batch } = await produce(client, 2);
+    const channel = await (await connect()).createChannel();
+    channel.on('error', () => undefined);
+    const told: string[] = [];
+    const brokenAcks = {
+      // A wrapper written wrongly (an unbound method, say), and one whose async ack rejects.
+      ack: (m: ConsumeMessage) => {
+        if (numberOf(m) === 0) throw new TypeError('ack is not bound');
+        return Promise.reject(new Error('the metrics service is down')) as unknown as void;
+      },
+      nack: (m: ConsumeMessage, allUpTo?: boolean, requeue?: boolean) => channel.nack(m, allUpTo, requeue),
+    };
+    const consume = rollcallConsumer(client, brokenAcks, () => undefined, {
+      onError: (error) => told.push(`${(error as { code?: string }).code}: ${error.message}`),
+    });
+    await channel.consume(queue, consume);
+    await until(() => told.length === 2);
+    await consume.drain();
+    expect(told.sort()).toEqual([
+      expect.stringMatching(/^settle_failed: message \d+ could not be settled \(ack\): ack is not bound$/),
+      expect.stringMatching(/^settle_failed: message \d+ could not be settled \(ack\): the metrics service is down$/),
+    ]);
+    expect(await client.status(batch.id)).toMatchObject({ succeeded: 2, pending: 0 }); // rollcall was told first
+    await channel.close(); // the two unacked messages go back to the queue
+    const check = await admin.createChannel();
+    await check.deleteQueue(queue);
+    await check.close();
+  });
+
+  it('when a message arrives for the first time with an x-delivery-count of its own (republished with copied headers), then it still gets its maxDeliveries reruns', async () => {
+    const client = new RollcallClient({ baseUrl: svc.url });
+    const queue = `rollcall-test-${randomBytes(4).toString('hex')}`;
+    const publisher = await admin.createConfirmChannel();
+    await publisher.assertQueue(queue, { durable: true, arguments: { 'x-queue-type': 'quorum' } });
+    const batch = await openBatch(client, {
+      count: 1,
+      enqueue: async ([id]) => {
+        publisher.sendToQueue(queue, Buffer.from('{"n":0}'), { headers: { 'x-rollcall-item-id': id, 'x-delivery-count': 5 }, persistent: true });
+        await publisher.waitForConfirms();
+      },
+    });
+    await publisher.close();
+    let runs = 0;
+    const channel = await (await connect()).createChannel();
+    channel.on('error', () => undefined);
+    await channel.consume(
+      queue,
+      rollcallConsumer(client, channel, () => {
+        runs++;
+        throw new Error('fails every time');
+      }),
+    );
+    expect(await client.waitForCompletion(batch.id, { timeoutMs: 15_000 })).toMatchObject({ state: 'complete', failed: 1 });
+    expect(runs).toBe(4); // maxDeliveries 3: the first delivery and three reruns
+    await drained(queue);
+  });
+
   it('when itemIdOf reads an ID with a lone surrogate from the body, then each message is still settled (ack_rejected), none holds its prefetch place', async () => {
     const client = new RollcallClient({ baseUrl: svc.url });
     const { queue } = await produce(client, 3);
