@@ -9,7 +9,7 @@ import readline from 'node:readline';
 
 import { httpSend, retryAfterMs, RollcallApiError, RollcallClient } from '../src/client';
 import { AckCoalescer } from '../src/integrations/ackCoalescer';
-import { withRetries } from '../src/integrations/retry';
+import { RetryPolicy, withRetries } from '../src/integrations/retry';
 import { until } from './helpers/realTime';
 
 interface ServerOptions {
@@ -237,6 +237,29 @@ describe("the client's default way of sending (httpSend)", () => {
     } finally {
       srv.close();
       fs.rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('when an ack is answered 200 with an object that is no ack result (a wrong baseUrl answering {}), then it fails as invalid_response, sent once', async () => {
+    const odd = await server({ body: {} });
+    try {
+      await expect(new AckCoalescer(new RollcallClient({ baseUrl: odd.url })).ack('b:g:0', 'succeeded')).rejects.toMatchObject({ code: 'invalid_response' });
+      expect(odd.seen.requests).toBe(1);
+    } finally {
+      await odd.close();
+    }
+  });
+
+  it('when an integration is given a retry policy of attempts only (from JavaScript), then the default backoff fills in the rest', async () => {
+    const busy = await server({ busyFor: { ms: 60_000, retryAfter: '0' } });
+    try {
+      const acks = new AckCoalescer(new RollcallClient({ baseUrl: busy.url }), { retry: { attempts: 3 } as RetryPolicy });
+      const started = Date.now();
+      await expect(acks.ack('b:g:0', 'succeeded')).rejects.toMatchObject({ status: 429 });
+      expect(busy.seen.requests).toBe(3);
+      expect(Date.now() - started).toBeGreaterThanOrEqual(140); // 50 ms, then 100 ms between the tries
+    } finally {
+      await busy.close();
     }
   });
 

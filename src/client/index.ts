@@ -45,6 +45,11 @@ export interface AddedItems {
 }
 
 /** An error answer of the API, with its stable code (`batch_not_found`, `batch_not_open`, …). */
+function isAckResult(answer: AckResult): boolean {
+  const { acked, duplicates, rejected, completed } = answer as Partial<Record<keyof AckResult, unknown>>;
+  return typeof acked === 'number' && typeof duplicates === 'number' && Array.isArray(rejected) && Array.isArray(completed);
+}
+
 export class RollcallApiError extends Error {
   constructor(
     readonly status: number,
@@ -235,6 +240,10 @@ export class RollcallClient {
         // The calls answered before hold results (a completion among them is reported only once).
         throw answeredCalls === 0 ? error : new RollcallPartialAckError(total, error);
       }
+      // Acks are answered 200 with these four fields: an object without them (a wrong baseUrl that
+      // answers `{}`) is no ack result, and not worth sending again.
+      if (!isAckResult(result))
+        throw new RollcallApiError(200, 'invalid_response', `the answer to POST /v1/acks is not an ack result: ${JSON.stringify(result).slice(0, 100)}`);
       answeredCalls += 1;
       total.acked += result.acked;
       total.duplicates += result.duplicates;

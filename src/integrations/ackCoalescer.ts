@@ -58,6 +58,8 @@ interface Pending {
   outcome: ItemOutcome;
   error: string | undefined;
   ids: string[];
+  /** What the IDs add to the call's body, in characters (charsOf). */
+  chars: number;
   answer: Promise<Rejections>;
   resolve(rejections: Rejections): void;
   reject(error: unknown): void;
@@ -71,7 +73,16 @@ function pendingCall(outcome: ItemOutcome, error: string | undefined): Pending {
     resolve = res;
     reject = rej;
   });
-  return { outcome, error, ids: [], answer, resolve, reject, timer: null };
+  return { outcome, error, ids: [], chars: 0, answer, resolve, reject, timer: null };
+}
+
+/** What an ID adds to a call's JSON body, in characters: itself, its quotes and a comma. */
+const charsOfId = (id: string): number => id.length + 3;
+
+function charsOf(ids: string[]): number {
+  let chars = 0;
+  for (const id of ids) chars += charsOfId(id);
+  return chars;
 }
 
 /**
@@ -86,7 +97,13 @@ function pendingCall(outcome: ItemOutcome, error: string | undefined): Pending {
 export class AckCoalescer {
   private readonly pending = new Map<string, Pending>();
   private readonly maxDelayMs: number;
-  private maxIds: number;
+  private readonly maxIds: number;
+  /**
+   * The most ID characters a call carries: unbounded until the service refuses a call as too large
+   * (413), then the largest part it took. A service's BODY_LIMIT counts bytes, not IDs: one long ID
+   * among short ones must not teach it to take a handful of IDs a call.
+   */
+  private maxChars = Infinity;
   private readonly retry: RetryPolicy;
   private inFlight = 0;
   private readonly settled = new Set<Promise<void>>();
@@ -97,7 +114,7 @@ export class AckCoalescer {
   ) {
     this.maxDelayMs = options.maxDelayMs ?? DEFAULT_MAX_DELAY_MS;
     this.maxIds = Math.min(options.maxIdsPerCall ?? MAX_IDS_PER_ACK, MAX_IDS_PER_ACK);
-    this.retry = options.retry ?? DEFAULT_RETRY;
+    this.retry = retryOf(options);
   }
 
   /** Acks one item; resolves once rollcall has committed it (`null`) or rejected it (the reason). */
@@ -112,7 +129,12 @@ export class AckCoalescer {
   ackInCall(itemId: string, outcome: ItemOutcome, error?: string): Promise<Rejections> {
     const reason = outcome === 'failed' && error !== undefined ? reasonOf(error) : undefined;
     const key = reason === undefined ? outcome : `${outcome}\u0000${reason}`;
+    const chars = charsOfId(itemId);
     let entry = this.pending.get(key);
+    if (entry && entry.chars + chars > this.maxChars) {
+      this.send(key, entry); // full for what the service takes: this ID opens the next call
+      entry = undefined;
+    }
     if (!entry) {
       entry = pendingCall(outcome, reason);
       this.pending.set(key, entry);
@@ -121,15 +143,19 @@ export class AckCoalescer {
       if (this.inFlight < MAX_CALLS_IN_FLIGHT) setImmediate(() => this.send(key, first));
     }
     entry.ids.push(itemId);
+    entry.chars += chars;
     const answer = entry.answer;
     if (entry.ids.length >= this.maxIds) this.send(key, entry);
     return answer;
   }
 
-  /** Sends what is waiting now and resolves when every call in flight has been answered. */
+  /**
+   * Sends what is waiting now and resolves when every ack made before has been answered. Not those
+   * made later: other workers of the process may share this coalescer and keep it busy for good.
+   */
   async drain(): Promise<void> {
     for (const [key, entry] of [...this.pending]) this.send(key, entry);
-    while (this.settled.size > 0) await Promise.all([...this.settled]);
+    await Promise.all([...this.settled]);
   }
 
   private send(key: string, entry: Pending): void {
@@ -149,9 +175,9 @@ export class AckCoalescer {
   private async call(entry: Pending): Promise<void> {
     try {
       const options: AckOptions = entry.error === undefined ? { outcome: entry.outcome } : { outcome: entry.outcome, error: entry.error };
-      const { refusals, largestTaken, tooManyIds } = await this.acked(entry.ids, options);
-      // Refused for its number of IDs (not for one ID too large alone): later calls keep to what was taken.
-      if (tooManyIds && largestTaken > 0) this.maxIds = Math.min(this.maxIds, largestTaken);
+      const { refusals, largestTaken, tooLarge } = await this.acked(entry.ids, entry.chars, options);
+      // Refused for its size (not for one ID too large alone): later calls keep to what was taken.
+      if (tooLarge && largestTaken > 0) this.maxChars = Math.min(this.maxChars, largestTaken);
       entry.resolve(new Map(refusals.map((refusal) => [refusal.id, refusal.reason])));
     } catch (error) {
       entry.reject(error);
@@ -162,27 +188,32 @@ export class AckCoalescer {
    * Sends one call's acks. A service whose BODY_LIMIT is below what the call takes answers 413: the
    * acks go again in halves until a part is taken (a call of many jobs must not fail them all for
    * its size), and an ID too large to go even alone is refused as `payload_too_large`: its job
-   * fails, the others do not. `largestTaken` is the most IDs of a part that was taken whole;
-   * `tooManyIds` says a part was refused that held no such ID (its number of IDs was too large).
+   * fails, the others do not. `largestTaken` is the most ID characters of a part that was taken
+   * whole; `tooLarge` says a part was refused that held no such ID (its size was the cause).
    */
-  private async acked(ids: string[], options: AckOptions): Promise<{ refusals: Refusal[]; largestTaken: number; tooManyIds: boolean }> {
+  private async acked(ids: string[], chars: number, options: AckOptions): Promise<{ refusals: Refusal[]; largestTaken: number; tooLarge: boolean }> {
     try {
       const { rejected } = await withRetries(() => this.client.ack(ids, options), this.retry);
-      return { refusals: rejected, largestTaken: ids.length, tooManyIds: false };
+      return { refusals: rejected, largestTaken: chars, tooLarge: false };
     } catch (error) {
       if (!(error instanceof RollcallApiError && error.status === 413)) throw error;
-      if (ids.length === 1) return { refusals: [{ id: ids[0] as string, reason: PAYLOAD_TOO_LARGE }], largestTaken: 0, tooManyIds: false };
-      const half = Math.ceil(ids.length / 2);
-      const first = await this.acked(ids.slice(0, half), options);
-      const second = await this.acked(ids.slice(half), options);
+      if (ids.length === 1) return { refusals: [{ id: ids[0] as string, reason: PAYLOAD_TOO_LARGE }], largestTaken: 0, tooLarge: false };
+      const halves = [ids.slice(0, Math.ceil(ids.length / 2)), ids.slice(Math.ceil(ids.length / 2))];
+      const first = await this.acked(halves[0]!, charsOf(halves[0]!), options);
+      const second = await this.acked(halves[1]!, charsOf(halves[1]!), options);
       const refusals = [...first.refusals, ...second.refusals];
       return {
         refusals,
         largestTaken: Math.max(first.largestTaken, second.largestTaken),
-        tooManyIds: first.tooManyIds || second.tooManyIds || !refusals.some((refusal) => refusal.reason === PAYLOAD_TOO_LARGE),
+        tooLarge: first.tooLarge || second.tooLarge || !refusals.some((refusal) => refusal.reason === PAYLOAD_TOO_LARGE),
       };
     }
   }
+}
+
+/** The retry policy of the options, what is left out taken from the default. */
+function retryOf(options: AckCoalescingOptions): RetryPolicy {
+  return { ...DEFAULT_RETRY, ...options.retry };
 }
 
 /** The coalescers of each client, by their options: processors and consumers of one process share them. */
@@ -198,7 +229,7 @@ export function sharedCoalescer(client: RollcallClient, options: AckCoalescingOp
   let byOptions = SHARED.get(client);
   if (!byOptions) SHARED.set(client, (byOptions = new Map()));
   // By value, defaults filled in: options that mean the same share one coalescer.
-  const retry = options.retry ?? DEFAULT_RETRY;
+  const retry = retryOf(options);
   const key = JSON.stringify([
     options.maxDelayMs ?? DEFAULT_MAX_DELAY_MS,
     Math.min(options.maxIdsPerCall ?? MAX_IDS_PER_ACK, MAX_IDS_PER_ACK),
