@@ -32,7 +32,7 @@ export interface AckCoalescingOptions {
   /** Most item IDs in one call (the API's limit is 10,000). Default 10,000. */
   maxIdsPerCall?: number;
   /** How often a call that failed for a transient reason (network, 408, 429, 5xx) is sent again. */
-  retry?: RetryPolicy;
+  retry?: Partial<RetryPolicy>;
 }
 
 /** What rollcall said about one item: `null` when recorded (or a duplicate), else the rejection reason. */

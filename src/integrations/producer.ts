@@ -34,7 +34,7 @@ export interface OpenBatchInput {
  * with `expectedItems: count`, and returns the sealed batch (`complete` already if the workers were
  * faster than the seal).
  * - IDs are made as they are enqueued: a batch of millions never sits in memory as strings.
- * - Every add carries an Idempotency-Key and is retried on network errors and `5xx`: a retry whose
+ * - Every add carries an Idempotency-Key and is retried on network errors, `408`, `429` and `5xx`: a retry whose
  *   first try was committed makes nothing twice.
  * - When an add, `enqueue` or the seal fails once the batch is open, the batch is not sealed, so it
  *   cannot complete: the error (`RollcallIntegrationError`, code `add_failed`, `enqueue_failed` or
