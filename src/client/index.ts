@@ -44,12 +44,13 @@ export interface AddedItems {
   itemIds(): IterableIterator<string>;
 }
 
-/** An error answer of the API, with its stable code (`batch_not_found`, `batch_not_open`, …). */
+/** Whether an answer has the four fields of the contract's ack result. */
 function isAckResult(answer: AckResult): boolean {
   const { acked, duplicates, rejected, completed } = answer as Partial<Record<keyof AckResult, unknown>>;
   return typeof acked === 'number' && typeof duplicates === 'number' && Array.isArray(rejected) && Array.isArray(completed);
 }
 
+/** An error answer of the API, with its stable code (`batch_not_found`, `batch_not_open`, …). */
 export class RollcallApiError extends Error {
   constructor(
     readonly status: number,

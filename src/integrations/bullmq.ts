@@ -102,9 +102,9 @@ const STOPS_AT_MAX_STARTED = new WeakMap<object, boolean>();
 /**
  * Whether the job's BullMQ stops retrying at `maxStartedAttempts`. bullmq 6.7's `shouldRetryJob`
  * does; bullmq 5 (and 6.0–6.2 at least) retries such a job and fails it for good when it is next
- * picked up, without running it (the failure watch records that). Told by reading the job's own `shouldRetryJob` (a private
- * method), as the major version is not on the job. A sandbox's job is a plain copy without it: there
- * `options.maxStartedAttempts` is taken as given.
+ * picked up, without running it (the failure watch records that). Told by reading the job's own
+ * `shouldRetryJob` (a private method), as the version is not on the job. A sandbox's job is a plain
+ * copy without it: there `options.maxStartedAttempts` is taken as given.
  */
 function retriesStopAtMaxStarted(job: object): boolean {
   const jobClass: unknown = Object.getPrototypeOf(job);
