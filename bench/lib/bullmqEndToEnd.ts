@@ -365,17 +365,19 @@ export async function runBullmqEndToEnd(
   );
   best.cpu = { plain: cpuPerJob(cpuUses.plain, jobs), rollcall: cpuPerJob(cpuUses.rollcall, jobs) };
   const atPlainBest = byConcurrency.find((at) => at.concurrency === best.plainConcurrency)!;
-  const beside = extras.beside ? await besideAckLoad(url, atPlainBest, () => plain(jobs, atPlainBest.concurrency)) : undefined;
-  const instant = !extras.instant
-    ? undefined
-    : await withInstantAcks(url, async (instantUrl) => {
-        const instantClient = clientOf(instantUrl);
-        await withRollcall(instantClient)(WARM_UP_JOBS, CONCURRENCIES[0]!); // untimed, as for the service above
-        const timeInstant = timed(withRollcall(instantClient));
-        const instantByConcurrency = await atEachConcurrency(timeInstant, INSTANT_ROUNDS);
-        const instantBest = await confirmBest(fastestOfEach(instantByConcurrency), (concurrency) => plain(jobs, concurrency), timeInstant, INSTANT_ROUNDS);
-        return { byConcurrency: instantByConcurrency, best: instantBest };
-      });
+  // Rounds set to 0 turn a side measurement off (no result, rather than NaN figures).
+  const beside = extras.beside && BESIDE_ROUNDS > 0 ? await besideAckLoad(url, atPlainBest, () => plain(jobs, atPlainBest.concurrency)) : undefined;
+  const instant =
+    !extras.instant || INSTANT_ROUNDS <= 0
+      ? undefined
+      : await withInstantAcks(url, async (instantUrl) => {
+          const instantClient = clientOf(instantUrl);
+          await withRollcall(instantClient)(WARM_UP_JOBS, CONCURRENCIES[0]!); // untimed, as for the service above
+          const timeInstant = timed(withRollcall(instantClient));
+          const instantByConcurrency = await atEachConcurrency(timeInstant, INSTANT_ROUNDS);
+          const instantBest = await confirmBest(fastestOfEach(instantByConcurrency), (concurrency) => plain(jobs, concurrency), timeInstant, INSTANT_ROUNDS);
+          return { byConcurrency: instantByConcurrency, best: instantBest };
+        });
   return {
     jobs,
     // eslint-disable-next-line @typescript-eslint/no-require-imports -- a package's own version, read once
