@@ -7,8 +7,8 @@
  * Environment: BENCH_MYSQL_URL, BENCH_E2E_JOBS (default 20,000), BENCH_E2E_ROUNDS (default 4),
  * BENCH_E2E_CONCURRENCY (worker concurrencies, the same for both sides; default 100,200,300,500,700,1000),
  * BENCH_E2E_CONFIRM_ROUNDS (rounds at each side's fastest concurrency, measured again; default 10: single rounds moved by a third either way on this machine),
- * BENCH_E2E_BESIDE_ROUNDS (rounds of plain BullMQ alone and beside the service under rollcall's ack load; default 4),
- * BENCH_E2E_INSTANT_ROUNDS (rounds per concurrency, and at each side's fastest, with an ack endpoint that commits nothing; default 4),
+ * BENCH_E2E_BESIDE_ROUNDS (rounds of plain BullMQ alone and beside the service under rollcall's ack load; default 4; 0: none),
+ * BENCH_E2E_INSTANT_ROUNDS (rounds per concurrency, and at each side's fastest, with an ack endpoint that commits nothing; default 4; 0: none),
  * BENCH_E2E_INSTANT_DELAY_MS (how long that endpoint holds each answer, spending no CPU; default 0).
  */
 import { execFileSync } from 'node:child_process';
