@@ -2,10 +2,11 @@ import { RollcallClient } from '../client';
 
 export interface CancelCheckOptions {
   /**
-   * How long what was learned about a batch that is not cancelled is trusted before one of its jobs
-   * asks again (`GET /v1/items/:itemId`, one call per batch and interval per process, shared by the
-   * jobs that wait for it). `0` never asks: cancel is then learned only from a `batch_cancelled`
-   * rejection of an ack. Default 1000 ms.
+   * How long what was learned about a batch that is not cancelled is trusted before it is asked
+   * again (`GET /v1/items/:itemId`, one call per batch and interval per process). The jobs of a batch
+   * the process has not asked about yet wait for its first answer; after that the look-up runs
+   * behind them, and they go on with what was last learned. `0` never asks: cancel is then learned
+   * only from a `batch_cancelled` rejection of an ack. Default 1000 ms.
    */
   cancelCheckIntervalMs?: number;
 }
@@ -13,7 +14,10 @@ export interface CancelCheckOptions {
 interface Known {
   cancelled: boolean;
   checkedAt: number;
+  /** The look-up out now, if any. */
   asking: Promise<boolean> | null;
+  /** Whether a look-up has answered: until one has, jobs wait for it; after that, none waits. */
+  answered: boolean;
 }
 
 /** How long "not cancelled" is trusted by default. */
@@ -47,24 +51,28 @@ export class CancelledBatches {
 
   /** Remembers that the batch of this item is cancelled (from a `batch_cancelled` rejection). */
   learnCancelled(itemId: string): void {
-    this.remember(batchIdOf(itemId), { cancelled: true, checkedAt: Date.now(), asking: null });
+    this.remember(batchIdOf(itemId), { cancelled: true, checkedAt: Date.now(), asking: null, answered: true });
   }
 
   /**
-   * Whether the batch of this item is cancelled: a boolean when what is known is fresh (most jobs: no
-   * promise, no wait), else a promise of the answer, asking rollcall once for all who wait.
+   * Whether the batch of this item is cancelled: a boolean once the batch has been asked about (most
+   * jobs: no promise, no wait), else a promise of the first answer, asking rollcall once for all who
+   * wait. A stale answer is asked again behind the jobs: a look-up under load takes milliseconds, and
+   * every job of the batch that started meanwhile would hold its slot for it, once per interval.
    */
   isCancelled(itemId: string): boolean | Promise<boolean> {
     const batchId = batchIdOf(itemId);
     const known = this.known.get(batchId);
     if (known?.cancelled) return true;
     if (this.intervalMs <= 0) return false;
-    if (known?.asking) return known.asking;
-    if (known && Date.now() - known.checkedAt < this.intervalMs) return false;
-    return this.ask(batchId, itemId);
+    if (!known) return this.ask(batchId, itemId);
+    if (!known.answered) return known.asking ?? this.ask(batchId, itemId);
+    if (!known.asking && Date.now() - known.checkedAt >= this.intervalMs) void this.ask(batchId, itemId, known);
+    return false;
   }
 
-  private async ask(batchId: string, itemId: string): Promise<boolean> {
+  /** Asks rollcall about the batch (again, for `known`); resolves with whether it is cancelled, never rejects. */
+  private async ask(batchId: string, itemId: string, known?: Known): Promise<boolean> {
     // Any failure of the look-up, a thrown one too, counts as "not cancelled" (see above).
     const asking = Promise.resolve()
       .then(() => this.client.item(itemId))
@@ -72,10 +80,12 @@ export class CancelledBatches {
         (item) => item.batchState === 'cancelled',
         () => false,
       );
-    const entry: Known = { cancelled: false, checkedAt: Date.now(), asking };
+    const entry: Known = known ?? { cancelled: false, checkedAt: Date.now(), asking: null, answered: false };
+    entry.asking = asking;
     this.remember(batchId, entry);
     const cancelled = await asking;
     entry.asking = null;
+    entry.answered = true;
     entry.cancelled ||= cancelled;
     entry.checkedAt = Date.now();
     // A cancel learned from a rejected ack while this look-up ran replaced the entry: it holds too.

@@ -366,6 +366,35 @@ describeWith(redisUrl).each(backends())('rollcall/bullmq on a real Redis and a r
     expect(lookups).toBe(1);
   });
 
+  it('when a cancel look-up hangs after the first answer, then the jobs of its batch go on with that answer and complete', async () => {
+    const send = httpSend();
+    let lookups = 0;
+    let release!: () => void;
+    const released = new Promise<void>((resolve) => (release = resolve));
+    const hanging = new RollcallClient({
+      baseUrl: svc.url,
+      fetch: async (url, request) => {
+        if (url.includes('/v1/items/') && ++lookups > 1) await released; // every look-up after the first, until the test ends
+        return send(url, request);
+      },
+    });
+    const queue = newQueue();
+    const batch = await produce(queue, 300);
+    const handler = async () => {
+      await realSleep(2); // so the run outlasts the interval below
+      return 'done';
+    };
+    workers.push(
+      new Worker<TestJobData>(queue.name, rollcallProcessor(hanging, handler, { cancelCheckIntervalMs: 1 }), { connection, prefix, concurrency: 10 }),
+    );
+    try {
+      expect(await client.waitForCompletion(batch.id, { timeoutMs: 30_000 })).toMatchObject({ state: 'complete', succeeded: 300 });
+      expect(lookups).toBe(2); // the first, which the first jobs waited for, and one asking again behind the others
+    } finally {
+      release();
+    }
+  });
+
   it("when the handler takes BullMQ's abort signal, then it gets it; when it does not, BullMQ makes none", async () => {
     const queue = newQueue();
     const batch = await produce(queue, 20);

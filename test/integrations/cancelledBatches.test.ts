@@ -10,6 +10,9 @@ function clientAnsweringLater() {
   return { client, answer };
 }
 
+/** Lets queued promise callbacks run. */
+const nextTurn = () => new Promise((resolve) => setImmediate(resolve));
+
 describe('what a process knows of cancelled batches', () => {
   const batchId = '0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b';
   const item = `${batchId}:0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5c:0`;
@@ -22,6 +25,27 @@ describe('what a process knows of cancelled batches', () => {
     batches.learnCancelled(item); // from another job's ack, answered first
     answer({ id: item, batchId, state: 'pending', batchState: 'sealed' }); // read before the cancel
     expect(await waiting).toBe(true);
+    expect(batches.isCancelled(item)).toBe(true);
+  });
+
+  it('when what is known of a batch is stale, then its jobs go on with it while one look-up asks again behind them', async () => {
+    const answers: Array<(status: ItemStatus) => void> = [];
+    const client = { item: () => new Promise<ItemStatus>((resolve) => answers.push(resolve)) } as unknown as RollcallClient;
+    const batches = new CancelledBatches(client, { cancelCheckIntervalMs: 5 });
+    const first = batches.isCancelled(item);
+    expect(first).toBeInstanceOf(Promise); // nothing known yet: the first jobs wait for the first answer
+    await nextTurn(); // the look-up is sent on the next microtask
+    answers[0]!({ id: item, batchId, state: 'pending', batchState: 'sealed' });
+    expect(await first).toBe(false);
+    await new Promise((resolve) => setTimeout(resolve, 20)); // past the interval
+    expect(batches.isCancelled(item)).toBe(false); // the last answer, at once
+    await nextTurn();
+    expect(answers).toHaveLength(2); // and the look-up again, behind the job
+    expect(batches.isCancelled(item)).toBe(false);
+    await nextTurn();
+    expect(answers).toHaveLength(2); // one look-up at a time
+    answers[1]!({ id: item, batchId, state: 'pending', batchState: 'cancelled' });
+    await nextTurn();
     expect(batches.isCancelled(item)).toBe(true);
   });
 
