@@ -4,9 +4,10 @@ export interface CancelCheckOptions {
   /**
    * How long what was learned about a batch that is not cancelled is trusted before it is asked
    * again (`GET /v1/items/:itemId`, one call per batch and interval per process). The jobs of a batch
-   * the process has not asked about yet wait for its first answer; after that the look-up runs
-   * behind them, and they go on with what was last learned. `0` never asks: cancel is then learned
-   * only from a `batch_cancelled` rejection of an ack. Default 1000 ms.
+   * the process has not asked about yet, or not for a whole interval, wait for the answer; while the
+   * batch's jobs keep coming, the look-up runs behind them and they go on with what was last
+   * learned. `0` never asks: cancel is then learned only from a `batch_cancelled` rejection of an
+   * ack. Default 1000 ms.
    */
   cancelCheckIntervalMs?: number;
 }
@@ -16,8 +17,10 @@ interface Known {
   checkedAt: number;
   /** The look-up out now, if any. */
   asking: Promise<boolean> | null;
-  /** Whether a look-up has answered: until one has, jobs wait for it; after that, none waits. */
+  /** Whether a look-up has answered: until one has, jobs wait for it. */
   answered: boolean;
+  /** When a job last asked about the batch: a job after a quiet spell waits for a fresh answer. */
+  seenAt: number;
 }
 
 /** How long "not cancelled" is trusted by default. */
@@ -51,14 +54,17 @@ export class CancelledBatches {
 
   /** Remembers that the batch of this item is cancelled (from a `batch_cancelled` rejection). */
   learnCancelled(itemId: string): void {
-    this.remember(batchIdOf(itemId), { cancelled: true, checkedAt: Date.now(), asking: null, answered: true });
+    const now = Date.now();
+    this.remember(batchIdOf(itemId), { cancelled: true, checkedAt: now, seenAt: now, asking: null, answered: true });
   }
 
   /**
    * Whether the batch of this item is cancelled: a boolean once the batch has been asked about (most
-   * jobs: no promise, no wait), else a promise of the first answer, asking rollcall once for all who
-   * wait. A stale answer is asked again behind the jobs: a look-up under load takes milliseconds, and
-   * every job of the batch that started meanwhile would hold its slot for it, once per interval.
+   * jobs: no promise, no wait), else a promise of the answer, asking rollcall once for all who wait.
+   * A stale answer is asked again behind a steady stream of the batch's jobs: a look-up under load
+   * takes milliseconds, and every job that started meanwhile would hold its slot for it, once per
+   * interval. A job that comes after a quiet spell (none of the batch's jobs for an interval: a
+   * retry after its backoff, a trickle) waits for a fresh answer, as the batch's first jobs do.
    */
   isCancelled(itemId: string): boolean | Promise<boolean> {
     const batchId = batchIdOf(itemId);
@@ -66,9 +72,13 @@ export class CancelledBatches {
     if (known?.cancelled) return true;
     if (this.intervalMs <= 0) return false;
     if (!known) return this.ask(batchId, itemId);
-    if (!known.answered) return known.asking ?? this.ask(batchId, itemId);
-    if (!known.asking && Date.now() - known.checkedAt >= this.intervalMs) void this.ask(batchId, itemId, known);
-    return false;
+    const now = Date.now();
+    const quiet = now - known.seenAt >= this.intervalMs;
+    known.seenAt = now;
+    if (known.asking) return known.answered && !quiet ? false : known.asking;
+    if (now - known.checkedAt < this.intervalMs) return false;
+    const asking = this.ask(batchId, itemId, known);
+    return quiet ? asking : false;
   }
 
   /** Asks rollcall about the batch (again, for `known`); resolves with whether it is cancelled, never rejects. */
@@ -76,11 +86,10 @@ export class CancelledBatches {
     // Any failure of the look-up, a thrown one too, counts as "not cancelled" (see above).
     const asking = Promise.resolve()
       .then(() => this.client.item(itemId))
-      .then(
-        (item) => item.batchState === 'cancelled',
-        () => false,
-      );
-    const entry: Known = known ?? { cancelled: false, checkedAt: Date.now(), asking: null, answered: false };
+      .then((item) => item.batchState === 'cancelled')
+      .catch(() => false);
+    const now = Date.now();
+    const entry: Known = known ?? { cancelled: false, checkedAt: now, seenAt: now, asking: null, answered: false };
     entry.asking = asking;
     this.remember(batchId, entry);
     const cancelled = await asking;

@@ -366,7 +366,7 @@ describeWith(redisUrl).each(backends())('rollcall/bullmq on a real Redis and a r
     expect(lookups).toBe(1);
   });
 
-  it('when a cancel look-up hangs after the first answer, then the jobs of its batch go on with that answer and complete', async () => {
+  it('when a cancel look-up hangs after the first answer while the jobs of its batch keep coming, then they go on with that answer and complete', async () => {
     const send = httpSend();
     let lookups = 0;
     let release!: () => void;
@@ -379,16 +379,16 @@ describeWith(redisUrl).each(backends())('rollcall/bullmq on a real Redis and a r
       },
     });
     const queue = newQueue();
-    const batch = await produce(queue, 300);
+    const batch = await produce(queue, 500);
     const handler = async () => {
-      await realSleep(2); // so the run outlasts the interval below
+      await realSleep(10); // 500 jobs on 10 slots: 500 ms at least, past the interval below
       return 'done';
     };
     workers.push(
-      new Worker<TestJobData>(queue.name, rollcallProcessor(hanging, handler, { cancelCheckIntervalMs: 1 }), { connection, prefix, concurrency: 10 }),
+      new Worker<TestJobData>(queue.name, rollcallProcessor(hanging, handler, { cancelCheckIntervalMs: 300 }), { connection, prefix, concurrency: 10 }),
     );
     try {
-      expect(await client.waitForCompletion(batch.id, { timeoutMs: 30_000 })).toMatchObject({ state: 'complete', succeeded: 300 });
+      expect(await client.waitForCompletion(batch.id, { timeoutMs: 30_000 })).toMatchObject({ state: 'complete', succeeded: 500 });
       expect(lookups).toBe(2); // the first, which the first jobs waited for, and one asking again behind the others
     } finally {
       release();

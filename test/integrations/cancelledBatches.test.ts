@@ -28,25 +28,49 @@ describe('what a process knows of cancelled batches', () => {
     expect(batches.isCancelled(item)).toBe(true);
   });
 
-  it('when what is known of a batch is stale, then its jobs go on with it while one look-up asks again behind them', async () => {
+  /** A client whose look-ups each answer when the test says, in order. */
+  function clientAnsweringEachLater() {
     const answers: Array<(status: ItemStatus) => void> = [];
     const client = { item: () => new Promise<ItemStatus>((resolve) => answers.push(resolve)) } as unknown as RollcallClient;
-    const batches = new CancelledBatches(client, { cancelCheckIntervalMs: 5 });
+    return { client, answers };
+  }
+  const sealed: ItemStatus = { id: item, batchId, state: 'pending', batchState: 'sealed' };
+  const cancelledState: ItemStatus = { id: item, batchId, state: 'pending', batchState: 'cancelled' };
+
+  it("when a batch's jobs keep coming and what is known is stale, then they go on with it while one look-up asks again behind them", async () => {
+    const { client, answers } = clientAnsweringEachLater();
+    const batches = new CancelledBatches(client, { cancelCheckIntervalMs: 200 });
     const first = batches.isCancelled(item);
     expect(first).toBeInstanceOf(Promise); // nothing known yet: the first jobs wait for the first answer
     await nextTurn(); // the look-up is sent on the next microtask
-    answers[0]!({ id: item, batchId, state: 'pending', batchState: 'sealed' });
+    answers[0]!(sealed);
     expect(await first).toBe(false);
-    await new Promise((resolve) => setTimeout(resolve, 20)); // past the interval
-    expect(batches.isCancelled(item)).toBe(false); // the last answer, at once
-    await nextTurn();
-    expect(answers).toHaveLength(2); // and the look-up again, behind the job
-    expect(batches.isCancelled(item)).toBe(false);
+    while (answers.length < 2) {
+      // a job every few ms, past the interval, until the batch is asked about again
+      expect(batches.isCancelled(item)).toBe(false);
+      await new Promise((resolve) => setTimeout(resolve, 5));
+    }
+    expect(batches.isCancelled(item)).toBe(false); // the look-up is out: jobs still go on at once
     await nextTurn();
     expect(answers).toHaveLength(2); // one look-up at a time
-    answers[1]!({ id: item, batchId, state: 'pending', batchState: 'cancelled' });
+    answers[1]!(cancelledState);
     await nextTurn();
     expect(batches.isCancelled(item)).toBe(true);
+  });
+
+  it('when a job comes after a quiet spell of an interval, then it waits for a fresh answer', async () => {
+    const { client, answers } = clientAnsweringEachLater();
+    const batches = new CancelledBatches(client, { cancelCheckIntervalMs: 5 });
+    const first = batches.isCancelled(item);
+    await nextTurn();
+    answers[0]!(sealed);
+    expect(await first).toBe(false);
+    await new Promise((resolve) => setTimeout(resolve, 20)); // no job of the batch for longer than the interval
+    const later = batches.isCancelled(item); // a retry after its backoff, say
+    expect(later).toBeInstanceOf(Promise);
+    await nextTurn();
+    answers[1]!(cancelledState);
+    expect(await later).toBe(true);
   });
 
   it('when the look-up throws before it is sent, then the batch counts as not cancelled', async () => {
