@@ -207,16 +207,13 @@ async function recoverFailures(worker: WatchableWorker, since: number, stopped: 
   const untilStopped = <T>(work: Promise<T>): Promise<T> => Promise.race([work, stop]);
   let recovered = 0;
   try {
-    for (let start = 0; start < RECOVERY_LIMIT; start += RECOVERY_PAGE) {
-      const jobs = ((await untilStopped(queue.getFailed(start, start + RECOVERY_PAGE - 1))) as Array<Job | undefined>).filter(
-        (job): job is Job => job !== undefined,
-      );
-      const recent = jobs.filter((job) => typeof job.finishedOn === 'number' && job.finishedOn >= since);
-      for (const sameReason of byReason(recent.slice(0, RECOVERY_LIMIT - start))) {
+    for await (const page of failedPagesOf((start, end) => untilStopped(queue.getFailed(start, end)))) {
+      const recent = page.filter((job) => typeof job.finishedOn === 'number' && job.finishedOn >= since);
+      for (const sameReason of byReason(recent.slice(0, RECOVERY_LIMIT - recovered))) {
         await untilStopped(Promise.all(sameReason.map(ack)));
         recovered += sameReason.length;
       }
-      if (jobs.length === 0 || recent.length < jobs.length) break; // the rest failed before `since`
+      if (recent.length < page.length || recovered >= RECOVERY_LIMIT) break; // the rest failed before `since`
     }
     return recovered;
   } catch (error) {
@@ -227,6 +224,36 @@ async function recoverFailures(worker: WatchableWorker, since: number, stopped: 
     // mid-read quits only when Redis answers again.
     const closing = queue.close().catch(() => undefined);
     if (!stopped.aborted) await closing;
+  }
+}
+
+/** The most pages a look-back reads, read again ones included: a failed set that keeps moving ends it. */
+const MAX_RECOVERY_READS = (3 * RECOVERY_LIMIT) / RECOVERY_PAGE;
+
+/**
+ * The failed set's jobs, newest first, a page at a time, each job in one page only. The set is read
+ * by position, and positions move while it is read: a job that leaves it (removed, retried) moves
+ * every older one up, so the next page would start past jobs never read. So each page starts at the
+ * last job of the one before; when a job not yet seen stands there, jobs moved up, and the page a
+ * page earlier is read again (the jobs seen are left out of it). New failures move jobs down, and
+ * their pages then hold jobs seen already, left out too.
+ */
+async function* failedPagesOf(read: (start: number, end: number) => Promise<Array<Job | undefined>>): AsyncGenerator<Job[]> {
+  const seen = new Set<string>();
+  let start = 0;
+  for (let reads = 0; reads < MAX_RECOVERY_READS; reads++) {
+    const page = await read(start, start + RECOVERY_PAGE - 1);
+    // A job removed between BullMQ's read of the set and of the job comes back undefined.
+    const jobs = page.filter((job): job is Job & { id: string } => typeof job?.id === 'string');
+    if (start > 0 && !seen.has(jobs[0]?.id ?? '')) {
+      start = Math.max(0, start - RECOVERY_PAGE);
+      continue;
+    }
+    const unseen = jobs.filter((job) => !seen.has(job.id));
+    for (const job of unseen) seen.add(job.id);
+    yield unseen;
+    if (page.length < RECOVERY_PAGE) return;
+    start += RECOVERY_PAGE - 1;
   }
 }
 

@@ -7,7 +7,7 @@ import readline from 'node:readline';
 import { DelayedError, FlowProducer, Job, JobsOptions, Queue, UnrecoverableError, Worker } from 'bullmq';
 import IORedis from 'ioredis';
 
-import { Batch, httpSend, RollcallClient } from '../../src/client';
+import { Batch, HttpSend, httpSend, RollcallClient } from '../../src/client';
 import { rollcallProcessor, watchFailedJobs } from '../../src/integrations/bullmq';
 import { openBatch } from '../../src/integrations/producer';
 import { backends } from '../helpers/backends';
@@ -825,6 +825,32 @@ describeWith(redisUrl).each(backends())('rollcall/bullmq on a real Redis and a r
     expect(failures).toBe(450);
     expect(await client.status(batch.id)).toMatchObject({ state: 'complete', succeeded: 1, failed: 450, pending: 0 });
     expect(tally.failedIds).toBe(450);
+  });
+
+  it('when failed jobs already read leave the failed set while the look-back pages through it, then no older failure is skipped', async () => {
+    const queue = newQueue();
+    const batch = await failedUnrecorded(queue, 450);
+    // At the look-back's first ack, the 30 newest failures (its first page's) are removed, as a
+    // retry from a dashboard would: every older one moves 30 places up.
+    let removed = false;
+    const removing: HttpSend = async (url, request) => {
+      if (!removed && url.endsWith('/v1/acks')) {
+        removed = true;
+        await Promise.all((await queue.getFailed(0, 29)).map((job) => job.remove()));
+      }
+      return tally.fetch(url, request);
+    };
+    const worker = new Worker<TestJobData>(queue.name, async () => 'ok', { connection, prefix, autorun: false });
+    workers.push(worker);
+    let stop!: () => Promise<void>;
+    const failures = await new Promise<number>(
+      (resolve) => (stop = watchFailedJobs(new RollcallClient({ baseUrl: svc.url, fetch: removing }), worker, { onRecovered: resolve })),
+    );
+    await stop();
+    expect(removed).toBe(true);
+    expect(failures).toBe(450);
+    expect(await client.status(batch.id)).toMatchObject({ state: 'complete', succeeded: 1, failed: 450, pending: 0 });
+    expect(tally.failedIds).toBe(450); // each once: the page read again leaves out the jobs seen
   });
 
   it('when four Workers start at once and all look back at the same lost failures, then each is recorded once and the batch completes once', async () => {
