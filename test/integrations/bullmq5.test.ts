@@ -1,7 +1,12 @@
 import { randomBytes } from 'node:crypto';
 
 // The oldest major of the peer range (bullmq >= 5): its Worker and Job, with rollcall/bullmq as shipped.
-import { Job, Processor, Queue, Worker } from 'bullmq5';
+import { Job, Processor, Queue, UnrecoverableError, Worker } from 'bullmq5';
+import IORedis from 'ioredis';
+
+// rollcall/bullmq loads 'bullmq': here it gets bullmq 5, as in a project whose bullmq is 5 (its
+// Queue reads the failed jobs at a watch's start, its UnrecoverableError is what the processor knows).
+jest.mock('bullmq', () => jest.requireActual('bullmq5'));
 
 import { Batch, RollcallClient } from '../../src/client';
 import { rollcallProcessor, WatchableWorker, watchFailedJobs } from '../../src/integrations/bullmq';
@@ -154,6 +159,57 @@ describeWith(redisUrl).each(backends())('rollcall/bullmq with BullMQ 5 on a real
       expect((await client.failures(batch.id, { limit: 10 })).failures.map((f) => f.error)).toEqual(['job stalled more than allowable limit']);
     } finally {
       release();
+    }
+  });
+
+  /** Jobs 0 … failing-1 of a new batch failed for good by a BullMQ 5 Worker that records nothing (as when a crash cut the watch's ack off); the last one acked succeeded. */
+  async function failedUnrecorded(client: RollcallClient, queue: Queue<Data>, failing: number): Promise<Batch> {
+    const crashed = new Worker<Data>(
+      queue.name,
+      async (job) => {
+        if (job.data.n < failing) throw new UnrecoverableError(`job ${job.data.n} gave up`);
+        await client.ack([job.data.rollcallItemId]);
+      },
+      { connection, prefix },
+    );
+    workers.push(crashed);
+    const batch = await produce(client, queue, failing + 1);
+    for (let tries = 0; (await queue.getJobCounts('failed')).failed !== failing; tries++) {
+      if (tries > 200) throw new Error('BullMQ 5 did not fail the jobs');
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+    await crashed.close();
+    expect(await client.status(batch.id)).toMatchObject({ state: 'sealed', succeeded: 1, pending: failing });
+    return batch;
+  }
+
+  it("when a BullMQ 5 Worker failed 250 jobs for good and their acks were lost, then the watch started with the next Worker records them, and leaves the queue's settings in Redis alone", async () => {
+    const tally = countingFetch();
+    const client = new RollcallClient({ baseUrl: svc.url, fetch: tally.fetch });
+    const queue = new Queue<Data>(`q-${randomBytes(4).toString('hex')}`, { connection, prefix, streams: { events: { maxLen: 50 } } });
+    queues.push(queue);
+    const batch = await failedUnrecorded(client, queue, 250);
+    const redis = new IORedis(redisUrl ?? 'redis://127.0.0.1:6379');
+    try {
+      const metaOf = () => redis.hgetall(`${prefix}:${queue.name}:meta`);
+      let meta = await metaOf();
+      for (let tries = 0; meta['opts.maxLenEvents'] !== '50'; tries++, meta = await metaOf()) {
+        if (tries > 100) throw new Error('the queue did not write its settings');
+        await new Promise((resolve) => setTimeout(resolve, 20));
+      }
+      const restarted = new Worker<Data>(queue.name, async () => undefined, { connection, prefix, autorun: false });
+      workers.push(restarted);
+      let stop!: () => Promise<void>;
+      const failures = await new Promise<number>(
+        (resolve) => (stop = watchFailedJobs(client, restarted as unknown as WatchableWorker, { onRecovered: resolve })),
+      );
+      await stop();
+      expect(failures).toBe(250); // over two pages
+      expect(await client.status(batch.id)).toMatchObject({ state: 'complete', succeeded: 1, failed: 250, pending: 0 });
+      expect(tally.failedIds).toBe(250);
+      expect(await metaOf()).toEqual(meta);
+    } finally {
+      redis.disconnect();
     }
   });
 });
