@@ -9,6 +9,7 @@ import { Job, Queue, type QueueOptions } from 'bullmq';
 
 import type { RollcallClient } from '../client';
 import { AckCoalescingOptions, Rejected, sharedCoalescer } from './ackCoalescer';
+import { FailedSet, recentFailuresOf } from './bullmqRecentFailures';
 import { asError, RollcallIntegrationError, textOf } from './errors';
 
 /**
@@ -40,9 +41,6 @@ export interface FailureWatchOptions<DataType, ResultType, NameType extends stri
 
 /** How far back a watch's start looks for failures whose ack may have been lost, by default. */
 const RECOVER_FAILED_WITHIN_MS = 15 * 60_000;
-
-/** Failed jobs read per page while recovering. */
-const RECOVERY_PAGE = 200;
 
 /** The most failures one start acks again (the newest). */
 const RECOVERY_LIMIT = 10_000;
@@ -190,7 +188,8 @@ export function watchFailedJobs<DataType = any, ResultType = any, NameType exten
 
 /**
  * Acks again the jobs the Worker's queue failed for good since `since` (newest first, at most
- * RECOVERY_LIMIT), a page at a time, and within a page one reason (one call) at a time: a start
+ * RECOVERY_LIMIT), a page at a time (recentFailuresOf: none skipped while others change the failed
+ * set), and within a page one reason (one call) at a time: a start
  * neither holds the whole failed set nor sends a call per job at once. It reads through a Queue of
  * its own on the Worker's connection and backend (a Redis instance given is shared, not closed; the
  * queue's settings in Redis are left as they are). Failures seen both here and by the listener are
@@ -207,13 +206,16 @@ async function recoverFailures(worker: WatchableWorker, since: number, stopped: 
   const untilStopped = <T>(work: Promise<T>): Promise<T> => Promise.race([work, stop]);
   let recovered = 0;
   try {
-    for await (const page of failedPagesOf((start, end) => untilStopped(queue.getFailed(start, end)))) {
-      const recent = page.filter((job) => typeof job.finishedOn === 'number' && job.finishedOn >= since);
+    const failedSet: FailedSet<Job> = {
+      idsAt: (start, end) => untilStopped(queue.getRanges(['failed'], start, end, false)),
+      jobsOf: (ids) => untilStopped(Promise.all(ids.map((id) => queue.getJob(id) as Promise<Job | undefined>))),
+    };
+    for await (const recent of recentFailuresOf(failedSet, since)) {
       for (const sameReason of byReason(recent.slice(0, RECOVERY_LIMIT - recovered))) {
         await untilStopped(Promise.all(sameReason.map(ack)));
         recovered += sameReason.length;
       }
-      if (recent.length < page.length || recovered >= RECOVERY_LIMIT) break; // the rest failed before `since`
+      if (recovered >= RECOVERY_LIMIT) break;
     }
     return recovered;
   } catch (error) {
@@ -224,36 +226,6 @@ async function recoverFailures(worker: WatchableWorker, since: number, stopped: 
     // mid-read quits only when Redis answers again.
     const closing = queue.close().catch(() => undefined);
     if (!stopped.aborted) await closing;
-  }
-}
-
-/** The most pages a look-back reads, read again ones included: a failed set that keeps moving ends it. */
-const MAX_RECOVERY_READS = (3 * RECOVERY_LIMIT) / RECOVERY_PAGE;
-
-/**
- * The failed set's jobs, newest first, a page at a time, each job in one page only. The set is read
- * by position, and positions move while it is read: a job that leaves it (removed, retried) moves
- * every older one up, so the next page would start past jobs never read. So each page starts at the
- * last job of the one before; when a job not yet seen stands there, jobs moved up, and the page a
- * page earlier is read again (the jobs seen are left out of it). New failures move jobs down, and
- * their pages then hold jobs seen already, left out too.
- */
-async function* failedPagesOf(read: (start: number, end: number) => Promise<Array<Job | undefined>>): AsyncGenerator<Job[]> {
-  const seen = new Set<string>();
-  let start = 0;
-  for (let reads = 0; reads < MAX_RECOVERY_READS; reads++) {
-    const page = await read(start, start + RECOVERY_PAGE - 1);
-    // A job removed between BullMQ's read of the set and of the job comes back undefined.
-    const jobs = page.filter((job): job is Job & { id: string } => typeof job?.id === 'string');
-    if (start > 0 && !seen.has(jobs[0]?.id ?? '')) {
-      start = Math.max(0, start - RECOVERY_PAGE);
-      continue;
-    }
-    const unseen = jobs.filter((job) => !seen.has(job.id));
-    for (const job of unseen) seen.add(job.id);
-    yield unseen;
-    if (page.length < RECOVERY_PAGE) return;
-    start += RECOVERY_PAGE - 1;
   }
 }
 
