@@ -151,6 +151,14 @@ describe('the failure watch look-back reads the recent failures of a changing fa
     for (const id of set.ids()) expect(handed.has(id)).toBe(true);
   });
 
+  it('when more jobs read leave the set before every read than a page first reaches back (a retry of the newest, one by one), then all the others are read within the pages allowed', async () => {
+    const set = new TestFailedSet(scores(9000), (call) => (call % 2 === 0 && call > 0 ? { ...NO_CHANGE, retryRead: 60 } : NO_CHANGE));
+    const { pages, error } = await readAll(set, 0);
+    expect(error).toBeUndefined();
+    const handed = new Set(pages.flat().map((job) => job.id));
+    for (const id of set.ids()) expect(handed.has(id)).toBe(true);
+  });
+
   it('when more new failures than a page arrive before every read, then it ends with an error, not reading for ever', async () => {
     const set = new TestFailedSet(scores(1000), (call) => (call % 2 === 0 && call > 0 ? { ...NO_CHANGE, add: RECOVERY_PAGE + 50 } : NO_CHANGE));
     const { error } = await readAll(set, 0);
