@@ -48,9 +48,10 @@ export const MAX_RECOVERY_READS = 150;
  * job older than one already read lies after it, so a page is read from a position that still
  * holds a job already read: each page reaches back into the one before (MIN_OVERLAP, and twice as
  * far as the set was last seen to move up), and when none of the jobs read stands in it any more,
- * the pages before are read again (their jobs already read left out). New failures move jobs down: their pages then hold jobs read already,
- * left out too. A job retried since it was listed is left out (it is no longer failed); the first
- * job older than `since` ends the reading, as every one after it is older.
+ * the pages before are read again (their jobs already read left out). New failures move jobs
+ * down: their pages then hold jobs read already, left out too. A job retried since it was listed
+ * is left out (it is no longer failed); the first job older than `since` ends the reading, as
+ * every one after it is older.
  *
  * Throws when the set moved so much that MAX_RECOVERY_READS pages did not reach its end or `since`.
  */
