@@ -105,6 +105,17 @@ async function readAll(set: TestFailedSet, since: number): Promise<{ pages: Test
 /** Scores 1 … count, `tie` jobs to a score (failures of one millisecond), oldest first. */
 const scores = (count: number, tie = 1) => Array.from({ length: count }, (_, i) => 1 + Math.floor(i / tie));
 
+/** The change before every read of IDs but the first (calls 2, 4, …: idsAt and jobsOf alternate). */
+const beforeEveryRead = (change: Change) => (call: number) => (call % 2 === 0 && call > 0 ? change : NO_CHANGE);
+
+/** Reads `set` from the start (since 0) and expects no error and every job still in it handed. */
+async function expectEveryJobLeftRead(set: TestFailedSet): Promise<void> {
+  const { pages, error } = await readAll(set, 0);
+  expect(error).toBeUndefined();
+  const handed = new Set(pages.flat().map((job) => job.id));
+  for (const id of set.ids()) expect(handed.has(id)).toBe(true);
+}
+
 describe('the failure watch look-back reads the recent failures of a changing failed set', () => {
   it('when nothing changes, then every failure since `since` is handed once, newest first, and the older ones are not', async () => {
     for (const count of [0, 1, 199, 200, 201, 399, 400, 1000]) {
@@ -144,23 +155,15 @@ describe('the failure watch look-back reads the recent failures of a changing fa
   });
 
   it('when one job read leaves the set before every read of 10,000, then all are read within the pages allowed', async () => {
-    const set = new TestFailedSet(scores(10_000), (call) => (call % 2 === 0 && call > 0 ? { ...NO_CHANGE, removeRead: 1 } : NO_CHANGE));
-    const { pages, error } = await readAll(set, 0);
-    expect(error).toBeUndefined();
-    const handed = new Set(pages.flat().map((job) => job.id));
-    for (const id of set.ids()) expect(handed.has(id)).toBe(true);
+    await expectEveryJobLeftRead(new TestFailedSet(scores(10_000), beforeEveryRead({ ...NO_CHANGE, removeRead: 1 })));
   });
 
   it('when more jobs read leave the set before every read than a page first reaches back (a retry of the newest, one by one), then all the others are read within the pages allowed', async () => {
-    const set = new TestFailedSet(scores(9000), (call) => (call % 2 === 0 && call > 0 ? { ...NO_CHANGE, retryRead: 60 } : NO_CHANGE));
-    const { pages, error } = await readAll(set, 0);
-    expect(error).toBeUndefined();
-    const handed = new Set(pages.flat().map((job) => job.id));
-    for (const id of set.ids()) expect(handed.has(id)).toBe(true);
+    await expectEveryJobLeftRead(new TestFailedSet(scores(9000), beforeEveryRead({ ...NO_CHANGE, retryRead: 60 })));
   });
 
   it('when more new failures than a page arrive before every read, then it ends with an error, not reading for ever', async () => {
-    const set = new TestFailedSet(scores(1000), (call) => (call % 2 === 0 && call > 0 ? { ...NO_CHANGE, add: RECOVERY_PAGE + 50 } : NO_CHANGE));
+    const set = new TestFailedSet(scores(1000), beforeEveryRead({ ...NO_CHANGE, add: RECOVERY_PAGE + 50 }));
     const { error } = await readAll(set, 0);
     expect(error?.message).toMatch(`${MAX_RECOVERY_READS} pages`);
   });
