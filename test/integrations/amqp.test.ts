@@ -6,7 +6,7 @@ import readline from 'node:readline';
 import amqp, { Channel, ChannelModel, ConsumeMessage } from 'amqplib';
 
 import { Batch, RollcallClient } from '../../src/client';
-import { rollcallConsumer, RollcallConsumerOptions } from '../../src/integrations/amqp';
+import { RollcallConsumeCallback, rollcallConsumer, RollcallConsumerOptions } from '../../src/integrations/amqp';
 import { openBatch } from '../../src/integrations/producer';
 import { backends } from '../helpers/backends';
 import { amqpUrl, describeWith } from '../helpers/brokers';
@@ -16,6 +16,12 @@ import { startService, TestService } from '../helpers/service';
 import { TcpProxy } from '../helpers/tcpProxy';
 import { kindOf } from './fixtures/jobs';
 import { handleTestMessage, numberOf } from './fixtures/messages';
+
+/** A consumer's channel and its callback (whose `drain` waits for the messages it took). */
+interface Consuming {
+  channel: Channel;
+  callback: RollcallConsumeCallback;
+}
 
 function expected(count: number): { succeeded: number; failed: number } {
   let failed = 0;
@@ -72,23 +78,21 @@ describeWith(amqpUrl).each(backends())('rollcall/amqp on a real RabbitMQ quorum 
     runs: Map<number, number>,
     workMs: number,
     options: RollcallConsumerOptions = {},
-  ): Promise<Channel> {
+  ): Promise<Consuming> {
     const channel = await connection.createChannel();
     channel.on('error', () => undefined);
     await channel.prefetch(20);
-    await channel.consume(
-      queue,
-      rollcallConsumer(
-        client,
-        channel,
-        (message) => {
-          runs.set(numberOf(message), (runs.get(numberOf(message)) ?? 0) + 1);
-          return handleTestMessage(message, workMs);
-        },
-        options,
-      ),
+    const callback = rollcallConsumer(
+      client,
+      channel,
+      (message) => {
+        runs.set(numberOf(message), (runs.get(numberOf(message)) ?? 0) + 1);
+        return handleTestMessage(message, workMs);
+      },
+      options,
     );
-    return channel;
+    await channel.consume(queue, callback);
+    return { channel, callback };
   }
 
   /** Waits until the queue holds no ready message (then a little more for unacked ones), and deletes it. */
@@ -102,13 +106,17 @@ describeWith(amqpUrl).each(backends())('rollcall/amqp on a real RabbitMQ quorum 
   }
 
   /**
-   * Whether every message the consumer took was settled: its channel is closed, which returns any
-   * unacknowledged message to the queue as ready, where checkQueue counts it.
+   * Whether every message the consumer took was settled: once it has taken them all and its work on
+   * them has ended (`drain`), its channel is closed, which returns any unacknowledged message to
+   * the queue as ready, where checkQueue counts it.
    */
-  async function expectNoneUnsettled(queue: string, consumerChannel: Channel): Promise<void> {
+  async function expectNoneUnsettled(queue: string, { channel, callback }: Consuming): Promise<void> {
     const check = await admin.createChannel();
     await until(async () => (await check.checkQueue(queue)).messageCount === 0, 10_000);
-    await consumerChannel.close();
+    // The last messages taken may still wait for their cancel look-up or their ack: closing now
+    // would return them, settled or not.
+    await callback.drain();
+    await channel.close();
     await new Promise((resolve) => setTimeout(resolve, 300)); // a returned message is counted once RabbitMQ has requeued it
     expect((await check.checkQueue(queue)).messageCount).toBe(0);
     await check.close();
@@ -263,17 +271,15 @@ describeWith(amqpUrl).each(backends())('rollcall/amqp on a real RabbitMQ quorum 
     const channel = await (await connect()).createChannel();
     channel.on('error', () => undefined);
     let told = 0;
-    await channel.consume(
-      queue,
-      rollcallConsumer(client, channel, () => undefined, {
-        itemIdOf: () => undefined, // every message lacks its ID: each is reported
-        onError: async () => {
-          told++;
-          throw new Error('the alerting service is down');
-        },
-      }),
-    );
-    await expectNoneUnsettled(queue, channel);
+    const callback = rollcallConsumer(client, channel, () => undefined, {
+      itemIdOf: () => undefined, // every message lacks its ID: each is reported
+      onError: async () => {
+        told++;
+        throw new Error('the alerting service is down');
+      },
+    });
+    await channel.consume(queue, callback);
+    await expectNoneUnsettled(queue, { channel, callback });
     await drained(queue);
     expect(told).toBe(10);
   });
