@@ -17,9 +17,10 @@ import { TcpProxy } from '../helpers/tcpProxy';
 import { kindOf } from './fixtures/jobs';
 import { handleTestMessage, numberOf } from './fixtures/messages';
 
-/** A consumer's channel and its callback (whose `drain` waits for the messages it took). */
+/** A consumer's channel, its tag and its callback (whose `drain` waits for the messages it took). */
 interface Consuming {
   channel: Channel;
+  consumerTag: string;
   callback: RollcallConsumeCallback;
 }
 
@@ -91,8 +92,8 @@ describeWith(amqpUrl).each(backends())('rollcall/amqp on a real RabbitMQ quorum 
       },
       options,
     );
-    await channel.consume(queue, callback);
-    return { channel, callback };
+    const { consumerTag } = await channel.consume(queue, callback);
+    return { channel, consumerTag, callback };
   }
 
   /** Waits until the queue holds no ready message (then a little more for unacked ones), and deletes it. */
@@ -106,15 +107,15 @@ describeWith(amqpUrl).each(backends())('rollcall/amqp on a real RabbitMQ quorum 
   }
 
   /**
-   * Whether every message the consumer took was settled: once it has taken them all and its work on
-   * them has ended (`drain`), its channel is closed, which returns any unacknowledged message to
-   * the queue as ready, where checkQueue counts it.
+   * Whether every message the consumer took was settled: once it has taken them all, it is stopped
+   * as the docs say (cancel, then `drain`: the last deliveries, maybe still on the wire when the
+   * queue showed none ready, reach it before the cancel's answer), and its channel is closed, which
+   * returns any unacknowledged message to the queue as ready, where checkQueue counts it.
    */
-  async function expectNoneUnsettled(queue: string, { channel, callback }: Consuming): Promise<void> {
+  async function expectNoneUnsettled(queue: string, { channel, consumerTag, callback }: Consuming): Promise<void> {
     const check = await admin.createChannel();
     await until(async () => (await check.checkQueue(queue)).messageCount === 0, 10_000);
-    // The last messages taken may still wait for their cancel look-up or their ack: closing now
-    // would return them, settled or not.
+    await channel.cancel(consumerTag);
     await callback.drain();
     await channel.close();
     await new Promise((resolve) => setTimeout(resolve, 300)); // a returned message is counted once RabbitMQ has requeued it
@@ -278,8 +279,8 @@ describeWith(amqpUrl).each(backends())('rollcall/amqp on a real RabbitMQ quorum 
         throw new Error('the alerting service is down');
       },
     });
-    await channel.consume(queue, callback);
-    await expectNoneUnsettled(queue, { channel, callback });
+    const { consumerTag } = await channel.consume(queue, callback);
+    await expectNoneUnsettled(queue, { channel, consumerTag, callback });
     await drained(queue);
     expect(told).toBe(10);
   });
