@@ -853,6 +853,66 @@ describeWith(redisUrl).each(backends())('rollcall/bullmq on a real Redis and a r
     expect(tally.failedIds).toBe(450); // each once: the page read again leaves out the jobs seen
   });
 
+  it('when another process removes and retries failed jobs while the look-back reads the failed set, then every failure that stays is recorded, each once', async () => {
+    const queue = newQueue();
+    const batch = await failedUnrecorded(queue, 900);
+    const staying = (await queue.getFailed(0, -1)).filter((job) => job.data.n % 2 === 0).map((job) => job.data.rollcallItemId);
+    const racer = spawn(process.execPath, ['--import', 'tsx', 'test/integrations/fixtures/failedSetRacer.ts'], {
+      cwd: ROOT,
+      env: { ...process.env, REDIS_URL: redisUrl, QUEUE: queue.name, PREFIX: prefix, PACE_MS: '4' },
+      stdio: ['pipe', 'pipe', 'inherit'],
+    });
+    const exited = new Promise((resolve) => racer.once('exit', resolve));
+    const lines = readline.createInterface({ input: racer.stdout! });
+    const printed = (start: string) =>
+      new Promise<string>((resolve, reject) => {
+        lines.on('line', (line) => line.startsWith(start) && resolve(line));
+        void exited.then((code) => reject(new Error(`the racing process exited (${String(code)}) before printing ${start}`)));
+      });
+    try {
+      const ready = printed('READY');
+      const done = printed('DONE ');
+      await ready;
+      // The other process starts at the look-back's first ack, once it has read its first page, and
+      // goes on through the reads of the pages after it.
+      let startedAt = 0;
+      const sentFailed: string[] = [];
+      const collecting: HttpSend = async (url, request) => {
+        const body = url.endsWith('/v1/acks') ? (JSON.parse(String(request.body)) as { ids: string[]; outcome?: string }) : null;
+        if (body?.outcome === 'failed') sentFailed.push(...body.ids);
+        if (body && !startedAt) {
+          startedAt = Date.now();
+          racer.stdin!.write('GO\n');
+        }
+        return tally.fetch(url, request);
+      };
+      const worker = new Worker<TestJobData>(queue.name, async () => 'ok', { connection, prefix, autorun: false });
+      workers.push(worker);
+      let stop!: () => Promise<void>;
+      await new Promise<number>(
+        (resolve) => (stop = watchFailedJobs(new RollcallClient({ baseUrl: svc.url, fetch: collecting }), worker, { onRecovered: resolve })),
+      );
+      const endedAt = Date.now();
+      await stop();
+      const changedAt = JSON.parse((await done).slice('DONE '.length)) as number[];
+      expect(changedAt).toHaveLength(450);
+      // The race took place: the other process changed the set while the look-back read it.
+      expect(changedAt.filter((at) => at > startedAt && at < endedAt).length).toBeGreaterThanOrEqual(20);
+      expect(new Set(sentFailed).size).toBe(sentFailed.length); // none acked twice
+      const recorded = new Set<string>();
+      for (let cursor: string | null | undefined; cursor !== null;) {
+        const page = await client.failures(batch.id, { limit: 500, ...(cursor ? { cursor } : {}) });
+        for (const failure of page.failures) recorded.add(failure.id);
+        cursor = page.nextCursor;
+      }
+      expect(staying.filter((id) => !recorded.has(id))).toEqual([]);
+      expect(await client.status(batch.id)).toMatchObject({ succeeded: 1, failed: recorded.size, pending: 900 - recorded.size });
+    } finally {
+      racer.kill();
+      await exited;
+    }
+  });
+
   it('when four Workers start at once and all look back at the same lost failures, then each is recorded once and the batch completes once', async () => {
     const queue = newQueue();
     const batch = await failedUnrecorded(queue, 40);
