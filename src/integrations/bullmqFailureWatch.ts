@@ -222,8 +222,8 @@ async function recoverFailures(worker: WatchableWorker, since: number, stopped: 
     if (!stopped.aborted) throw error;
     return undefined;
   } finally {
-    // Not awaited once stopped: a connection that never opened is dropped at once, but one lost
-    // mid-read quits only when Redis answers again.
+    // Not awaited once stopped: the stop must not wait on a connection that ioredis is still
+    // opening or reopening (a Redis out of reach); the queue closes in the background.
     const closing = queue.close().catch(() => undefined);
     if (!stopped.aborted) await closing;
   }
