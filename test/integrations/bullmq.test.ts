@@ -976,6 +976,42 @@ describeWith(redisUrl).each(backends())('rollcall/bullmq on a real Redis and a r
     expect(stopped).toBe('stopped');
   });
 
+  it('when the connection to Redis stops carrying anything while the watch looks back, then stopping it does not wait for Redis', async () => {
+    const queue = newQueue();
+    const batch = await failedUnrecorded(queue, 450);
+    const redis = new URL(redisUrl ?? 'redis://127.0.0.1:6379');
+    const proxy = new TcpProxy(redis.hostname, Number(redis.port || 6379));
+    await proxy.open();
+    // At the look-back's first ack (its first page read, the next still to come) the connection
+    // goes silent, open but carrying nothing: a network cut or a paused VM, not a refusal.
+    let frozen = false;
+    const freezing: HttpSend = async (url, request) => {
+      if (!frozen && url.endsWith('/v1/acks')) {
+        frozen = true;
+        proxy.freeze();
+      }
+      return tally.fetch(url, request);
+    };
+    const worker = Object.assign(new EventEmitter(), {
+      name: queue.name,
+      opts: { connection: { host: '127.0.0.1', port: proxy.port }, prefix },
+    });
+    let recovered: number | undefined;
+    const stop = watchFailedJobs(new RollcallClient({ baseUrl: svc.url, fetch: freezing }), worker, { onRecovered: (n) => (recovered = n) });
+    try {
+      await until(() => frozen);
+      await realSleep(500); // the first page's acks are sent; the read of the next waits on the frozen connection
+      const stopped = await Promise.race([stop().then(() => 'stopped'), realSleep(3000).then(() => 'still waiting')]);
+      expect(stopped).toBe('stopped');
+      expect(recovered).toBeUndefined();
+      expect(tally.failedIds).toBeGreaterThan(0);
+      expect(tally.failedIds).toBeLessThan(450);
+      expect(await client.status(batch.id)).toMatchObject({ failed: tally.failedIds, pending: 450 - tally.failedIds });
+    } finally {
+      await proxy.cut();
+    }
+  });
+
   it("when a flow's child fails with failParentOnFailure, then the parent's watched Worker fails the parent and its item is recorded failed", async () => {
     const parents = newQueue();
     const children = newQueue();
