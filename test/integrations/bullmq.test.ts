@@ -999,8 +999,13 @@ describeWith(redisUrl).each(backends())('rollcall/bullmq on a real Redis and a r
     let recovered: number | undefined;
     const stop = watchFailedJobs(new RollcallClient({ baseUrl: svc.url, fetch: freezing }), worker, { onRecovered: (n) => (recovered = n) });
     try {
-      await until(() => frozen);
-      await realSleep(500); // the first page's acks are sent; the read of the next waits on the frozen connection
+      // The first page's acks go out (they need no Redis); then the read of the next page waits on
+      // the frozen connection, and the acks stop.
+      await until(async () => {
+        const acked = tally.failedIds;
+        await realSleep(300);
+        return frozen && acked > 0 && tally.failedIds === acked;
+      });
       const stopped = await Promise.race([stop().then(() => 'stopped'), realSleep(3000).then(() => 'still waiting')]);
       expect(stopped).toBe('stopped');
       expect(recovered).toBeUndefined();
