@@ -222,10 +222,39 @@ async function recoverFailures(worker: WatchableWorker, since: number, stopped: 
     if (!stopped.aborted) throw error;
     return undefined;
   } finally {
-    // Not awaited once stopped: the stop must not wait on a connection that ioredis is still
-    // opening or reopening (a Redis out of reach); the queue closes in the background.
-    const closing = queue.close().catch(() => undefined);
-    if (!stopped.aborted) await closing;
+    await closeUnlessStopped(queue, worker.opts.connection, stopped, untilStopped);
+  }
+}
+
+/** Method names of a Redis client (ioredis, node-redis, Valkey GLIDE) that options never carry. */
+const CLIENT_METHODS = ['connect', 'disconnect', 'duplicate', 'quit', 'close', 'sendCommand'];
+
+/** Whether BullMQ was given a client of the user's (shared: never closed here) rather than options. */
+function isClientInstance(connection: unknown): boolean {
+  const methods = connection as Record<string, unknown>;
+  return CLIENT_METHODS.some((name) => typeof methods[name] === 'function');
+}
+
+/**
+ * Closes the look-back's queue. BullMQ's close sends QUIT and waits for its answer, with no time
+ * limit: a stop must not wait for it (a Redis out of reach, or a connection gone silent mid-read),
+ * and once the watch is stopped the connection is dropped too, not left open until Redis answers
+ * or TCP gives up (on a silent connection that kept the process alive; ioredis now ends the socket
+ * within its `disconnectTimeout`, 2 s by default). A client the user gave is shared: left as it is.
+ */
+async function closeUnlessStopped(queue: Queue, connection: unknown, stopped: AbortSignal, untilStopped: <T>(work: Promise<T>) => Promise<T>): Promise<void> {
+  const closing = queue.close().catch(() => undefined);
+  const drop = () => {
+    if (!isClientInstance(connection)) queue.disconnect().catch(() => undefined);
+  };
+  if (stopped.aborted) return drop();
+  stopped.addEventListener('abort', drop, { once: true });
+  try {
+    await untilStopped(closing);
+  } catch {
+    // stopped while closing: dropped in the background
+  } finally {
+    stopped.removeEventListener('abort', drop);
   }
 }
 

@@ -976,43 +976,41 @@ describeWith(redisUrl).each(backends())('rollcall/bullmq on a real Redis and a r
     expect(stopped).toBe('stopped');
   });
 
-  it('when the connection to Redis stops carrying anything while the watch looks back, then stopping it does not wait for Redis', async () => {
+  it('when the connection to Redis goes silent while the watch looks back, then stopping it does not wait for Redis, and the process can end', async () => {
     const queue = newQueue();
     const batch = await failedUnrecorded(queue, 450);
-    const redis = new URL(redisUrl ?? 'redis://127.0.0.1:6379');
-    const proxy = new TcpProxy(redis.hostname, Number(redis.port || 6379));
+    const url = redisUrl ?? 'redis://127.0.0.1:6379';
+    const proxy = new TcpProxy(new URL(url).hostname, redisConnection(url).port);
     await proxy.open();
-    // At the look-back's first ack (its first page read, the next still to come) the connection
-    // goes silent, open but carrying nothing: a network cut or a paused VM, not a refusal.
-    let frozen = false;
-    const freezing: HttpSend = async (url, request) => {
-      if (!frozen && url.endsWith('/v1/acks')) {
-        frozen = true;
-        proxy.freeze();
-      }
-      return tally.fetch(url, request);
-    };
-    const worker = Object.assign(new EventEmitter(), {
-      name: queue.name,
-      opts: { connection: { host: '127.0.0.1', port: proxy.port }, prefix },
+    const child = spawn(process.execPath, ['--import', 'tsx', 'test/integrations/fixtures/frozenLookBack.ts'], {
+      cwd: ROOT,
+      env: { ...process.env, REDIS_URL: url, PROXY_PORT: String(proxy.port), QUEUE: queue.name, PREFIX: prefix, ROLLCALL_URL: svc.url },
+      stdio: ['pipe', 'pipe', 'inherit'],
     });
-    let recovered: number | undefined;
-    const stop = watchFailedJobs(new RollcallClient({ baseUrl: svc.url, fetch: freezing }), worker, { onRecovered: (n) => (recovered = n) });
-    try {
-      // The first page's acks go out (they need no Redis); then the read of the next page waits on
-      // the frozen connection, and the acks stop.
-      await until(async () => {
-        const acked = tally.failedIds;
-        await realSleep(300);
-        return frozen && acked > 0 && tally.failedIds === acked;
+    const exited = new Promise<number | null>((resolve) => child.once('exit', resolve));
+    const lines = readline.createInterface({ input: child.stdout! });
+    const printed = (start: string) =>
+      new Promise<string>((resolve, reject) => {
+        lines.on('line', (line) => line.startsWith(start) && resolve(line));
+        void exited.then((code) => reject(new Error(`the worker's process exited (${String(code)}) before printing ${start}`)));
       });
-      const stopped = await Promise.race([stop().then(() => 'stopped'), realSleep(3000).then(() => 'still waiting')]);
-      expect(stopped).toBe('stopped');
-      expect(recovered).toBeUndefined();
-      expect(tally.failedIds).toBeGreaterThan(0);
-      expect(tally.failedIds).toBeLessThan(450);
-      expect(await client.status(batch.id)).toMatchObject({ failed: tally.failedIds, pending: 450 - tally.failedIds });
+    const [firstAck, held, stopped] = [printed('ACK'), printed('HELD'), printed('STOPPED')];
+    try {
+      await firstAck;
+      // The look-back has read its first page; from now on its connection is open but carries
+      // nothing, either way: a network cut or a paused VM, not a refusal.
+      proxy.freeze();
+      child.stdin!.write('FROZEN\n');
+      const acked = Number((await held).split(' ')[1]);
+      const stop = await Promise.race([stopped, realSleep(5000).then(() => 'STOPPED never')]);
+      const ended = await Promise.race([exited.then(() => 'ended'), realSleep(6000).then(() => 'still running 6 s later')]);
+      // The stop is prompt and the look-back did not end; the process ends by itself (ioredis ends
+      // the dropped socket within its disconnectTimeout, 2 s).
+      expect([stop.replace(/ \d+ /, (ms) => (Number(ms) < 3000 ? ' prompt ' : ` ${ms.trim()} ms `)), ended]).toEqual(['STOPPED prompt false', 'ended']);
+      expect([acked > 0, acked < 450]).toEqual([true, true]);
+      expect(await client.status(batch.id)).toMatchObject({ failed: acked, pending: 450 - acked });
     } finally {
+      child.kill('SIGKILL');
       await proxy.cut();
     }
   });

@@ -212,4 +212,22 @@ describeWith(redisUrl).each(backends())('rollcall/bullmq with BullMQ 5 on a real
       redis.disconnect();
     }
   });
+
+  it("when the watch of a Worker made on the user's own Redis client is stopped during its look-back, then that client stays connected", async () => {
+    // BullMQ 5's Queue.disconnect() would end a client it was given: the watch must not call it there.
+    // (`as never`: bullmq5 types its own copy of ioredis; BullMQ takes any client by its methods.)
+    const own = new IORedis(redisUrl ?? 'redis://127.0.0.1:6379', { maxRetriesPerRequest: null });
+    const queue = new Queue<Data>(`q-${randomBytes(4).toString('hex')}`, { connection, prefix });
+    queues.push(queue);
+    const worker = new Worker<Data>(queue.name, async () => undefined, { connection: own as never, prefix, autorun: false });
+    try {
+      const stop = watchFailedJobs(new RollcallClient({ baseUrl: svc.url }), worker as unknown as WatchableWorker);
+      await stop(); // the look-back has just begun its first read: the stop ends it
+      await new Promise((resolve) => setTimeout(resolve, 300)); // what the stop leaves to the background is done
+      expect([own.status, await own.ping()]).toEqual(['ready', 'PONG']);
+    } finally {
+      await worker.close();
+      own.disconnect();
+    }
+  });
 });
