@@ -222,7 +222,7 @@ async function recoverFailures(worker: WatchableWorker, since: number, stopped: 
     if (!stopped.aborted) throw error;
     return undefined;
   } finally {
-    await closeUnlessStopped(queue, worker.opts.connection, stopped, untilStopped);
+    await closeLookBackQueue(queue, worker.opts.connection, stopped, untilStopped);
   }
 }
 
@@ -236,13 +236,14 @@ function isClientInstance(connection: unknown): boolean {
 }
 
 /**
- * Closes the look-back's queue. BullMQ's close sends QUIT and waits for its answer, with no time
- * limit: a stop must not wait for it (a Redis out of reach, or a connection gone silent mid-read),
- * and once the watch is stopped the connection is dropped too, not left open until Redis answers
- * or TCP gives up (on a silent connection that kept the process alive; ioredis now ends the socket
- * within its `disconnectTimeout`, 2 s by default). A client the user gave is shared: left as it is.
+ * Closes the look-back's queue, and drops its connection once the watch is stopped. BullMQ's close
+ * sends QUIT and waits for the answer with no time limit, so a stop does not wait for it (a Redis
+ * out of reach, or a connection gone silent mid-read); and a connection only closed that way stays
+ * open until Redis answers or TCP gives up, which kept a stopped Worker's process alive. Dropped,
+ * ioredis ends the socket within its `disconnectTimeout` (2 s by default). A client the user gave
+ * BullMQ is shared: left as it is.
  */
-async function closeUnlessStopped(queue: Queue, connection: unknown, stopped: AbortSignal, untilStopped: <T>(work: Promise<T>) => Promise<T>): Promise<void> {
+async function closeLookBackQueue(queue: Queue, connection: unknown, stopped: AbortSignal, untilStopped: <T>(work: Promise<T>) => Promise<T>): Promise<void> {
   const closing = queue.close().catch(() => undefined);
   const drop = () => {
     if (!isClientInstance(connection)) queue.disconnect().catch(() => undefined);
