@@ -43,9 +43,11 @@ export interface DialectProfile {
   /**
    * The statement that makes this transaction's lock waits end after `ms` (null where a file lock,
    * not a row lock, is waited for). `endsWithTransaction`: false where it holds for the session, so
-   * it is set back to LOCK_TIMEOUT's value after the transaction.
+   * it is set back to LOCK_TIMEOUT's value after the transaction. `atMost`: a wait that must end by
+   * a deadline `ms` away, so a server that counts whole seconds rounds it down (0: no wait), not up
+   * as it does LOCK_TIMEOUT itself.
    */
-  lockWaitStatement(ms: number): { sql: string; bindings: ReadonlyArray<string | number>; endsWithTransaction: boolean } | null;
+  lockWaitStatement(ms: number, atMost?: boolean): { sql: string; bindings: ReadonlyArray<string | number>; endsWithTransaction: boolean } | null;
   /** Driver error codes (never message text): see dbErrors.ts for what each class means. */
   errors: {
     retryable: readonly string[];
@@ -81,9 +83,9 @@ export const PROFILES: Readonly<Record<DialectName, DialectProfile>> = {
     tableOptions: ' ENGINE=InnoDB',
     pingStatement: 'DO 1',
     // Row locks and table/metadata locks alike (db.ts sets both per session).
-    lockWaitStatement: (ms) => ({
+    lockWaitStatement: (ms, atMost = false) => ({
       sql: 'SET SESSION innodb_lock_wait_timeout = ?, lock_wait_timeout = ?',
-      bindings: [lockWaitSeconds(ms), lockWaitSeconds(ms)],
+      bindings: Array(2).fill(atMost ? Math.floor(ms / 1000) : lockWaitSeconds(ms)),
       endsWithTransaction: false,
     }),
     errors: {
