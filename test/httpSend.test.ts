@@ -187,6 +187,24 @@ describe("the client's default way of sending (httpSend)", () => {
     await expect(client.ack(['a:b:0'])).rejects.toMatchObject({ status: 200, code: 'invalid_response' });
   });
 
+  it('when a call other than a delete is answered 204 (a proxy, a wrong baseUrl), then it fails as invalid_response and an ack is not sent again', async () => {
+    let sent = 0;
+    const client = new RollcallClient({
+      baseUrl: 'http://127.0.0.1:9',
+      fetch: async () => (sent++, { ok: true, status: 204, text: async () => '' }),
+    });
+    await expect(client.seal('0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b')).rejects.toMatchObject({ status: 204, code: 'invalid_response' });
+    await expect(client.item('0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b:0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5c:0')).rejects.toMatchObject({
+      code: 'invalid_response',
+    });
+    sent = 0;
+    await expect(new AckCoalescer(client, { retry: { attempts: 5, firstDelayMs: 1 } }).ack('b:g:0', 'succeeded')).rejects.toMatchObject({
+      code: 'invalid_response',
+    });
+    expect(sent).toBe(1);
+    await expect(client.delete('0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b')).resolves.toBeUndefined(); // a delete's own answer
+  });
+
   it('when a proxy answers 408 (it gave up waiting for the request), then the integrations send it again', async () => {
     let tries = 0;
     const client = new RollcallClient({

@@ -305,7 +305,9 @@ export class RollcallClient {
       const retryAfter = retryAfterMs(res.headers?.get('retry-after'));
       throw new RollcallApiError(res.status, error?.code ?? 'http_error', error?.message ?? `HTTP ${res.status}`, retryAfter);
     }
-    if (res.status === 204) return undefined as T; // a delete's answer: nothing to read
+    // Only a delete is answered 204 by rollcall: any other call answered so (a proxy, a wrong baseUrl)
+    // is no answer, and must not reach its caller as `undefined` (an ack read it as a network error, retried).
+    if (res.status === 204 && method === 'DELETE') return undefined as T;
     let answer: unknown;
     try {
       answer = JSON.parse(text);

@@ -8,7 +8,7 @@ import type { ConsumeMessage } from 'amqplib';
 import type { RollcallClient } from '../client';
 import { AckCoalescingOptions, Rejected, sharedCoalescer } from './ackCoalescer';
 import { CancelCheckOptions, sharedCancelledBatches } from './cancelledBatches';
-import { asError, RollcallIntegrationError } from './errors';
+import { asError, failureMessageOf, RollcallIntegrationError } from './errors';
 import { isTransient } from './retry';
 
 /** The header that carries a message's item ID (set by the producer). */
@@ -207,7 +207,7 @@ export function rollcallConsumer(
       await handler(message);
     } catch (thrown) {
       if (previousDeliveries(message) < maxDeliveries) return settleMessage(message, 'retry');
-      return record(message, itemId, 'failed', asError(thrown).message);
+      return record(message, itemId, 'failed', failureMessageOf(thrown));
     }
     return record(message, itemId, 'succeeded');
   };

@@ -9,7 +9,7 @@ import type { RollcallClient } from '../client';
 import { AckCoalescingOptions, Rejected, Rejections, sharedCoalescer } from './ackCoalescer';
 import { answered, defaultItemIdOf, watchWorkerOf } from './bullmqFailureWatch';
 import { CancelCheckOptions, sharedCancelledBatches } from './cancelledBatches';
-import { asError, IntegrationErrorCode, textOf } from './errors';
+import { asError, failureMessageOf, IntegrationErrorCode } from './errors';
 
 export type { FailureWatchOptions, WatchableWorker } from './bullmqFailureWatch';
 export { watchFailedJobs } from './bullmqFailureWatch';
@@ -126,16 +126,18 @@ function workerOptionsOf(job: Job): { maxStartedAttempts?: number; settings?: { 
 }
 
 /**
- * Whether the Worker's custom backoff strategy stops BullMQ's retries of this failure: BullMQ asks it
- * for the next delay of a job whose `backoff.type` is not one of its own (`fixed`, `exponential`, …),
- * and does not retry when it answers -1 (job.ts `shouldRetryJob`). A strategy that throws is left
- * for BullMQ to meet.
+ * Whether the job's backoff stops BullMQ's retries of this failure: BullMQ computes the next delay
+ * (its own strategies, `fixed`, `exponential`, …, or the Worker's custom one for another
+ * `backoff.type`) and does not retry when it is -1 (job.ts `shouldRetryJob`): a custom strategy's
+ * answer, or a built-in delay of -1 (`backoff: -1`). Computed here as BullMQ computes it. A strategy
+ * that throws is left for BullMQ to meet.
  */
 async function backoffStops(job: Job, error: Error, strategy: BackoffStrategy | undefined): Promise<boolean> {
-  const backoff = job.opts.backoff;
-  if (!strategy || typeof backoff !== 'object' || backoff.type in Backoffs.builtinStrategies) return false;
+  if (job.opts.backoff === undefined) return false;
+  const backoff = Backoffs.normalize(job.opts.backoff);
+  if (!backoff) return false;
   try {
-    return Number(await strategy(job.attemptsMade + 1, backoff.type, error, job)) === -1;
+    return Number(await Backoffs.calculate(backoff, job.attemptsMade + 1, error, job, strategy)) === -1;
   } catch {
     return false;
   }
@@ -165,11 +167,6 @@ export function asBullmqSeesIt(thrown: unknown, sandboxed: boolean): Error {
  */
 function failureOf(thrown: unknown): unknown {
   return thrown === undefined || thrown === null ? new Error(`the handler threw ${String(thrown)}`) : thrown;
-}
-
-/** The failure reason of what was thrown: its message when it has one, else the value as text. */
-function messageOf(error: Error, thrown: unknown): string {
-  return typeof error.message === 'string' ? error.message : textOf(thrown);
 }
 
 /**
@@ -253,7 +250,7 @@ export function rollcallProcessor<DataType = any, ResultType = any, NameType ext
       const thrown = failureOf(caught);
       // A sandboxed processor gets a plain object, not a Job of any copy of bullmq (child-processor.ts `wrapJob`).
       const error = asBullmqSeesIt(thrown, Object.getPrototypeOf(job) === Object.prototype);
-      if (!steersBullmq(error) && (await isLastFailure(job, error))) await ackLastFailure(job, itemId, messageOf(error, thrown));
+      if (!steersBullmq(error) && (await isLastFailure(job, error))) await ackLastFailure(job, itemId, failureMessageOf(error, thrown));
       throw thrown;
     }
     settle(job, itemId, await acks.ackInCall(itemId, 'succeeded'));

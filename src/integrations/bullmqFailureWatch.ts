@@ -10,7 +10,7 @@ import { Job, Queue, type QueueOptions } from 'bullmq';
 import type { RollcallClient } from '../client';
 import { AckCoalescingOptions, Rejected, sharedCoalescer } from './ackCoalescer';
 import { FailedSet, recentFailuresOf } from './bullmqRecentFailures';
-import { asError, RollcallIntegrationError, textOf } from './errors';
+import { asError, failureMessageOf, RollcallIntegrationError } from './errors';
 
 /**
  * A process warning for an error nothing else listens for. Node refuses an Error of another realm
@@ -145,7 +145,7 @@ export function watchFailedJobs<DataType = any, ResultType = any, NameType exten
     // BullMQ sets `finishedOn` only when it moves the job to failed; a job it retries has none.
     if (typeof job.finishedOn !== 'number') return;
     if (ANSWERED_RUNS.has(job)) return;
-    ackFailure(job, typeof error?.message === 'string' ? error.message : textOf(error)).then(
+    ackFailure(job, failureMessageOf(error)).then(
       ({ itemId, rejected }) => {
         if (rejected !== null && rejected !== 'batch_cancelled') report(`rollcall rejected the failure of job ${job.id} (item ${itemId}): ${rejected}`);
       },

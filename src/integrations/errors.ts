@@ -48,6 +48,22 @@ export function textOf(thrown: unknown): string {
   }
 }
 
+/**
+ * The failure reason of what was thrown, as the integrations record it: its `message` when that is a
+ * string (an Error of any realm, a plain `{ message }` object), else `fallback` (what was thrown, by
+ * default) as text. Not `asError(thrown).message`: that spells an Error of another realm `Error: …`
+ * and a plain object `[object Object]`.
+ */
+export function failureMessageOf(thrown: unknown, fallback: unknown = thrown): string {
+  let message: unknown;
+  try {
+    message = typeof thrown === 'object' && thrown !== null ? (thrown as { message?: unknown }).message : undefined;
+  } catch {
+    message = undefined; // a getter that throws: the value's text instead
+  }
+  return typeof message === 'string' ? message : textOf(fallback);
+}
+
 /** `unknown` from a catch as an Error, keeping what was thrown as the cause. */
 export function asError(thrown: unknown): Error {
   return thrown instanceof Error ? thrown : new Error(textOf(thrown), { cause: thrown });

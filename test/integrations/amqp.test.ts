@@ -2,6 +2,7 @@ import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import path from 'node:path';
 import readline from 'node:readline';
+import vm from 'node:vm';
 
 import amqp, { Channel, ChannelModel, ConsumeMessage } from 'amqplib';
 
@@ -382,6 +383,27 @@ describeWith(amqpUrl).each(backends())('rollcall/amqp on a real RabbitMQ quorum 
     const done = await client.waitForCompletion(batch.id, { timeoutMs: 20_000 });
     expect(done).toMatchObject({ state: 'complete', failed: 2 });
     expect((await client.failures(batch.id)).failures.map((f) => f.error)).toEqual(['a thrown [object Object]', 'a thrown [object Object]']);
+    await consume.drain();
+    await drained(queue);
+  });
+
+  it("when the handler throws a plain { message } object or another realm's Error on the last delivery, then the failure reason is that message", async () => {
+    const client = new RollcallClient({ baseUrl: svc.url });
+    const { queue, batch } = await produce(client, 2);
+    const channel = await (await connect()).createChannel();
+    channel.on('error', () => undefined);
+    const consume = rollcallConsumer(
+      client,
+      channel,
+      (message) => {
+        if ((JSON.parse(message.content.toString()) as { n: number }).n === 0) throw { message: 'quota exceeded', code: 429 };
+        throw vm.runInNewContext("new Error('boom')") as unknown;
+      },
+      { maxDeliveries: 0 },
+    );
+    await channel.consume(queue, consume);
+    expect(await client.waitForCompletion(batch.id, { timeoutMs: 20_000 })).toMatchObject({ state: 'complete', failed: 2 });
+    expect((await client.failures(batch.id)).failures.map((f) => f.error).sort()).toEqual(['boom', 'quota exceeded']);
     await consume.drain();
     await drained(queue);
   });

@@ -280,6 +280,21 @@ describeWith(redisUrl).each(backends())('rollcall/bullmq on a real Redis and a r
     expect(await started.getJobCounts('failed')).toEqual({ failed: 4 });
   });
 
+  it("when a job's built-in backoff delay is -1, then BullMQ does not retry it and the processor records its first failure", async () => {
+    const queue = newQueue();
+    const batch = await produce(queue, 4, { attempts: 3, backoff: -1 });
+    let runs = 0;
+    const fail = rollcallProcessor<TestJobData, string>(client, async (job) => {
+      runs += 1;
+      throw new Error(`job ${job.data.n} failed`);
+    });
+    workers.push(processorOnly(new Worker<TestJobData>(queue.name, fail, { connection, prefix, concurrency: 4 })));
+    expect(await client.waitForCompletion(batch.id, { timeoutMs: 15_000 })).toMatchObject({ state: 'complete', failed: 4, pending: 0 });
+    await settled(queue, 4);
+    expect(await queue.getJobCounts('failed')).toEqual({ failed: 4 });
+    expect(runs).toBe(4);
+  });
+
   it('when itemIdOf gives a job no string, then that job fails at once without running, unretried; the rest complete', async () => {
     const queue = newQueue();
     const batch = await produce(queue, 10, { attempts: 3 });
