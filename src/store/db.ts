@@ -360,6 +360,23 @@ export async function ping(db: Db): Promise<void> {
   }
 }
 
+/**
+ * Checks that the database takes writes where it can tell (the profile's readOnlyQuery): a
+ * PostgreSQL standby answers every read, and would refuse every batch, add and ack.
+ */
+export async function ensureWritable(db: Db): Promise<void> {
+  const query = profileOf(db).readOnlyQuery;
+  if (query === null) return;
+  let readOnly: unknown;
+  try {
+    const { rows } = (await db.raw(query)) as { rows: Array<{ read_only: unknown }> };
+    readOnly = rows[0]?.read_only;
+  } catch (caught) {
+    throw new UnavailableError('the database is not available', { cause: toError(caught) });
+  }
+  if (readOnly !== false) throw new UnavailableError('the database takes no writes (read-only: a standby, or default_transaction_read_only)');
+}
+
 export interface PoolStats {
   used: number;
   free: number;

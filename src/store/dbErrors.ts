@@ -22,10 +22,15 @@ const UNAVAILABLE_PREFIXES = prefixes('unavailablePrefixes');
 const DUPLICATE_KEY = codes('duplicateKey');
 const DRIVER_GONE_MESSAGES = codes('unavailableDriverMessages');
 
+/**
+ * The driver's code of an error. mysql2 names the server's error numbers it knows (`ER_…`) and leaves
+ * `code` out for those it does not, MariaDB's own among them: those are `ER_ERRNO_<number>`.
+ */
 function codeOf(error: unknown): string | undefined {
   if (typeof error !== 'object' || error === null) return undefined;
-  const code = (error as { code?: unknown }).code;
-  return typeof code === 'string' ? code : undefined;
+  const { code, errno, sqlState } = error as { code?: unknown; errno?: unknown; sqlState?: unknown };
+  if (typeof code === 'string') return code;
+  return typeof errno === 'number' && typeof sqlState === 'string' ? `ER_ERRNO_${errno}` : undefined;
 }
 
 export function isRetryable(error: unknown): boolean {

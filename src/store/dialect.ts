@@ -41,6 +41,12 @@ export interface DialectProfile {
    */
   pingStatement: string;
   /**
+   * A query whose one row's `read_only` says that new transactions cannot write (db.ts
+   * `ensureWritable`, for readiness): null where a server read-only for some users only, or a file,
+   * cannot be told apart that way; writes refused there are still 503 (errors.unavailable).
+   */
+  readOnlyQuery: string | null;
+  /**
    * The statement that makes this transaction's lock waits end after `ms` (null where a file lock,
    * not a row lock, is waited for). `endsWithTransaction`: false where it holds for the session, so
    * it is set back to LOCK_TIMEOUT's value after the transaction. `atMost`: a wait that must end by
@@ -82,6 +88,9 @@ export const PROFILES: Readonly<Record<DialectName, DialectProfile>> = {
     writers: 'pool',
     tableOptions: ' ENGINE=InnoDB',
     pingStatement: 'DO 1',
+    // read_only binds only users without SUPER (or CONNECTION_ADMIN), and the session variable is
+    // spelt differently by MySQL and MariaDB releases: no one query says what this user may do.
+    readOnlyQuery: null,
     // Row locks and table/metadata locks alike (db.ts sets both per session).
     lockWaitStatement: (ms, atMost = false) => ({
       sql: 'SET SESSION innodb_lock_wait_timeout = ?, lock_wait_timeout = ?',
@@ -105,6 +114,15 @@ export const PROFILES: Readonly<Record<DialectName, DialectProfile>> = {
         // application use); a server made read-only for a failover answers 1290. Both pass.
         'ER_UNKNOWN_COM_ERROR',
         'ER_OPTION_PREVENTS_STATEMENT',
+        // Sessions made read-only by the server's default (`transaction_read_only`, `tx_read_only`):
+        // the same server-side refusal, for every user.
+        'ER_CANT_EXECUTE_IN_READ_ONLY_TRANSACTION',
+        // A statement the server cut short: its own time limit (MySQL's max_execution_time 3024,
+        // MariaDB's max_statement_time 1969, which mysql2 has no name for) or an operator's KILL
+        // QUERY (1317). Not the request's doing: unanswered, as DB_QUERY_TIMEOUT's own limit is.
+        'ER_QUERY_TIMEOUT',
+        'ER_ERRNO_1969',
+        'ER_QUERY_INTERRUPTED',
       ],
       unavailablePrefixes: [],
       unavailableDriverMessages: [],
@@ -120,6 +138,9 @@ export const PROFILES: Readonly<Record<DialectName, DialectProfile>> = {
     writers: 'pool',
     tableOptions: '',
     pingStatement: 'select 1',
+    // On in recovery (a standby, a demoted primary after a failover) and where
+    // default_transaction_read_only is set for the server, database or role.
+    readOnlyQuery: "SELECT current_setting('transaction_read_only') = 'on' AS read_only",
     // LOCAL: for this transaction only. At least 1 ms: a lock_timeout of 0 means no limit. A SET
     // statement, not set_config(): Citus sends a SET LOCAL on to the workers where the row locks are
     // taken (with citus.propagate_set_commands = 'local', set per session, db.ts); set_config() it
@@ -145,6 +166,12 @@ export const PROFILES: Readonly<Record<DialectName, DialectProfile>> = {
         '3D000', // invalid_catalog_name: the database does not exist
         '28000', // invalid_authorization_specification
         '28P01', // invalid_password
+        // read_only_sql_transaction: a standby after a failover, a demoted primary, or
+        // default_transaction_read_only set on the server, database or role.
+        '25006',
+        // query_canceled: statement_timeout set on the server, database or role, or an operator's
+        // pg_cancel_backend. Not the request's doing: unanswered, as DB_QUERY_TIMEOUT's own limit is.
+        '57014',
       ],
       // Class 08: connection exceptions.
       unavailablePrefixes: ['08'],
@@ -170,6 +197,7 @@ export const PROFILES: Readonly<Record<DialectName, DialectProfile>> = {
     writers: 'one-per-file',
     tableOptions: '',
     pingStatement: 'select 1',
+    readOnlyQuery: null,
     lockWaitStatement: () => null,
     errors: {
       retryable: [],
@@ -180,7 +208,8 @@ export const PROFILES: Readonly<Record<DialectName, DialectProfile>> = {
       lockTimeout: ['SQLITE_BUSY'],
       busy: ['SQLITE_BUSY'],
       unavailable: ['SQLITE_CANTOPEN', 'SQLITE_FULL'],
-      unavailablePrefixes: ['SQLITE_IOERR'],
+      // SQLITE_READONLY and its extended codes: a file, directory or disk that no longer takes writes.
+      unavailablePrefixes: ['SQLITE_IOERR', 'SQLITE_READONLY'],
       unavailableDriverMessages: [],
       duplicateKey: ['SQLITE_CONSTRAINT_UNIQUE', 'SQLITE_CONSTRAINT_PRIMARYKEY'],
     },

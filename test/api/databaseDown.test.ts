@@ -1,3 +1,4 @@
+import knex, { Knex } from 'knex';
 import request from 'supertest';
 
 import { loadConfig } from '../../src/config';
@@ -5,7 +6,8 @@ import { createServer } from '../../src/http/server';
 import { createRollcall, Rollcall } from '../../src/rollcall';
 import { openDb } from '../../src/store/db';
 import { withMigrationLock } from '../../src/store/migrationLock';
-import { describeEachOrSkip, serverBackends, TestDatabase } from '../helpers/backends';
+import { describeEachOrSkip, isPostgresBackend, serverBackends, TestDatabase } from '../helpers/backends';
+import { until } from '../helpers/realTime';
 import { TcpProxy } from '../helpers/tcpProxy';
 
 const servers = serverBackends();
@@ -73,6 +75,60 @@ describeOnServers('when the database goes away (%s)', (_name, backend) => {
       proxy.speak();
     }
   }, 45_000);
+});
+
+/** PostgreSQL servers whose sessions the test reaches: behind a pooler, server sessions outlive a change of the database's defaults. */
+const postgresServers = servers.filter(([name]) => isPostgresBackend(name) && name !== 'pgbouncer');
+
+describeEachOrSkip(postgresServers)('when the PostgreSQL database turns read-only, as a standby after a failover (%s)', (_name, backend) => {
+  let database: TestDatabase;
+  let rollcall: Rollcall;
+  let admin: Knex;
+
+  /** Sets the database's default for new sessions and ends the service's sessions, so its pool opens new ones. */
+  const setReadOnly = async (on: boolean) => {
+    await admin.raw('SET default_transaction_read_only = off'); // this session's own, set at its start
+    await admin.raw(`ALTER DATABASE ${new URL(database.config.DATABASE_URL!).pathname.slice(1)} SET default_transaction_read_only = ${on ? 'on' : 'off'}`);
+    await admin.raw('SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()');
+  };
+
+  beforeAll(async () => {
+    database = await backend!.create();
+    admin = knex({ client: 'pg', connection: database.config.DATABASE_URL, pool: { min: 0, max: 1 } });
+    rollcall = await createRollcall(loadConfig({ LOG_LEVEL: 'silent', DATABASE_URL: database.config.DATABASE_URL, TX_RETRIES: '1' }));
+  });
+  afterAll(async () => {
+    await rollcall.close();
+    await admin.destroy();
+    await database.drop();
+  });
+
+  it('then every write is 503 unavailable with Retry-After, changing nothing, readiness fails, reads go on, and writes resume when it takes them again', async () => {
+    const api = request(createServer(rollcall.app));
+    const batch = (await api.post('/v1/batches').send({})).body;
+    const added = (await api.post(`/v1/batches/${batch.id}/items`).send({ count: 10 })).body;
+    const id0 = `${batch.id}:${added.groups[0].id}:0`;
+
+    await setReadOnly(true);
+    // Reads on the new sessions answer: the writes below meet a read-only session, not a lost connection.
+    await until(async () => (await api.get(`/v1/batches/${batch.id}`)).status === 200);
+    for (const res of [
+      await api.post('/v1/batches').send({}),
+      await api.post(`/v1/batches/${batch.id}/items`).send({ count: 1 }),
+      await api.post('/v1/acks').send({ ids: [id0] }),
+      await api.post(`/v1/batches/${batch.id}/seal`),
+      await api.post(`/v1/batches/${batch.id}/cancel`),
+    ]) {
+      expect([res.status, res.body.error?.code, res.headers['retry-after']]).toEqual([503, 'unavailable', '1']);
+    }
+    expect((await api.get('/readyz')).status).toBe(503);
+    expect((await api.get(`/v1/batches/${batch.id}`)).body).toMatchObject({ state: 'open', total: 10, succeeded: 0 });
+    expect((await api.get('/v1/batches')).body.batches).toHaveLength(1);
+
+    await setReadOnly(false);
+    await until(async () => (await api.get('/readyz')).status === 200);
+    expect((await api.post('/v1/acks').send({ ids: [id0] })).body).toMatchObject({ acked: 1 });
+  }, 30_000);
 });
 
 describeOnServers('when the database stops answering on open connections (%s)', (_name, backend) => {

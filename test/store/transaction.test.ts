@@ -107,3 +107,61 @@ describeEachOrSkip(postgres)('the settings a PostgreSQL transaction runs with (%
     }
   });
 });
+
+/**
+ * Makes the database refuse writes, as a failover's standby or the server's default would; returns
+ * the Db to use then. PostgreSQL: the database's default, which new sessions take (not behind a
+ * pooler, whose server sessions outlive the change).
+ */
+async function refusingWrites(name: string, database: TestDatabase, db: Db): Promise<Db> {
+  if (name === 'sqlite') await db.raw('PRAGMA query_only = ON');
+  if (name === 'mysql') await db.raw('SET SESSION TRANSACTION READ ONLY'); // the pool's one session
+  if (!isPostgresBackend(name)) return db;
+  await db.raw(`ALTER DATABASE ${new URL(database.config.DATABASE_URL as string).pathname.slice(1)} SET default_transaction_read_only = on`);
+  await db.destroy();
+  return openDb(database.config);
+}
+
+/** A statement the server cuts short by its own time limit (MySQL, MariaDB and PostgreSQL each have one). */
+async function cutShort(name: string, trx: Knex.Transaction): Promise<void> {
+  const heavy = 'COUNT(*) FROM information_schema.columns a, information_schema.columns b, information_schema.columns c';
+  if (isPostgresBackend(name)) {
+    await trx.raw("SET LOCAL statement_timeout = '10ms'");
+    await trx.raw('SELECT pg_sleep(1)');
+    return;
+  }
+  const [[{ version }]] = (await trx.raw('SELECT VERSION() AS version')) as [[{ version: string }]];
+  await trx.raw(version.includes('MariaDB') ? `SET STATEMENT max_statement_time = 0.01 FOR SELECT ${heavy}` : `SELECT /*+ MAX_EXECUTION_TIME(10) */ ${heavy}`);
+}
+
+describe.each(backends().filter(([name]) => name !== 'pgbouncer'))('a database that refuses writes (%s)', (name, backend) => {
+  it('when it is read-only, then a transaction is 503 unavailable, not an internal error, and nothing is written', async () => {
+    const database = await backend.create({ DB_POOL_SIZE: '1' });
+    let db = openDb(database.config);
+    try {
+      // Named as rollcall's table: on SQLite a transaction claims the write lock by a write to it.
+      await db.schema.createTable('batches', (t) => {
+        t.string('id').primary();
+      });
+      db = await refusingWrites(name, database, db);
+      await expect(inTransaction(db, { retries: 2 }, (trx) => trx('batches').insert({ id: 'a' }))).rejects.toMatchObject({ code: 'unavailable', status: 503 });
+      expect(await db('batches').select('id')).toEqual([]);
+    } finally {
+      await db.destroy();
+      await database.drop();
+    }
+  });
+});
+
+describeOnServers('a statement the server cuts short (%s)', (name, backend) => {
+  it('when its own time limit ends a statement, then a transaction is 503 unavailable, not an internal error', async () => {
+    const database = await backend.create();
+    const db = openDb(database.config);
+    try {
+      await expect(inTransaction(db, { retries: 2 }, (trx) => cutShort(name, trx))).rejects.toMatchObject({ code: 'unavailable', status: 503 });
+    } finally {
+      await db.destroy();
+      await database.drop();
+    }
+  });
+});

@@ -1,12 +1,13 @@
 import { Router } from 'express';
 
 import { NewerSchemaError, UnavailableError } from '../../domain/errors';
-import { Db, ping } from '../../store/db';
+import { Db, ensureWritable, ping } from '../../store/db';
 import { schemaState, unknownMigrations } from '../../store/migrations';
 
 /**
- * Liveness (the process runs) and readiness (the database answers and its schema is current). A
- * database that is not ready is an UnavailableError, answered like every other error (errorHandler.ts).
+ * Liveness (the process runs) and readiness (the database answers, takes writes where it can tell,
+ * and its schema is current). A database that is not ready is an UnavailableError, answered like
+ * every other error (errorHandler.ts).
  */
 export function healthRoutes(db: Db): Router {
   const router = Router();
@@ -15,6 +16,7 @@ export function healthRoutes(db: Db): Router {
   });
   router.get('/readyz', async (_req, res) => {
     await ping(db);
+    await ensureWritable(db);
     const state = await schemaState(db).catch((cause: unknown) => {
       throw new UnavailableError('the database is not available', { cause });
     });
