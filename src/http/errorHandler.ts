@@ -1,3 +1,5 @@
+import type { Duplex } from 'node:stream';
+
 import type { ErrorRequestHandler } from 'express';
 
 import { RollcallError, toError } from '../domain/errors';
@@ -37,3 +39,25 @@ export const errorHandler: ErrorRequestHandler = (caught, req, res, _next) => {
   else req.log.debug({ err: error }, 'request refused');
   res.status(status).json(answer[1]);
 };
+
+/**
+ * What Node's HTTP parser refuses before express sees a request (headers past 16 KiB, a malformed
+ * request line or header, a request that did not arrive in time): Node answers these with an empty
+ * body; here they get the contract's error shape. By Node's own choice of status (_http_server.js).
+ */
+const PARSER_REFUSALS: Record<string, [status: number, reason: string, code: string, message: string]> = {
+  HPE_HEADER_OVERFLOW: [431, 'Request Header Fields Too Large', 'headers_too_large', 'the request line and headers are larger than the server takes (16 KiB)'],
+  HPE_CHUNK_EXTENSIONS_OVERFLOW: [413, 'Payload Too Large', 'payload_too_large', 'the chunk extensions of the body are too large'],
+  ERR_HTTP_REQUEST_TIMEOUT: [408, 'Request Timeout', 'request_timeout', 'the request did not arrive in time'],
+};
+
+/** The server's `clientError` listener: answers as above on a connection that has had no answer yet, then closes it. */
+export function answerClientError(error: Error & { code?: string }, socket: Duplex): void {
+  const [status, reason, code, message] = PARSER_REFUSALS[error.code ?? ''] ?? [400, 'Bad Request', 'invalid_request', 'the request is not valid HTTP/1.1'];
+  const written = (socket as Duplex & { bytesWritten?: number }).bytesWritten ?? 0;
+  if (error.code === 'ECONNRESET' || !socket.writable || written > 0) return void socket.destroy();
+  const json = JSON.stringify(body(code, message));
+  socket.end(
+    `HTTP/1.1 ${status} ${reason}\r\nContent-Type: application/json; charset=utf-8\r\nContent-Length: ${Buffer.byteLength(json)}\r\nConnection: close\r\n\r\n${json}`,
+  );
+}

@@ -2,6 +2,8 @@ import http from 'node:http';
 
 import type { Express } from 'express';
 
+import { answerClientError } from './errorHandler';
+
 // `any[]`: TypeScript lets a class extend a constructor value only when it takes `...args: any[]`.
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
 type Constructor<T> = new (...args: any[]) => T;
@@ -15,7 +17,7 @@ function subclassWith<T extends object>(base: Constructor<T>, prototype: object)
 
 /**
  * The HTTP server for an express app, whose requests and responses are created with the app's
- * prototypes from the start.
+ * prototypes from the start, and whose parser's refusals are answered in the API's error shape.
  *
  * Express's `app.handle` otherwise swaps the prototype of every request and response
  * (`Object.setPrototypeOf(req, app.request)`). V8 then builds new hidden classes and misses its
@@ -26,7 +28,7 @@ function subclassWith<T extends object>(base: Constructor<T>, prototype: object)
  * property express or this service put on `app.request` stays reachable one step up the chain.
  */
 export function createServer(app: Express): http.Server {
-  return http.createServer(messageClassesOf(app), app);
+  return http.createServer(messageClassesOf(app), app).on('clientError', answerClientError);
 }
 
 interface MessageClasses {

@@ -1,4 +1,6 @@
+import { once } from 'node:events';
 import type { IncomingMessage, ServerResponse } from 'node:http';
+import net, { type AddressInfo } from 'node:net';
 import zlib from 'node:zlib';
 
 import request from 'supertest';
@@ -28,6 +30,40 @@ describe.each(backends())('the HTTP server (%s)', (_name, backend) => {
     await send(request(server));
     return { seen, app };
   }
+
+  /** Sends raw bytes to a server of the app and reads the whole answer, up to the connection's close. */
+  async function rawAnswer(bytes: string): Promise<{ status: number; headers: string; body: string }> {
+    const server = createServer(svc.rollcall.app).listen(0, '127.0.0.1');
+    await once(server, 'listening');
+    try {
+      const socket = net.connect((server.address() as AddressInfo).port, '127.0.0.1');
+      socket.on('error', () => undefined); // a reset after the answer is no matter here
+      socket.write(bytes);
+      let text = '';
+      for await (const chunk of socket) text += String(chunk);
+      const [head = '', body = ''] = text.split('\r\n\r\n');
+      return { status: Number(head.split(' ')[1]), headers: head.toLowerCase(), body };
+    } finally {
+      server.close();
+    }
+  }
+
+  it.each([
+    ['headers past 16 KiB', 431, 'headers_too_large', `GET /v1/batches?userKey=${'a'.repeat(17_000)} HTTP/1.1\r\nHost: localhost\r\n\r\n`],
+    ['a space in the path', 400, 'invalid_request', 'GET /v1/batches/a b HTTP/1.1\r\nHost: localhost\r\n\r\n'],
+    [
+      'Content-Length with chunked',
+      400,
+      'invalid_request',
+      'POST /v1/acks HTTP/1.1\r\nHost: localhost\r\nContent-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n{}',
+    ],
+    ['a control byte in a header', 400, 'invalid_request', 'GET /v1/batches HTTP/1.1\r\nHost: localhost\r\nX-Bad: a\x01b\r\n\r\n'],
+  ])("when Node's HTTP parser refuses a request (%s), then the answer is %i %s in the API's error shape", async (_what, status, code, bytes) => {
+    const answer = await rawAnswer(bytes);
+    expect(answer.status).toBe(status);
+    expect(answer.headers).toContain('content-type: application/json');
+    expect(JSON.parse(answer.body)).toEqual({ error: { code, message: expect.any(String) } });
+  });
 
   it.each(['/v1/batches/%E0%A4%A', '/v1/items/%ZZ', '/v1/batches/%C0/failures'])(
     'when a path parameter is not valid percent-encoding (%s), then 400 invalid_request',
