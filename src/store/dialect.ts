@@ -123,6 +123,17 @@ export const PROFILES: Readonly<Record<DialectName, DialectProfile>> = {
         'ER_QUERY_TIMEOUT',
         'ER_ERRNO_1969',
         'ER_QUERY_INTERRUPTED',
+        // The server out of room or of resources, or a limit an operator set on the user: its
+        // state, not the request's content.
+        'ER_DISK_FULL',
+        'ER_RECORD_FILE_FULL',
+        'ER_OUTOFMEMORY',
+        'ER_OUT_OF_RESOURCES',
+        'ER_LOCK_TABLE_FULL',
+        'ER_TOO_MANY_USER_CONNECTIONS',
+        'ER_USER_LIMIT_REACHED',
+        // MySQL 8.0.24+: the session outlived wait_timeout and was closed.
+        'ER_CLIENT_INTERACTION_TIMEOUT',
       ],
       unavailablePrefixes: [],
       unavailableDriverMessages: [],
@@ -159,22 +170,22 @@ export const PROFILES: Readonly<Record<DialectName, DialectProfile>> = {
       busy: [],
       unavailable: [
         ...NETWORK_DOWN,
-        '57P01', // admin_shutdown
-        '57P02', // crash_shutdown
-        '57P03', // cannot_connect_now (starting up, shutting down, in recovery)
-        '53300', // too_many_connections
         '3D000', // invalid_catalog_name: the database does not exist
         '28000', // invalid_authorization_specification
         '28P01', // invalid_password
         // read_only_sql_transaction: a standby after a failover, a demoted primary, or
         // default_transaction_read_only set on the server, database or role.
         '25006',
-        // query_canceled: statement_timeout set on the server, database or role, or an operator's
-        // pg_cancel_backend. Not the request's doing: unanswered, as DB_QUERY_TIMEOUT's own limit is.
-        '57014',
+        // idle_in_transaction_session_timeout ended the session (DB_QUERY_TIMEOUT sets it; a
+        // service stalled that long mid-transaction meets it on its next statement).
+        '25P03',
       ],
-      // Class 08: connection exceptions.
-      unavailablePrefixes: ['08'],
+      // Whole classes the server answers for its own state, never for a request's content:
+      // 08 connection exceptions; 53 insufficient resources (disk_full, out_of_memory,
+      // too_many_connections, configuration_limit_exceeded such as temp_file_limit); 57 operator
+      // intervention (query_canceled by statement_timeout or pg_cancel_backend, admin_shutdown,
+      // crash_shutdown, cannot_connect_now, idle_session_timeout); 58 system errors (io_error).
+      unavailablePrefixes: ['08', '53', '57', '58'],
       unavailableDriverMessages: [
         'Connection terminated unexpectedly',
         'Connection terminated',

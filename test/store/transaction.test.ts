@@ -153,7 +153,39 @@ describe.each(backends().filter(([name]) => name !== 'pgbouncer'))('a database t
   });
 });
 
+/**
+ * Runs a transaction into a limit the server's operator set: PostgreSQL's temp_file_limit (53400,
+ * configuration_limit_exceeded), MySQL/MariaDB's max_heap_table_size (1114, the table is full).
+ */
+async function overALimit(name: string, database: TestDatabase): Promise<unknown> {
+  const db = openDb(database.config);
+  try {
+    return await inTransaction(db, { retries: 2 }, async (trx) => {
+      if (isPostgresBackend(name)) {
+        await trx.raw("SET LOCAL work_mem = '64kB'");
+        await trx.raw("SET LOCAL temp_file_limit = '64kB'");
+        await trx.raw('SELECT n FROM generate_series(1, 200000) AS n ORDER BY n DESC');
+        return;
+      }
+      await trx.raw('SET SESSION max_heap_table_size = 16384');
+      await trx.raw('CREATE TEMPORARY TABLE IF NOT EXISTS limited (n INT) ENGINE = MEMORY');
+      await trx.raw('INSERT INTO limited SELECT 1 FROM information_schema.columns a, information_schema.columns b');
+    });
+  } finally {
+    await db.destroy();
+  }
+}
+
 describeOnServers('a statement the server cuts short (%s)', (name, backend) => {
+  it("when a transaction meets a limit the server's operator set (a temp file limit, a table size limit), then it is 503 unavailable, not an internal error", async () => {
+    const database = await backend.create();
+    try {
+      await expect(overALimit(name, database)).rejects.toMatchObject({ code: 'unavailable', status: 503 });
+    } finally {
+      await database.drop();
+    }
+  });
+
   it('when its own time limit ends a statement, then a transaction is 503 unavailable, not an internal error', async () => {
     const database = await backend.create();
     const db = openDb(database.config);
