@@ -1,4 +1,4 @@
-import { Db, withoutQueryTimeout } from '../store/db';
+import { Db, unlessTheDatabaseFreezes, withoutQueryTimeout } from '../store/db';
 import { deleteBatchesWithGroups, lockDueBatches } from '../store/removeBatches';
 import { inTransaction } from '../store/transaction';
 import { ServiceDeps } from './deps';
@@ -22,10 +22,11 @@ export interface SweepResult {
  * Replicas sweeping at once skip each other's rows (SKIP LOCKED), so no work is done twice; each
  * goes on until it finds nothing left that it can lock. Its statements have no DB_QUERY_TIMEOUT: a
  * chunk's delete is as long as its batches are large (1.5M group rows took 4–5 s), and one cut off
- * at the limit was rolled back and chosen again at every sweep, so nothing was ever removed.
+ * at the limit was rolled back and chosen again at every sweep, so nothing was ever removed. A
+ * database that answers nothing at all for DB_QUERY_TIMEOUT still ends it (UnavailableError).
  */
 export function sweepOnce(deps: ServiceDeps, options: SweepOptions): Promise<SweepResult> {
-  return withoutQueryTimeout(deps.db, (db) => sweepChunks(deps, db, options));
+  return unlessTheDatabaseFreezes(deps.db, 'a sweep ran', () => withoutQueryTimeout(deps.db, (db) => sweepChunks(deps, db, options)));
 }
 
 async function sweepChunks(deps: ServiceDeps, db: Db, options: SweepOptions): Promise<SweepResult> {

@@ -351,6 +351,51 @@ export function queryTimeoutOf(db: Db): number {
   return openedWith.get(db)?.config.DB_QUERY_TIMEOUT ?? 0;
 }
 
+/** How often, at most, the database is asked whether it still answers while unlimited work runs. */
+const WATCH_INTERVAL_MS = 5_000;
+
+/**
+ * Runs `work` (migrations or a sweep, on a pool that waits without a limit, as an index built on a
+ * large table or a large batch's delete takes what it takes: withoutQueryTimeout), and fails
+ * instead once `db` has answered nothing for its DB_QUERY_TIMEOUT: a database host that froze
+ * mid-migration held the start, before the service listens, for ever, and one that froze mid-sweep
+ * held the sweep (and `POST /v1/admin/sweep`) until it answered again. `db` is asked on its own pool, which has that limit (`ping`); a ping that
+ * fails (too many connections, a refused connect) is borne until the limit has passed without any
+ * answer. Without DB_QUERY_TIMEOUT (0, and on SQLite) nothing is watched. The frozen statement
+ * itself may still hang then, holding its one connection until the host answers or TCP gives up
+ * (a start that failed exits, main.ts and cli/migrate.ts, which ends it).
+ */
+export async function unlessTheDatabaseFreezes<T>(db: Db, what: string, work: () => Promise<T>): Promise<T> {
+  const limitMs = queryTimeoutOf(db);
+  if (limitMs === 0) return work();
+  let watching = true;
+  let timer: NodeJS.Timeout | undefined;
+  const frozen = new Promise<never>((_, reject) => {
+    let answeredAt = Date.now();
+    const watch = async (): Promise<void> => {
+      if (!watching) return;
+      try {
+        await ping(db);
+        answeredAt = Date.now();
+      } catch (error) {
+        if (watching && Date.now() - answeredAt >= limitMs) {
+          reject(new UnavailableError(`the database answered nothing for ${limitMs} ms (DB_QUERY_TIMEOUT) while ${what}`, { cause: error }));
+          return;
+        }
+      }
+      if (watching) timer = setTimeout(() => void watch(), Math.min(WATCH_INTERVAL_MS, limitMs / 3));
+    };
+    timer = setTimeout(() => void watch(), Math.min(WATCH_INTERVAL_MS, limitMs / 3));
+  });
+  frozen.catch(() => undefined); // once the work has ended nobody listens to it: no unhandled rejection
+  try {
+    return await Promise.race([work(), frozen]);
+  } finally {
+    watching = false;
+    clearTimeout(timer);
+  }
+}
+
 /** Checks that the database answers (the profile's pingStatement); UnavailableError when it does not. */
 export async function ping(db: Db): Promise<void> {
   try {

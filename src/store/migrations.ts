@@ -1,8 +1,8 @@
 import { Knex } from 'knex';
 
 import { Migration, migrations } from '../../migrations';
-import { NewerSchemaError, UnavailableError } from '../domain/errors';
-import { Db, perTransactionSettings, ping, queryTimeoutOf, withoutQueryTimeout } from './db';
+import { NewerSchemaError } from '../domain/errors';
+import { Db, perTransactionSettings, unlessTheDatabaseFreezes, withoutQueryTimeout } from './db';
 import { withMigrationLock } from './migrationLock';
 
 /** Feeds knex's migrator from the imported list, so the same code runs from TypeScript and from dist/. */
@@ -50,7 +50,7 @@ export async function migrateLatest(db: Db): Promise<string[]> {
   if (state === 'newer') throw new NewerSchemaError(await unknownMigrations(db));
   // Everywhere the lock-table row, which Galera certification serialises across nodes too.
   // Two connections at least: the lock row's refresh must not wait for the migrations' transaction.
-  return unlessTheDatabaseFreezes(db, () =>
+  return unlessTheDatabaseFreezes(db, 'migrations ran', () =>
     withoutQueryTimeout(
       db,
       (unlimited) =>
@@ -61,49 +61,6 @@ export async function migrateLatest(db: Db): Promise<string[]> {
       { minConnections: 2 },
     ),
   );
-}
-
-/** How often, at most, the database is asked whether it still answers while migrations run. */
-const WATCH_INTERVAL_MS = 5_000;
-
-/**
- * Runs `work` (the migrations, on a pool that waits without a limit, as an index built on a large
- * table takes what it takes), and fails instead once `db` has answered nothing for its
- * DB_QUERY_TIMEOUT: a database host that froze mid-migration held the start, before the service
- * listens, for ever. `db` is asked on its own pool, which has that limit (`ping`); a ping that
- * fails (too many connections, a refused connect) is borne until the limit has passed without any
- * answer. Without DB_QUERY_TIMEOUT (0, and on SQLite) nothing is watched. The migrations' own
- * statement may still hang then: the caller exits (main.ts, cli/migrate.ts), which ends it.
- */
-async function unlessTheDatabaseFreezes<T>(db: Db, work: () => Promise<T>): Promise<T> {
-  const limitMs = queryTimeoutOf(db);
-  if (limitMs === 0) return work();
-  let watching = true;
-  let timer: NodeJS.Timeout | undefined;
-  const frozen = new Promise<never>((_, reject) => {
-    let answeredAt = Date.now();
-    const watch = async (): Promise<void> => {
-      if (!watching) return;
-      try {
-        await ping(db);
-        answeredAt = Date.now();
-      } catch (error) {
-        if (watching && Date.now() - answeredAt >= limitMs) {
-          reject(new UnavailableError(`the database answered nothing for ${limitMs} ms (DB_QUERY_TIMEOUT) while migrations ran`, { cause: error }));
-          return;
-        }
-      }
-      if (watching) timer = setTimeout(() => void watch(), Math.min(WATCH_INTERVAL_MS, limitMs / 3));
-    };
-    timer = setTimeout(() => void watch(), Math.min(WATCH_INTERVAL_MS, limitMs / 3));
-  });
-  frozen.catch(() => undefined); // once the work has ended nobody listens to it: no unhandled rejection
-  try {
-    return await Promise.race([work(), frozen]);
-  } finally {
-    watching = false;
-    clearTimeout(timer);
-  }
 }
 
 /**

@@ -7,7 +7,7 @@ import { createRollcall, Rollcall } from '../../src/rollcall';
 import { openDb } from '../../src/store/db';
 import { withMigrationLock } from '../../src/store/migrationLock';
 import { describeEachOrSkip, isPostgresBackend, serverBackends, TestDatabase } from '../helpers/backends';
-import { until } from '../helpers/realTime';
+import { realSleep, until } from '../helpers/realTime';
 import { TcpProxy } from '../helpers/tcpProxy';
 
 const servers = serverBackends();
@@ -76,6 +76,64 @@ describeOnServers('when the database goes away (%s)', (_name, backend) => {
     }
   }, 45_000);
 });
+
+describeEachOrSkip(servers.filter(([name]) => name === 'mysql' || name === 'pg'))(
+  'when the database host freezes in the middle of a sweep (%s)',
+  (name, backend) => {
+    it('then the sweep ends 503 unavailable after about DB_QUERY_TIMEOUT, not when the host answers again', async () => {
+      const database = await backend!.create();
+      const url = new URL(database.config.DATABASE_URL!);
+      const proxy = new TcpProxy(url.hostname, Number(url.port || (name === 'mysql' ? 3306 : 5432)));
+      await proxy.open();
+      const proxied = new URL(url.toString());
+      proxied.host = `127.0.0.1:${proxy.port}`;
+      const clock = { now: Date.UTC(2026, 10, 21, 12) };
+      const rollcall = await createRollcall(
+        loadConfig({
+          LOG_LEVEL: 'silent',
+          DATABASE_URL: proxied.toString(),
+          COMPLETED_RETENTION: '0',
+          SWEEP_INTERVAL: '0',
+          GROUP_SIZE: '8',
+          DB_QUERY_TIMEOUT: '1200ms',
+          LOCK_TIMEOUT: '100ms',
+        }),
+        { now: () => clock.now },
+      );
+      const direct = openDb(database.config);
+      try {
+        const api = request(createServer(rollcall.app));
+        const batch = (await api.post('/v1/batches').send({})).body;
+        const added = (await api.post(`/v1/batches/${batch.id}/items`).send({ count: 16 })).body;
+        await api.post(`/v1/batches/${batch.id}/seal`).send({});
+        const ids = added.groups.flatMap((g: { id: string; size: number }) => Array.from({ length: g.size }, (_, i) => `${batch.id}:${g.id}:${i}`));
+        expect((await api.post('/v1/acks').send({ ids })).body.completed).toHaveLength(1);
+        // Each group row's delete takes 0.7 s, so the sweep is inside its delete when the host freezes.
+        if (name === 'mysql') await direct.raw('CREATE TRIGGER slow_delete BEFORE DELETE ON item_groups FOR EACH ROW SET @slept = SLEEP(0.7)');
+        else {
+          await direct.raw('CREATE FUNCTION slow_delete() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_sleep(0.7); RETURN OLD; END $$');
+          await direct.raw('CREATE TRIGGER slow_delete BEFORE DELETE ON item_groups FOR EACH ROW EXECUTE FUNCTION slow_delete()');
+        }
+        clock.now += 1000;
+        const started = Date.now();
+        const sweeping = Promise.resolve(api.post('/v1/admin/sweep').send({}));
+        await realSleep(1000);
+        proxy.freeze();
+        const answer = await Promise.race([sweeping, realSleep(15_000).then(() => null)]);
+        expect(answer && [answer.status, answer.body.error?.code]).toEqual([503, 'unavailable']);
+        expect(Date.now() - started).toBeLessThan(10_000);
+        proxy.speak();
+        await sweeping;
+      } finally {
+        proxy.speak();
+        await direct.destroy();
+        await proxy.cut();
+        await rollcall.close();
+        await database.drop();
+      }
+    }, 60_000);
+  },
+);
 
 /** PostgreSQL servers whose sessions the test reaches: behind a pooler, server sessions outlive a change of the database's defaults. */
 const postgresServers = servers.filter(([name]) => isPostgresBackend(name) && name !== 'pgbouncer');
