@@ -98,7 +98,9 @@ export const PROFILES: Readonly<Record<DialectName, DialectProfile>> = {
       endsWithTransaction: false,
     }),
     errors: {
-      retryable: ['ER_LOCK_DEADLOCK'],
+      // A deadlock, or a Galera certification conflict (also 1213); MySQL Group Replication's
+      // certification conflict at COMMIT (3101).
+      retryable: ['ER_LOCK_DEADLOCK', 'ER_TRANSACTION_ROLLBACK_DURING_COMMIT'],
       retryablePrefixes: [],
       lockTimeout: ['ER_LOCK_WAIT_TIMEOUT'],
       busy: [],
@@ -134,6 +136,13 @@ export const PROFILES: Readonly<Record<DialectName, DialectProfile>> = {
         'ER_USER_LIMIT_REACHED',
         // MySQL 8.0.24+: the session outlived wait_timeout and was closed.
         'ER_CLIENT_INTERACTION_TIMEOUT',
+        // COMMIT failed in the server (a Galera node that lost the cluster: "Got error 6 during
+        // COMMIT"), or a Group Replication member that cannot commit (3100).
+        'ER_ERROR_DURING_COMMIT',
+        'ER_RUN_HOOK_ERROR',
+        // ProxySQL (docs/scaling.md) that reaches no writer: "Max connect timeout reached while
+        // reaching hostgroup" (9001, no name in mysql2).
+        'ER_ERRNO_9001',
       ],
       unavailablePrefixes: [],
       unavailableDriverMessages: [],
@@ -177,8 +186,10 @@ export const PROFILES: Readonly<Record<DialectName, DialectProfile>> = {
         // default_transaction_read_only set on the server, database or role.
         '25006',
         // idle_in_transaction_session_timeout ended the session (DB_QUERY_TIMEOUT sets it; a
-        // service stalled that long mid-transaction meets it on its next statement).
+        // service stalled that long mid-transaction meets it on its next statement), and
+        // PostgreSQL 17's transaction_timeout, an operator's limit.
         '25P03',
+        '25P04',
       ],
       // Whole classes the server answers for its own state, never for a request's content:
       // 08 connection exceptions; 53 insufficient resources (disk_full, out_of_memory,
@@ -218,7 +229,7 @@ export const PROFILES: Readonly<Record<DialectName, DialectProfile>> = {
       // LOCK_TIMEOUT between tries (busy), and what is still busy then is a lock timeout.
       lockTimeout: ['SQLITE_BUSY'],
       busy: ['SQLITE_BUSY'],
-      unavailable: ['SQLITE_CANTOPEN', 'SQLITE_FULL'],
+      unavailable: ['SQLITE_CANTOPEN', 'SQLITE_FULL', 'SQLITE_NOMEM'],
       // SQLITE_READONLY and its extended codes: a file, directory or disk that no longer takes writes.
       unavailablePrefixes: ['SQLITE_IOERR', 'SQLITE_READONLY'],
       unavailableDriverMessages: [],

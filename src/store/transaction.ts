@@ -180,6 +180,9 @@ export async function withRetries<T>(options: TransactionOptions, attempt: () =>
 /** Maps what the caller can only retry later to UnavailableError and passes every other error through. */
 export function asUnavailable(error: Error): Error {
   if (isLockTimeout(error)) return new LockHeldError({ cause: error });
+  // A read outside a transaction (reading.ts) is not retried: a conflict there (SQLite's
+  // SQLITE_BUSY_RECOVERY while another process recovers the WAL) is the same 503 as retries used up.
+  if (isRetryable(error)) return new UnavailableError('the database aborted the request (deadlock or conflict); try again', { cause: error });
   return isUnavailable(error) ? new UnavailableError('the database is not available', { cause: error }) : error;
 }
 

@@ -197,3 +197,43 @@ describeOnServers('a statement the server cuts short (%s)', (name, backend) => {
     }
   });
 });
+
+/**
+ * Errors the servers raise in situations a test cannot stage here (a Galera node losing the cluster
+ * at COMMIT, ProxySQL without a writer, MySQL Group Replication, PostgreSQL 17's
+ * transaction_timeout), raised by the server itself with the same number or SQLSTATE.
+ */
+const RAISED: Record<'mysql' | 'pg', Array<[what: string, code: string]>> = {
+  mysql: [
+    ['Galera: COMMIT failed after the node left the cluster', '1180'],
+    ['ProxySQL: no writer reachable', '9001'],
+    ['Group Replication: the member cannot commit', '3100'],
+    ['Group Replication: a certification conflict at COMMIT (retried, then 503)', '3101'],
+  ],
+  pg: [['PostgreSQL 17: transaction_timeout', '25P04']],
+};
+
+const raise = (name: string, code: string, message: string): string =>
+  isPostgresBackend(name)
+    ? `DO $$ BEGIN RAISE EXCEPTION '${message}' USING ERRCODE = '${code}'; END $$`
+    : `SIGNAL SQLSTATE 'HY000' SET MYSQL_ERRNO = ${code}, MESSAGE_TEXT = '${message}'`;
+
+describeOnServers('errors the server answers for its own state (%s)', (name, backend) => {
+  let database: TestDatabase;
+  let db: Db;
+  beforeAll(async () => {
+    database = await backend.create();
+    db = openDb(database.config);
+  });
+  afterAll(async () => {
+    await db.destroy();
+    await database.drop();
+  });
+
+  it.each(RAISED[isPostgresBackend(name) ? 'pg' : 'mysql'])(
+    'when it answers %s (%s), then a transaction is 503 unavailable, not an internal error',
+    async (what, code) => {
+      await expect(inTransaction(db, { retries: 1 }, (trx) => trx.raw(raise(name, code, what)))).rejects.toMatchObject({ code: 'unavailable', status: 503 });
+    },
+  );
+});
