@@ -359,9 +359,9 @@ const WATCH_INTERVAL_MS = 5_000;
  * large table or a large batch's delete takes what it takes: withoutQueryTimeout), and fails
  * instead once `db` has answered nothing for its DB_QUERY_TIMEOUT: a database host that froze
  * mid-migration held the start, before the service listens, for ever, and one that froze mid-sweep
- * held the sweep (and `POST /v1/admin/sweep`) until it answered again. `db` is asked on its own pool, which has that limit (`ping`); a ping that
- * fails (too many connections, a refused connect) is borne until the limit has passed without any
- * answer. Without DB_QUERY_TIMEOUT (0, and on SQLite) nothing is watched. The frozen statement
+ * held the sweep (and `POST /v1/admin/sweep`) until it answered again. `db` is asked on its own
+ * pool, which has that limit (`ping`); a ping that fails (too many connections, a refused connect)
+ * is borne until the limit has passed without any answer. Without DB_QUERY_TIMEOUT (0, and on SQLite) nothing is watched. The frozen statement
  * itself may still hang then, holding its one connection until the host answers or TCP gives up
  * (a start that failed exits, main.ts and cli/migrate.ts, which ends it).
  */

@@ -13,6 +13,16 @@ import { TcpProxy } from '../helpers/tcpProxy';
 const servers = serverBackends();
 const describeOnServers = describeEachOrSkip(servers);
 
+/** A TCP proxy in front of the database server of `url`. */
+const proxyTo = (url: URL): TcpProxy => new TcpProxy(url.hostname, Number(url.port || (url.protocol === 'mysql:' ? 3306 : 5432)));
+
+/** Opens a batch of 10 items; its first item's ID. */
+async function batchOfTen(api: ReturnType<typeof request>): Promise<{ batch: { id: string }; id0: string }> {
+  const batch = (await api.post('/v1/batches').send({})).body;
+  const added = (await api.post(`/v1/batches/${batch.id}/items`).send({ count: 10 })).body;
+  return { batch, id0: `${batch.id}:${added.groups[0].id}:0` };
+}
+
 describeOnServers('when the database goes away (%s)', (_name, backend) => {
   let database: TestDatabase;
   let proxy: TcpProxy;
@@ -21,7 +31,7 @@ describeOnServers('when the database goes away (%s)', (_name, backend) => {
   beforeAll(async () => {
     database = await backend!.create();
     const url = new URL(database.config.DATABASE_URL!);
-    proxy = new TcpProxy(url.hostname, Number(url.port || (url.protocol === 'mysql:' ? 3306 : 5432)));
+    proxy = proxyTo(url);
     await proxy.open();
     url.host = `127.0.0.1:${proxy.port}`;
     rollcall = await createRollcall(loadConfig({ LOG_LEVEL: 'silent', DATABASE_URL: url.toString(), DB_POOLER: database.config.DB_POOLER, TX_RETRIES: '1' }));
@@ -34,9 +44,7 @@ describeOnServers('when the database goes away (%s)', (_name, backend) => {
 
   it('then requests get 503 unavailable, readiness fails, and service resumes when it is back', async () => {
     const api = request(createServer(rollcall.app));
-    const batch = (await api.post('/v1/batches').send({})).body;
-    const added = (await api.post(`/v1/batches/${batch.id}/items`).send({ count: 10 })).body;
-    const id0 = `${batch.id}:${added.groups[0].id}:0`;
+    const { batch, id0 } = await batchOfTen(api);
 
     await proxy.cut();
     for (const res of [
@@ -83,7 +91,7 @@ describeEachOrSkip(servers.filter(([name]) => name === 'mysql' || name === 'pg')
     it('then the sweep ends 503 unavailable after about DB_QUERY_TIMEOUT, not when the host answers again', async () => {
       const database = await backend!.create();
       const url = new URL(database.config.DATABASE_URL!);
-      const proxy = new TcpProxy(url.hostname, Number(url.port || (name === 'mysql' ? 3306 : 5432)));
+      const proxy = proxyTo(url);
       await proxy.open();
       const proxied = new URL(url.toString());
       proxied.host = `127.0.0.1:${proxy.port}`;
@@ -163,9 +171,7 @@ describeEachOrSkip(postgresServers)('when the PostgreSQL database turns read-onl
 
   it('then every write is 503 unavailable with Retry-After, changing nothing, readiness fails, reads go on, and writes resume when it takes them again', async () => {
     const api = request(createServer(rollcall.app));
-    const batch = (await api.post('/v1/batches').send({})).body;
-    const added = (await api.post(`/v1/batches/${batch.id}/items`).send({ count: 10 })).body;
-    const id0 = `${batch.id}:${added.groups[0].id}:0`;
+    const { batch, id0 } = await batchOfTen(api);
 
     await setReadOnly(true);
     // Reads on the new sessions answer: the writes below meet a read-only session, not a lost connection.
@@ -198,7 +204,7 @@ describeOnServers('when the database stops answering on open connections (%s)', 
   beforeAll(async () => {
     database = await backend!.create();
     const url = new URL(database.config.DATABASE_URL!);
-    proxy = new TcpProxy(url.hostname, Number(url.port || (url.protocol === 'mysql:' ? 3306 : 5432)));
+    proxy = proxyTo(url);
     await proxy.open();
     url.host = `127.0.0.1:${proxy.port}`;
     rollcall = await createRollcall(
@@ -221,9 +227,7 @@ describeOnServers('when the database stops answering on open connections (%s)', 
 
   it('then requests get 503 unavailable after DB_QUERY_TIMEOUT instead of hanging, and service resumes when it answers again', async () => {
     const api = request(createServer(rollcall.app));
-    const batch = (await api.post('/v1/batches').send({})).body;
-    const added = (await api.post(`/v1/batches/${batch.id}/items`).send({ count: 10 })).body;
-    const id0 = `${batch.id}:${added.groups[0].id}:0`;
+    const { batch, id0 } = await batchOfTen(api);
     // Warm connections in the pool, for the requests below to take.
     await Promise.all(Array.from({ length: 6 }, () => api.get(`/v1/batches/${batch.id}`)));
 
@@ -263,7 +267,7 @@ describeOnServers('when the answers of the database are lost and it never hears 
   beforeAll(async () => {
     database = await backend!.create();
     const url = new URL(database.config.DATABASE_URL!);
-    proxy = new TcpProxy(url.hostname, Number(url.port || (url.protocol === 'mysql:' ? 3306 : 5432)));
+    proxy = proxyTo(url);
     await proxy.open();
     const directUrl = url.toString();
     url.host = `127.0.0.1:${proxy.port}`;
@@ -304,7 +308,7 @@ describeOnServers('when the database freezes while a replica starts (%s)', (_nam
     const database = await backend.create();
     const direct = openDb(database.config);
     const url = new URL(database.config.DATABASE_URL!);
-    const proxy = new TcpProxy(url.hostname, Number(url.port || (url.protocol === 'mysql:' ? 3306 : 5432)));
+    const proxy = proxyTo(url);
     try {
       // Another replica holds the migration lock: this one waits for it on the migrations' pool,
       // which has no time limit (an index build takes what it takes).

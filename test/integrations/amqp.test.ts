@@ -366,47 +366,33 @@ describeWith(amqpUrl).each(backends())('rollcall/amqp on a real RabbitMQ quorum 
     await check.close();
   });
 
-  it('when the handler throws a value that cannot be made text (Object.create(null)) on the last delivery, then the failure is still recorded and the message settled', async () => {
-    const client = new RollcallClient({ baseUrl: svc.url });
-    const { queue, batch } = await produce(client, 2);
-    const channel = await (await connect()).createChannel();
-    channel.on('error', () => undefined);
-    const consume = rollcallConsumer(
-      client,
-      channel,
-      () => {
-        throw Object.create(null) as unknown;
-      },
-      { maxDeliveries: 0 },
-    );
-    await channel.consume(queue, consume);
-    const done = await client.waitForCompletion(batch.id, { timeoutMs: 20_000 });
-    expect(done).toMatchObject({ state: 'complete', failed: 2 });
-    expect((await client.failures(batch.id)).failures.map((f) => f.error)).toEqual(['a thrown [object Object]', 'a thrown [object Object]']);
-    await consume.drain();
-    await drained(queue);
-  });
+  /** Message n's throw: the same value for both, or one of its own each. */
+  const throwsOf = (thrown: (n: number) => unknown) => (message: ConsumeMessage) => {
+    throw thrown((JSON.parse(message.content.toString()) as { n: number }).n);
+  };
 
-  it("when the handler throws a plain { message } object or another realm's Error on the last delivery, then the failure reason is that message", async () => {
-    const client = new RollcallClient({ baseUrl: svc.url });
-    const { queue, batch } = await produce(client, 2);
-    const channel = await (await connect()).createChannel();
-    channel.on('error', () => undefined);
-    const consume = rollcallConsumer(
-      client,
-      channel,
-      (message) => {
-        if ((JSON.parse(message.content.toString()) as { n: number }).n === 0) throw { message: 'quota exceeded', code: 429 };
-        throw vm.runInNewContext("new Error('boom')") as unknown;
-      },
-      { maxDeliveries: 0 },
-    );
-    await channel.consume(queue, consume);
-    expect(await client.waitForCompletion(batch.id, { timeoutMs: 20_000 })).toMatchObject({ state: 'complete', failed: 2 });
-    expect((await client.failures(batch.id)).failures.map((f) => f.error).sort()).toEqual(['boom', 'quota exceeded']);
-    await consume.drain();
-    await drained(queue);
-  });
+  it.each([
+    ['a value that cannot be made text (Object.create(null))', () => Object.create(null) as unknown, ['a thrown [object Object]', 'a thrown [object Object]']],
+    [
+      "a plain { message } object or another realm's Error",
+      (n: number) => (n === 0 ? { message: 'quota exceeded', code: 429 } : vm.runInNewContext("new Error('boom')")) as unknown,
+      ['boom', 'quota exceeded'],
+    ],
+  ])(
+    'when the handler throws %s on the last delivery, then the failure is recorded with its reason and the message settled',
+    async (_what, thrown, reasons) => {
+      const client = new RollcallClient({ baseUrl: svc.url });
+      const { queue, batch } = await produce(client, 2);
+      const channel = await (await connect()).createChannel();
+      channel.on('error', () => undefined);
+      const consume = rollcallConsumer(client, channel, throwsOf(thrown), { maxDeliveries: 0 });
+      await channel.consume(queue, consume);
+      expect(await client.waitForCompletion(batch.id, { timeoutMs: 20_000 })).toMatchObject({ state: 'complete', failed: 2 });
+      expect((await client.failures(batch.id)).failures.map((f) => f.error).sort()).toEqual(reasons);
+      await consume.drain();
+      await drained(queue);
+    },
+  );
 
   it('when RabbitMQ cancels the consumer (its queue is deleted), then onCancelled is told', async () => {
     const client = new RollcallClient({ baseUrl: svc.url });
