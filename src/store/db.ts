@@ -6,6 +6,7 @@ import type { Logger } from 'pino';
 
 import type { Config } from '../config';
 import { toError, UnavailableError } from '../domain/errors';
+import { isReadOnly } from './dbErrors';
 import { lockWaitSeconds, profileOf } from './dialect';
 
 export type Db = Knex;
@@ -406,20 +407,23 @@ export async function ping(db: Db): Promise<void> {
 }
 
 /**
- * Checks that the database takes writes where it can tell (the profile's readOnlyQuery): a
- * PostgreSQL standby answers every read, and would refuse every batch, add and ack.
+ * Checks that the database takes this service's writes where it can tell (the profile's
+ * writableCheck): a PostgreSQL standby, or a MySQL/MariaDB server made read-only for a failover,
+ * answers every read and would refuse every batch, add and ack. `table` is one the schema always
+ * has, for a write that matches no row of it.
  */
-export async function ensureWritable(db: Db): Promise<void> {
-  const query = profileOf(db).readOnlyQuery;
-  if (query === null) return;
-  let readOnly: unknown;
+export async function ensureWritable(db: Db, table: string): Promise<void> {
+  const check = profileOf(db).writableCheck;
+  if (check === null) return;
+  let readOnly: unknown = false;
   try {
-    const { rows } = (await db.raw(query)) as { rows: Array<{ read_only: unknown }> };
-    readOnly = rows[0]?.read_only;
+    if (check.kind === 'query') readOnly = ((await db.raw(check.sql)) as { rows: Array<{ read_only: unknown }> }).rows[0]?.read_only;
+    else await db.raw('UPDATE ?? SET ?? = ?? WHERE 1 = 0', [table, 'id', 'id']);
   } catch (caught) {
-    throw new UnavailableError('the database is not available', { cause: toError(caught) });
+    if (!isReadOnly(caught)) throw new UnavailableError('the database is not available', { cause: toError(caught) });
+    readOnly = true;
   }
-  if (readOnly !== false) throw new UnavailableError('the database takes no writes (read-only: a standby, or default_transaction_read_only)');
+  if (readOnly !== false) throw new UnavailableError('the database takes no writes (read-only: a standby, read_only, or a read-only default for sessions)');
 }
 
 export interface PoolStats {

@@ -19,6 +19,7 @@ const LOCK_TIMEOUT = codes('lockTimeout');
 const BUSY = codes('busy');
 const UNAVAILABLE = codes('unavailable');
 const UNAVAILABLE_PREFIXES = prefixes('unavailablePrefixes');
+const READ_ONLY = codes('readOnly');
 const DUPLICATE_KEY = codes('duplicateKey');
 const DRIVER_GONE_MESSAGES = codes('unavailableDriverMessages');
 
@@ -61,6 +62,12 @@ export function isUnavailable(error: unknown): boolean {
   const message = (error as { message?: unknown } | null)?.message;
   if (code !== undefined || typeof message !== 'string') return false;
   return [...DRIVER_GONE_MESSAGES].some((gone) => message === gone || message.endsWith(` - ${gone}`));
+}
+
+/** A write refused because the server or the session takes no writes (also isUnavailable). */
+export function isReadOnly(error: unknown): boolean {
+  const code = codeOf(error);
+  return code !== undefined && READ_ONLY.has(code);
 }
 
 /** A unique key refused the insert. */

@@ -41,11 +41,12 @@ export interface DialectProfile {
    */
   pingStatement: string;
   /**
-   * A query whose one row's `read_only` says that new transactions cannot write (db.ts
-   * `ensureWritable`, for readiness): null where a server read-only for some users only, or a file,
-   * cannot be told apart that way; writes refused there are still 503 (errors.unavailable).
+   * How readiness tells that this service's writes would be refused (db.ts `ensureWritable`):
+   * `query`, a query whose one row's `read_only` says so; `zero-row-write`, a write that matches no
+   * row, which the server refuses as it would any write of this user; null where neither is safe.
+   * Writes refused there are still 503 (errors.unavailable).
    */
-  readOnlyQuery: string | null;
+  writableCheck: { kind: 'query'; sql: string } | { kind: 'zero-row-write' } | null;
   /**
    * The statement that makes this transaction's lock waits end after `ms` (null where a file lock,
    * not a row lock, is waited for). `endsWithTransaction`: false where it holds for the session, so
@@ -63,6 +64,8 @@ export interface DialectProfile {
     busy: readonly string[];
     unavailable: readonly string[];
     unavailablePrefixes: readonly string[];
+    /** Among `unavailable`: a write refused because the server or the session takes no writes. */
+    readOnly: readonly string[];
     /**
      * Errors the driver raises itself, with no code, when its connection is gone: matched by exact
      * message (node-postgres's own, never the server's text).
@@ -78,6 +81,18 @@ export const lockWaitSeconds = (ms: number) => Math.max(1, Math.ceil(ms / 1000))
 /** Socket-level codes every network driver reports when the server is away. */
 const NETWORK_DOWN = ['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EPIPE', 'ENOTFOUND', 'EHOSTUNREACH'];
 
+/**
+ * A server made read-only for a failover (`read_only`, 1290, for users without SUPER), or a
+ * session read-only by the server's default (`transaction_read_only`, `tx_read_only`, 1792).
+ */
+const MYSQL_READ_ONLY = ['ER_OPTION_PREVENTS_STATEMENT', 'ER_CANT_EXECUTE_IN_READ_ONLY_TRANSACTION'];
+
+/**
+ * read_only_sql_transaction: a standby after a failover, a demoted primary, or
+ * default_transaction_read_only set on the server, database or role.
+ */
+const POSTGRES_READ_ONLY = ['25006'];
+
 export const PROFILES: Readonly<Record<DialectName, DialectProfile>> = {
   mysql: {
     name: 'mysql',
@@ -88,9 +103,11 @@ export const PROFILES: Readonly<Record<DialectName, DialectProfile>> = {
     writers: 'pool',
     tableOptions: ' ENGINE=InnoDB',
     pingStatement: 'DO 1',
-    // read_only binds only users without SUPER (or CONNECTION_ADMIN), and the session variable is
-    // spelt differently by MySQL and MariaDB releases: no one query says what this user may do.
-    readOnlyQuery: null,
+    // read_only binds only users without SUPER (READ_ONLY ADMIN, CONNECTION_ADMIN), and the session
+    // variable is spelt differently by MySQL and MariaDB releases: no one query says what this user
+    // may do, but a write that matches no row is refused (1290, 1792) exactly when theirs would be.
+    // It writes nothing: no row lock, no binary log event, no Galera write set.
+    writableCheck: { kind: 'zero-row-write' },
     // Row locks and table/metadata locks alike (db.ts sets both per session).
     lockWaitStatement: (ms, atMost = false) => ({
       sql: 'SET SESSION innodb_lock_wait_timeout = ?, lock_wait_timeout = ?',
@@ -113,12 +130,9 @@ export const PROFILES: Readonly<Record<DialectName, DialectProfile>> = {
         'ER_ACCESS_DENIED_ERROR',
         'ER_BAD_DB_ERROR',
         // A Galera node that left the cluster answers 1047 (WSREP has not yet prepared node for
-        // application use); a server made read-only for a failover answers 1290. Both pass.
+        // application use). It passes, as does a read-only server or session (MYSQL_READ_ONLY).
         'ER_UNKNOWN_COM_ERROR',
-        'ER_OPTION_PREVENTS_STATEMENT',
-        // Sessions made read-only by the server's default (`transaction_read_only`, `tx_read_only`):
-        // the same server-side refusal, for every user.
-        'ER_CANT_EXECUTE_IN_READ_ONLY_TRANSACTION',
+        ...MYSQL_READ_ONLY,
         // A statement the server cut short: its own time limit (MySQL's max_execution_time 3024,
         // MariaDB's max_statement_time 1969, which mysql2 has no name for) or an operator's KILL
         // QUERY (1317). Not the request's doing: unanswered, as DB_QUERY_TIMEOUT's own limit is.
@@ -145,6 +159,7 @@ export const PROFILES: Readonly<Record<DialectName, DialectProfile>> = {
         'ER_ERRNO_9001',
       ],
       unavailablePrefixes: [],
+      readOnly: MYSQL_READ_ONLY,
       unavailableDriverMessages: [],
       duplicateKey: ['ER_DUP_ENTRY'],
     },
@@ -160,7 +175,8 @@ export const PROFILES: Readonly<Record<DialectName, DialectProfile>> = {
     pingStatement: 'select 1',
     // On in recovery (a standby, a demoted primary after a failover) and where
     // default_transaction_read_only is set for the server, database or role.
-    readOnlyQuery: "SELECT current_setting('transaction_read_only') = 'on' AS read_only",
+    // A query, not a write: it takes no table lock, so a migration's ALTER cannot hold readiness up.
+    writableCheck: { kind: 'query', sql: "SELECT current_setting('transaction_read_only') = 'on' AS read_only" },
     // LOCAL: for this transaction only. At least 1 ms: a lock_timeout of 0 means no limit. A SET
     // statement, not set_config(): Citus sends a SET LOCAL on to the workers where the row locks are
     // taken (with citus.propagate_set_commands = 'local', set per session, db.ts); set_config() it
@@ -182,9 +198,7 @@ export const PROFILES: Readonly<Record<DialectName, DialectProfile>> = {
         '3D000', // invalid_catalog_name: the database does not exist
         '28000', // invalid_authorization_specification
         '28P01', // invalid_password
-        // read_only_sql_transaction: a standby after a failover, a demoted primary, or
-        // default_transaction_read_only set on the server, database or role.
-        '25006',
+        ...POSTGRES_READ_ONLY,
         // idle_in_transaction_session_timeout ended the session (DB_QUERY_TIMEOUT sets it; a
         // service stalled that long mid-transaction meets it on its next statement), and
         // PostgreSQL 17's transaction_timeout, an operator's limit.
@@ -197,6 +211,7 @@ export const PROFILES: Readonly<Record<DialectName, DialectProfile>> = {
       // intervention (query_canceled by statement_timeout or pg_cancel_backend, admin_shutdown,
       // crash_shutdown, cannot_connect_now, idle_session_timeout); 58 system errors (io_error).
       unavailablePrefixes: ['08', '53', '57', '58'],
+      readOnly: POSTGRES_READ_ONLY,
       unavailableDriverMessages: [
         'Connection terminated unexpectedly',
         'Connection terminated',
@@ -219,7 +234,8 @@ export const PROFILES: Readonly<Record<DialectName, DialectProfile>> = {
     writers: 'one-per-file',
     tableOptions: '',
     pingStatement: 'select 1',
-    readOnlyQuery: null,
+    // A zero-row write would take the file's write lock, outside this process's queue of writers.
+    writableCheck: null,
     lockWaitStatement: () => null,
     errors: {
       retryable: [],
@@ -232,6 +248,7 @@ export const PROFILES: Readonly<Record<DialectName, DialectProfile>> = {
       unavailable: ['SQLITE_CANTOPEN', 'SQLITE_FULL', 'SQLITE_NOMEM'],
       // SQLITE_READONLY and its extended codes: a file, directory or disk that no longer takes writes.
       unavailablePrefixes: ['SQLITE_IOERR', 'SQLITE_READONLY'],
+      readOnly: [], // SQLite has no writableCheck to tell
       unavailableDriverMessages: [],
       duplicateKey: ['SQLITE_CONSTRAINT_UNIQUE', 'SQLITE_CONSTRAINT_PRIMARYKEY'],
     },

@@ -2,7 +2,7 @@ import { Knex } from 'knex';
 
 import { Migration, migrations } from '../../migrations';
 import { NewerSchemaError } from '../domain/errors';
-import { Db, perTransactionSettings, unlessTheDatabaseFreezes, withoutQueryTimeout } from './db';
+import { Db, ensureWritable, perTransactionSettings, unlessTheDatabaseFreezes, withoutQueryTimeout } from './db';
 import { withMigrationLock } from './migrationLock';
 
 /** Feeds knex's migrator from the imported list, so the same code runs from TypeScript and from dist/. */
@@ -98,6 +98,12 @@ export async function schemaState(db: Db): Promise<SchemaState> {
   if (migrations.some(([name]) => !done.has(name))) return 'behind';
   return unknownOf(applied).length > 0 ? 'newer' : 'current';
 }
+
+/**
+ * Readiness's check that the database takes this service's writes (db.ts ensureWritable), on the
+ * migrations' own table: every schema has it, and no migration alters it.
+ */
+export const ensureSchemaWritable = (db: Db): Promise<void> => ensureWritable(db, TABLE);
 
 /** The applied migrations this version does not know. */
 export async function unknownMigrations(db: Db): Promise<string[]> {

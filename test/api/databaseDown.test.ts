@@ -195,6 +195,52 @@ describeEachOrSkip(postgresServers)('when the PostgreSQL database turns read-onl
   }, 30_000);
 });
 
+const mysqlServers = servers.filter(([name]) => name === 'mysql');
+
+describeEachOrSkip(mysqlServers)('when the MySQL/MariaDB server turns read-only for its users, as a replica after a failover (%s)', (_name, backend) => {
+  const user = `rollcall_ro_${Date.now().toString(36)}`;
+  let database: TestDatabase;
+  let rollcall: Rollcall;
+  let admin: Knex;
+
+  /** `read_only` binds users without SUPER (READ_ONLY ADMIN): the service's user, not the other tests' root. */
+  const setReadOnly = (on: boolean) => admin.raw(`SET GLOBAL read_only = ${on ? 'ON' : 'OFF'}`);
+
+  beforeAll(async () => {
+    database = await backend!.create();
+    const url = new URL(database.config.DATABASE_URL!);
+    admin = knex({ client: 'mysql2', connection: { uri: url.toString() } as never, pool: { min: 0, max: 1 } });
+    await admin.raw("CREATE USER ??@'%' IDENTIFIED BY 'pw'", [user]);
+    await admin.raw("GRANT ALL ON ??.* TO ??@'%'", [url.pathname.slice(1), user]);
+    Object.assign(url, { username: user, password: 'pw' });
+    rollcall = await createRollcall(loadConfig({ LOG_LEVEL: 'silent', DATABASE_URL: url.toString(), TX_RETRIES: '1' }));
+  });
+  afterAll(async () => {
+    await setReadOnly(false);
+    await rollcall.close();
+    await admin.raw("DROP USER IF EXISTS ??@'%'", [user]);
+    await admin.destroy();
+    await database.drop();
+  });
+
+  it('then readiness fails and every write is 503 unavailable, changing nothing; both recover when it takes writes again', async () => {
+    const api = request(createServer(rollcall.app));
+    const { batch, id0 } = await batchOfTen(api);
+    expect((await api.get('/readyz')).status).toBe(200);
+
+    await setReadOnly(true);
+    const ready = await api.get('/readyz');
+    expect([ready.status, ready.body.error?.code]).toEqual([503, 'unavailable']);
+    for (const res of [await api.post('/v1/batches').send({}), await api.post('/v1/acks').send({ ids: [id0] })])
+      expect([res.status, res.body.error?.code]).toEqual([503, 'unavailable']);
+    expect((await api.get(`/v1/batches/${batch.id}`)).body).toMatchObject({ state: 'open', total: 10, succeeded: 0 });
+
+    await setReadOnly(false);
+    expect((await api.get('/readyz')).status).toBe(200);
+    expect((await api.post('/v1/acks').send({ ids: [id0] })).body).toMatchObject({ acked: 1 });
+  }, 30_000);
+});
+
 describeOnServers('when the database stops answering on open connections (%s)', (_name, backend) => {
   const QUERY_TIMEOUT_MS = 1500;
   let database: TestDatabase;

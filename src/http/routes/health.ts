@@ -1,8 +1,8 @@
 import { Router } from 'express';
 
 import { NewerSchemaError, UnavailableError } from '../../domain/errors';
-import { Db, ensureWritable, ping } from '../../store/db';
-import { schemaState, unknownMigrations } from '../../store/migrations';
+import { Db, ping } from '../../store/db';
+import { ensureSchemaWritable, schemaState, unknownMigrations } from '../../store/migrations';
 
 /**
  * Liveness (the process runs) and readiness (the database answers, takes writes where it can tell,
@@ -16,12 +16,13 @@ export function healthRoutes(db: Db): Router {
   });
   router.get('/readyz', async (_req, res) => {
     await ping(db);
-    await ensureWritable(db);
     const state = await schemaState(db).catch((cause: unknown) => {
       throw new UnavailableError('the database is not available', { cause });
     });
     if (state === 'behind') throw new UnavailableError('database migrations are not current');
     if (state === 'newer') throw new UnavailableError(new NewerSchemaError(await unknownMigrations(db).catch(() => [])).message);
+    // After the schema: the check writes (nothing) to a table the schema has.
+    await ensureSchemaWritable(db);
     res.json({ status: 'ready' });
   });
   return router;
