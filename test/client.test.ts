@@ -97,35 +97,41 @@ describe.each(backends())('the TypeScript client and the CLI against a real serv
     await expect(client.cancel(child.id)).resolves.toMatchObject({ cancelledAt: cancelled.cancelledAt });
   });
 
-  it("when an ack of two calls fails at the second, then RollcallPartialAckError holds the first call's results, its completion included", async () => {
-    const big = await client.open();
-    const bigIds = [...(await client.addItems(big.id, 10_000)).itemIds()];
-    await client.seal(big.id);
-    const small = await client.open();
-    const smallIds = [...(await client.addItems(small.id, 5)).itemIds()];
-    await client.seal(small.id);
-    const send = httpSend();
-    let calls = 0;
-    const failingSecond = new RollcallClient({
-      baseUrl: svc.url,
-      fetch: async (url, request) => {
-        if (url.endsWith('/v1/acks') && ++calls === 2) throw Object.assign(new Error('socket hang up'), { code: 'ECONNRESET' });
-        return send(url, request);
-      },
-    });
-    const failed: unknown = await failingSecond.ack([...bigIds, ...smallIds]).catch((error: unknown) => error);
-    expect(failed).toBeInstanceOf(RollcallPartialAckError);
-    const partial = failed as RollcallPartialAckError;
-    expect(partial).toMatchObject({ code: 'partial_ack', cause: { code: 'ECONNRESET' } });
-    expect(partial.answered.acked).toBe(10_000);
-    expect(partial.answered.completed.map((b) => b.id)).toEqual([big.id]);
-    const rest = await client.ack([...bigIds, ...smallIds]);
-    expect(rest).toMatchObject({ acked: 5, duplicates: 10_000 });
-    expect(rest.completed.map((b) => b.id)).toEqual([small.id]);
-    // The first call failing throws its own error, as before.
-    calls = 1;
-    await expect(failingSecond.ack(smallIds)).rejects.toMatchObject({ code: 'ECONNRESET' });
-  });
+  it.each([
+    ['a dropped connection', () => Promise.reject(Object.assign(new Error('socket hang up'), { code: 'ECONNRESET' })), 'ECONNRESET'],
+    ['an answer that is no ack result (a proxy answering {})', async () => ({ ok: true, status: 200, text: async () => '{}' }), 'invalid_response'],
+  ])(
+    "when an ack of two calls fails at the second with %s, then RollcallPartialAckError holds the first call's results, its completion included",
+    async (_what, secondAnswer, code) => {
+      const big = await client.open();
+      const bigIds = [...(await client.addItems(big.id, 10_000)).itemIds()];
+      await client.seal(big.id);
+      const small = await client.open();
+      const smallIds = [...(await client.addItems(small.id, 5)).itemIds()];
+      await client.seal(small.id);
+      const send = httpSend();
+      let calls = 0;
+      const failingSecond = new RollcallClient({
+        baseUrl: svc.url,
+        fetch: async (url, request) => {
+          if (url.endsWith('/v1/acks') && ++calls === 2) return secondAnswer();
+          return send(url, request);
+        },
+      });
+      const failed: unknown = await failingSecond.ack([...bigIds, ...smallIds]).catch((error: unknown) => error);
+      expect(failed).toBeInstanceOf(RollcallPartialAckError);
+      const partial = failed as RollcallPartialAckError;
+      expect(partial).toMatchObject({ code: 'partial_ack', cause: { code } });
+      expect(partial.answered.acked).toBe(10_000);
+      expect(partial.answered.completed.map((b) => b.id)).toEqual([big.id]);
+      const rest = await client.ack([...bigIds, ...smallIds]);
+      expect(rest).toMatchObject({ acked: 5, duplicates: 10_000 });
+      expect(rest.completed.map((b) => b.id)).toEqual([small.id]);
+      // The first call failing throws its own error, as before.
+      calls = 1;
+      await expect(failingSecond.ack(smallIds)).rejects.toMatchObject({ code });
+    },
+  );
 
   it('when the iterable of IDs throws after a call was answered, then RollcallPartialAckError holds that call, its completion included', async () => {
     const big = await client.open();

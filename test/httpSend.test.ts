@@ -9,6 +9,7 @@ import readline from 'node:readline';
 
 import { httpSend, retryAfterMs, RollcallApiError, RollcallClient } from '../src/client';
 import { AckCoalescer } from '../src/integrations/ackCoalescer';
+import { openBatch } from '../src/integrations/producer';
 import { withRetries } from '../src/integrations/retry';
 import { until } from './helpers/realTime';
 
@@ -27,6 +28,9 @@ interface ServerOptions {
 }
 
 /** A server that answers `{"n": <request number>}`, counting connections and keeping what the last request carried. */
+/** An answer with what the client reads of a batch. */
+const A_BATCH = { id: '0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b', state: 'open' };
+
 async function server(options: ServerOptions = {}) {
   const seen = { requests: 0, connections: 0 };
   const last = { method: '', headers: {} as http.IncomingHttpHeaders, body: '' };
@@ -127,7 +131,7 @@ describe("the client's default way of sending (httpSend)", () => {
   });
 
   it('when the server drops a kept-alive connection as a POST reuses it, then the POST fails and is not sent twice', async () => {
-    const srv = await server({ dropSecondRequestOnAConnection: true });
+    const srv = await server({ dropSecondRequestOnAConnection: true, body: A_BATCH });
     try {
       const client = new RollcallClient({ baseUrl: srv.url });
       await client.open();
@@ -151,7 +155,7 @@ describe("the client's default way of sending (httpSend)", () => {
   });
 
   it('when batch IDs carry path characters, then each is sent as one segment and reaches no other route', async () => {
-    const srv = await server();
+    const srv = await server({ body: A_BATCH });
     try {
       const paths: string[] = [];
       const spy = new RollcallClient({
@@ -185,6 +189,28 @@ describe("the client's default way of sending (httpSend)", () => {
     const client = new RollcallClient({ baseUrl: 'http://127.0.0.1:9', fetch: async () => ({ ok: true, status: 200, text: async () => text }) });
     await expect(client.seal('0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b')).rejects.toMatchObject({ status: 200, code: 'invalid_response' });
     await expect(client.ack(['a:b:0'])).rejects.toMatchObject({ status: 200, code: 'invalid_response' });
+  });
+
+  it("when an open or an add is answered with a JSON object that is not rollcall's (a wrong baseUrl answering {}), then it is invalid_response and openBatch goes no further", async () => {
+    const paths: string[] = [];
+    const answering = (answers: Record<string, unknown>) =>
+      new RollcallClient({
+        baseUrl: 'http://127.0.0.1:9',
+        fetch: async (url) => {
+          const path = new URL(url).pathname;
+          paths.push(path);
+          return { ok: true, status: 200, text: async () => JSON.stringify(answers[path] ?? {}) };
+        },
+      });
+    const enqueue = jest.fn();
+    await expect(openBatch(answering({}), { count: 3, enqueue })).rejects.toMatchObject({ status: 200, code: 'invalid_response' });
+    expect(paths).toEqual(['/v1/batches']); // never on to /v1/batches/undefined/items
+
+    // An add whose groups do not hold the items asked for: no item ID is made of it.
+    const batchPath = `/v1/batches/${A_BATCH.id}/items`;
+    const short = answering({ '/v1/batches': A_BATCH, [batchPath]: { batchId: A_BATCH.id, total: 2, groups: [{ id: 'g', size: 2 }] } });
+    await expect(openBatch(short, { count: 3, enqueue })).rejects.toMatchObject({ code: 'add_failed', cause: { code: 'invalid_response' } });
+    expect(enqueue).not.toHaveBeenCalled();
   });
 
   it('when a call other than a delete is answered 204 (a proxy, a wrong baseUrl), then it fails as invalid_response and an ack is not sent again', async () => {
@@ -407,6 +433,24 @@ describe("the client's default way of sending (httpSend)", () => {
       await expect(send(`http://127.0.0.1:${blackhole.port}/v1/batches`, { method: 'GET', headers: {} })).rejects.toMatchObject({ code: 'ETIMEDOUT' });
     } finally {
       blackhole.close();
+    }
+  });
+
+  it('when a TLS server takes the connection but never completes its handshake, then the connect limit still ends the request', async () => {
+    const silent = net.createServer(() => undefined); // accepts, answers nothing: no ServerHello
+    await new Promise<void>((resolve) => silent.listen(0, '127.0.0.1', resolve));
+    try {
+      const send = httpSend({ connectTimeoutMs: 200 });
+      const started = Date.now();
+      const request = send(`https://127.0.0.1:${(silent.address() as AddressInfo).port}/v1/batches`, {
+        method: 'GET',
+        headers: {},
+        signal: AbortSignal.timeout(10_000),
+      });
+      await expect(request).rejects.toMatchObject({ code: 'ETIMEDOUT' });
+      expect(Date.now() - started).toBeLessThan(5_000);
+    } finally {
+      silent.close();
     }
   });
 

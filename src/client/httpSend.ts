@@ -1,6 +1,7 @@
 import http from 'node:http';
 import https from 'node:https';
 import type { Socket } from 'node:net';
+import { TLSSocket } from 'node:tls';
 
 /** The part of a fetch request the client uses. */
 export interface HttpRequest {
@@ -147,7 +148,11 @@ function connectLimitOf(ms: number): number {
   return ms > MAX_TIMER_MS ? Infinity : Math.ceil(ms);
 }
 
-/** Fails a request whose connection does not open within `ms` (a kept-alive one is already open). */
+/**
+ * Fails a request whose connection does not open within `ms` (a kept-alive one is already open).
+ * Over https the connection is open once its TLS handshake is done, as with fetch: a server that
+ * takes the TCP connection and never answers the handshake is not an open connection.
+ */
 function limitConnect(req: http.ClientRequest, socket: Socket, ms: number): void {
   if (!socket.connecting || ms === Infinity) return;
   const timer = setTimeout(() => {
@@ -157,6 +162,6 @@ function limitConnect(req: http.ClientRequest, socket: Socket, ms: number): void
   }, ms);
   timer.unref();
   const clear = () => clearTimeout(timer);
-  socket.once('connect', clear);
+  socket.once(socket instanceof TLSSocket ? 'secureConnect' : 'connect', clear);
   req.once('close', clear);
 }

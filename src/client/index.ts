@@ -44,11 +44,28 @@ export interface AddedItems {
   itemIds(): IterableIterator<string>;
 }
 
-/** Whether an answer has the four fields of the contract's ack result. */
-function isAckResult(answer: AckResult): boolean {
-  const { acked, duplicates, rejected, completed } = answer as Partial<Record<keyof AckResult, unknown>>;
-  return typeof acked === 'number' && typeof duplicates === 'number' && Array.isArray(rejected) && Array.isArray(completed);
-}
+/**
+ * What tells a call's answer from a JSON object of another server (a wrong baseUrl, a proxy that
+ * answers `{}`): the fields the caller goes on with. Such an answer is `invalid_response`, never
+ * passed on (an open answered `{}` went on to add items to batch `undefined`).
+ */
+type AnswerShape = (answer: Record<string, unknown>) => boolean;
+
+/** The four fields of the contract's ack result. */
+const isAckResult: AnswerShape = ({ acked, duplicates, rejected, completed }) =>
+  typeof acked === 'number' && typeof duplicates === 'number' && Array.isArray(rejected) && Array.isArray(completed);
+
+/** A batch: its ID and its state. */
+const isBatch: AnswerShape = ({ id, state }) => typeof id === 'string' && typeof state === 'string';
+
+/** An add's answer for `count` items: its batch and groups of that many items in all. */
+const isAddedFor =
+  (count: number): AnswerShape =>
+  ({ batchId, groups }) =>
+    typeof batchId === 'string' &&
+    Array.isArray(groups) &&
+    groups.every((group: Partial<Group> | null) => typeof group?.id === 'string' && Number.isSafeInteger(group.size)) &&
+    (groups as Group[]).reduce((sum, group) => sum + group.size, 0) === count;
 
 /** An error answer of the API, with its stable code (`batch_not_found`, `batch_not_open`, …). */
 export class RollcallApiError extends Error {
@@ -133,11 +150,8 @@ export function* itemIdsOf(batchId: string, groups: readonly Group[]): IterableI
 
 /**
  * An ID as one path segment: an ID from elsewhere (a user's input) cannot then steer the request to
- * another route (`../admin/sweep?`).
- */
-/**
- * An ID as a path segment. A lone surrogate has no URL form (encodeURIComponent throws): it becomes
- * U+FFFD, as in no ID the service made, so the call is answered 404 rather than thrown.
+ * another route (`../admin/sweep?`). A lone surrogate has no URL form (encodeURIComponent throws):
+ * it becomes U+FFFD, as in no ID the service made, so the call is answered 404 rather than thrown.
  */
 const pathPart = (id: string): string => encodeURIComponent(toExactText(id));
 
@@ -178,12 +192,12 @@ export class RollcallClient {
 
   /** Opens a batch; with `parentItem` (an item ID of another batch) it is a child standing for that item. */
   open(input: { userKey?: string; metadata?: Record<string, unknown>; callbackUrl?: string; parentItem?: string } = {}): Promise<Batch> {
-    return this.request('POST', '/v1/batches', input);
+    return this.request('POST', '/v1/batches', input, { shape: isBatch });
   }
 
   /** Cancels a batch: terminal; later acks of its items are rejected as `batch_cancelled`. */
   cancel(batchId: string): Promise<Batch> {
-    return this.request('POST', `/v1/batches/${pathPart(batchId)}/cancel`);
+    return this.request('POST', `/v1/batches/${pathPart(batchId)}/cancel`, undefined, { shape: isBatch });
   }
 
   /** One item's state and its batch's state (ask before costly work: a cancelled batch needs none). */
@@ -198,16 +212,21 @@ export class RollcallClient {
 
   async addItems(batchId: string, count: number, options: { idempotencyKey?: string } = {}): Promise<AddedItems> {
     const headers = options.idempotencyKey ? { 'idempotency-key': options.idempotencyKey } : undefined;
-    const added = await this.request<{ batchId: string; total: number; groups: Group[] }>('POST', `/v1/batches/${pathPart(batchId)}/items`, { count }, headers);
+    const added = await this.request<{ batchId: string; total: number; groups: Group[] }>(
+      'POST',
+      `/v1/batches/${pathPart(batchId)}/items`,
+      { count },
+      { headers, shape: isAddedFor(count) },
+    );
     return { ...added, itemIds: () => itemIdsOf(added.batchId, added.groups) };
   }
 
   seal(batchId: string, options: { expectedItems?: number } = {}): Promise<Batch> {
-    return this.request('POST', `/v1/batches/${pathPart(batchId)}/seal`, options);
+    return this.request('POST', `/v1/batches/${pathPart(batchId)}/seal`, options, { shape: isBatch });
   }
 
   status(batchId: string): Promise<Batch> {
-    return this.request('GET', `/v1/batches/${pathPart(batchId)}`);
+    return this.request('GET', `/v1/batches/${pathPart(batchId)}`, undefined, { shape: isBatch });
   }
 
   delete(batchId: string): Promise<void> {
@@ -236,15 +255,12 @@ export class RollcallClient {
     const flush = async () => {
       let result: AckResult;
       try {
-        result = await this.request<AckResult>('POST', '/v1/acks', { ids: chunk, ...extra });
+        result = await this.request<AckResult>('POST', '/v1/acks', { ids: chunk, ...extra }, { shape: isAckResult });
       } catch (error) {
-        // The calls answered before hold results (a completion among them is reported only once).
+        // The calls answered before hold results (a completion among them is reported only once),
+        // whatever this one's failure: an answer that is no ack result too.
         throw answeredCalls === 0 ? error : new RollcallPartialAckError(total, error);
       }
-      // Acks are answered 200 with these four fields: an object without them (a wrong baseUrl that
-      // answers `{}`) is no ack result, and not worth sending again.
-      if (!isAckResult(result))
-        throw new RollcallApiError(200, 'invalid_response', `the answer to POST /v1/acks is not an ack result: ${JSON.stringify(result).slice(0, 100)}`);
       answeredCalls += 1;
       total.acked += result.acked;
       total.duplicates += result.duplicates;
@@ -277,18 +293,20 @@ export class RollcallClient {
       const left = Math.max(0, deadline - Date.now());
       const seconds = Math.min(60, left / 1000);
       // Each request waits at most `seconds` at the service: beyond that and timeoutMs it is not answering.
-      const batch = await this.request<Batch>(
-        'GET',
-        `/v1/batches/${pathPart(batchId)}/wait?timeout=${seconds.toFixed(3)}`,
-        undefined,
-        undefined,
-        seconds * 1000,
-      );
+      const batch = await this.request<Batch>('GET', `/v1/batches/${pathPart(batchId)}/wait?timeout=${seconds.toFixed(3)}`, undefined, {
+        shape: isBatch,
+        extraTimeoutMs: seconds * 1000,
+      });
       if (batch.state === 'complete' || batch.state === 'cancelled' || Date.now() >= deadline) return batch;
     }
   }
 
-  private async request<T>(method: string, path: string, body?: unknown, headers?: Record<string, string>, extraTimeoutMs = 0): Promise<T> {
+  private async request<T>(
+    method: string,
+    path: string,
+    body?: unknown,
+    { headers, shape, extraTimeoutMs = 0 }: { headers?: Record<string, string>; shape?: AnswerShape; extraTimeoutMs?: number } = {},
+  ): Promise<T> {
     const res = await this.send(`${this.baseUrl}${path}`, {
       method,
       headers: {
@@ -318,6 +336,12 @@ export class RollcallClient {
     // `null` body) comes from a proxy or a wrong baseUrl, and must not pass for an answer.
     if (typeof answer !== 'object' || answer === null || Array.isArray(answer))
       throw new RollcallApiError(res.status, 'invalid_response', `the answer to ${method} ${path} is not a JSON object: ${JSON.stringify(text.slice(0, 100))}`);
+    if (shape && !shape(answer as Record<string, unknown>))
+      throw new RollcallApiError(
+        res.status,
+        'invalid_response',
+        `the answer to ${method} ${path} is not what rollcall answers: ${JSON.stringify(text.slice(0, 100))}`,
+      );
     return answer as T;
   }
 }

@@ -11,6 +11,9 @@ import { CancelCheckOptions, sharedCancelledBatches } from './cancelledBatches';
 import { asError, failureMessageOf, RollcallIntegrationError } from './errors';
 import { isTransient } from './retry';
 
+/** What the integrations throw or report, with a stable `code`: `instanceof` it to tell them. */
+export { type IntegrationErrorCode, RollcallIntegrationError } from './errors';
+
 /** The header that carries a message's item ID (set by the producer). */
 export const ITEM_ID_HEADER = 'x-rollcall-item-id';
 /** Set by RabbitMQ quorum queues on a redelivery: how many times the message was returned before. */

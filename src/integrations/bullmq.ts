@@ -14,6 +14,9 @@ import { asError, failureMessageOf, IntegrationErrorCode } from './errors';
 export type { FailureWatchOptions, WatchableWorker } from './bullmqFailureWatch';
 export { watchFailedJobs } from './bullmqFailureWatch';
 
+/** What the integrations throw or report, with a stable `code`: `instanceof` it to tell them. */
+export { type IntegrationErrorCode, RollcallIntegrationError } from './errors';
+
 export interface RollcallProcessorOptions<DataType, ResultType, NameType extends string> extends AckCoalescingOptions, CancelCheckOptions {
   /** Where a job's item ID is. Default: `job.data.rollcallItemId`. */
   itemIdOf?: (job: Job<DataType, ResultType, NameType>) => string | undefined;

@@ -8,6 +8,9 @@ import type { Batch, RollcallClient } from '../client';
 import { IntegrationErrorCode, RollcallIntegrationError } from './errors';
 import { withRetries } from './retry';
 
+/** What the integrations throw or report, with a stable `code`: `instanceof` it to tell them. */
+export { type IntegrationErrorCode, RollcallIntegrationError } from './errors';
+
 /** The most item IDs handed to `enqueue` at once. */
 export const MAX_ENQUEUE_CHUNK = 1000;
 /** The most items the API adds in one call; larger batches take several adds. */

@@ -13,7 +13,7 @@ export interface RetryPolicy {
 
 export const DEFAULT_RETRY: RetryPolicy = { attempts: 20, firstDelayMs: 50 };
 
-/** The longest wait between two tries: a longer `Retry-After` is taken as this. */
+/** The longest backoff between two tries; an answer's `Retry-After` may ask for more, up to MAX_RETRY_AFTER_MS. */
 const MAX_DELAY_MS = 2000;
 const MAX_RETRY_AFTER_MS = 30_000;
 

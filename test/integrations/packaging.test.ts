@@ -48,4 +48,16 @@ describe('the built package and its optional peers', () => {
       for (const file of [target.types, target.default]) expect([entry, fs.existsSync(path.join(out, file.replace(/^\.\/dist\//, '')))]).toEqual([entry, true]);
     }
   });
+
+  it('when a user catches what an integration throws or reports, then its error class comes from the entry point they imported', () => {
+    const classOf = (entry: string) =>
+      execFileSync(
+        process.execPath,
+        ['-e', `process.stdout.write(typeof require(${JSON.stringify(path.join(out, `src/integrations/${entry}.js`))}).RollcallIntegrationError)`],
+        {
+          cwd: ROOT,
+        },
+      ).toString();
+    for (const entry of ['producer', 'amqp', 'bullmq']) expect([entry, classOf(entry)]).toEqual([entry, 'function']);
+  });
 });
