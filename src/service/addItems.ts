@@ -1,8 +1,8 @@
 import { v7 as uuidv7 } from 'uuid';
 
 import { GroupRecord } from '../domain/ackPlan';
-import { Caller, groupSizes } from '../domain/batch';
-import { BatchNotOpenError, IdempotencyConflictError } from '../domain/errors';
+import { Caller, groupSizes, MAX_GROUPS_PER_ADD, maxItemsPerAdd } from '../domain/batch';
+import { BatchNotOpenError, IdempotencyConflictError, InvalidRequestError } from '../domain/errors';
 import { AddAnswer, findAddRequest, insertAddRequest } from '../store/addRequests';
 import { updateBatch } from '../store/batches';
 import { insertGroups } from '../store/groups';
@@ -15,6 +15,10 @@ import { withLockedBatch } from './existingBatch';
  * Idempotency-Key, a repeat returns the first answer and adds nothing.
  */
 export async function addItems(deps: ServiceDeps, caller: Caller, batchId: string, count: number, idempotencyKey?: string): Promise<AddAnswer> {
+  if (count > maxItemsPerAdd(deps.groupSize))
+    throw new InvalidRequestError(
+      `an add takes at most ${maxItemsPerAdd(deps.groupSize)} items here (${MAX_GROUPS_PER_ADD} groups of GROUP_SIZE ${deps.groupSize}); add them in several calls`,
+    );
   return withLockedBatch(deps, caller, batchId, async (trx, batch) => {
     if (idempotencyKey !== undefined) {
       const earlier = await findAddRequest(trx, batch.id, idempotencyKey);

@@ -143,3 +143,26 @@ describe.each(backends())('adding items and sealing (%s)', (_name, backend) => {
     expect(again.body.error.code).toBe('batch_not_found');
   });
 });
+
+describe.each(backends())('adding items with a small GROUP_SIZE (%s)', (_name, backend) => {
+  let svc: TestService;
+  beforeAll(async () => {
+    svc = await startService(backend, { GROUP_SIZE: '8' });
+  });
+  afterAll(() => svc.stop());
+
+  it('when an add would make more than 100,000 groups, then it is 400 and adds nothing; one of 100,000 groups is answered, and answered again for its Idempotency-Key', async () => {
+    const id = (await svc.api.post('/v1/batches').send({})).body.id as string;
+    const tooMany = await svc.api.post(`/v1/batches/${id}/items`).set('idempotency-key', 'big').send({ count: 800_001 });
+    expect([tooMany.status, tooMany.body.error.code]).toEqual([400, 'invalid_request']);
+    expect(tooMany.body.error.message).toContain('at most 800000 items');
+    expect((await svc.api.get(`/v1/batches/${id}`)).body.total).toBe(0);
+
+    // The largest add: its answer (~5.5 MB) is kept whole for the key (MySQL's MEDIUMTEXT, MariaDB's 16 MB packet).
+    const added = await svc.api.post(`/v1/batches/${id}/items`).set('idempotency-key', 'big').send({ count: 800_000 });
+    expect([added.status, added.body.groups.length]).toEqual([201, 100_000]);
+    const again = await svc.api.post(`/v1/batches/${id}/items`).set('idempotency-key', 'big').send({ count: 800_000 });
+    expect(again.body).toEqual(added.body);
+    expect((await svc.api.get(`/v1/batches/${id}`)).body.total).toBe(800_000);
+  }, 60_000);
+});
