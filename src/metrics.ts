@@ -30,7 +30,7 @@ export class Metrics {
   });
   readonly batchEvents = new Counter({
     name: 'rollcall_batches_total',
-    help: 'Batches opened, sealed and completed',
+    help: 'Batches opened, sealed, completed and cancelled',
     labelNames: ['event'],
     registers: [this.registry],
   });
@@ -48,7 +48,7 @@ export class Metrics {
   });
   readonly transactionRetries = new Counter({
     name: 'rollcall_transaction_retries_total',
-    help: 'Transactions run again after a deadlock or lock-wait timeout',
+    help: 'Transactions run again after the database aborted them (a deadlock, a serialization failure, a Galera certification conflict); a lock-wait timeout is not run again',
     registers: [this.registry],
   });
   readonly sweptBatches = new Counter({ name: 'rollcall_sweeper_batches_removed_total', help: 'Batches removed by the sweeper', registers: [this.registry] });

@@ -47,10 +47,17 @@ const answer = (description: string, name: string) => ({ description, ...json(na
 const failure = (description: string) => answer(description, 'Error');
 const batchId = { name: 'batchId', in: 'path', required: true, schema: { type: 'string', format: 'uuid' } };
 
-/** Query parameters from a zod object schema. */
+type ObjectSchema = { properties: Record<string, JsonObject>; required?: string[] };
+
+/**
+ * Query parameters from a zod object schema: each value as the service reads it (`limit` an integer
+ * 1–500, default 50; OpenAPI serialises it into the query), required as the request must carry it.
+ * The input form alone would say only "a string of digits": no bounds, no default.
+ */
 function queryParameters(schema: z.ZodObject): JsonObject[] {
-  const converted = z.toJSONSchema(schema, { io: 'input', unrepresentable: 'any' }) as { properties: Record<string, JsonObject>; required?: string[] };
-  return Object.entries(converted.properties).map(([name, s]) => ({ name, in: 'query', required: converted.required?.includes(name) ?? false, schema: s }));
+  const read = z.toJSONSchema(schema, { io: 'output', unrepresentable: 'any' }) as ObjectSchema;
+  const sent = z.toJSONSchema(schema, { io: 'input', unrepresentable: 'any' }) as ObjectSchema;
+  return Object.entries(read.properties).map(([name, s]) => ({ name, in: 'query', required: sent.required?.includes(name) ?? false, schema: s }));
 }
 
 /** The OpenAPI 3.1 document of the whole API, generated from the schemas that validate requests. */
@@ -144,7 +151,11 @@ export function openApiDocument(): JsonObject {
         post: {
           summary: 'Record item outcomes (IDs, or the compact form by group with ranges)',
           requestBody: { required: true, content: { 'application/json': { schema: { oneOf: [ref('Ack'), ref('CompactAck')] } } } },
-          responses: { '200': answer('what this call changed', 'AckResult'), ...withBody },
+          responses: {
+            '200': answer('what this call changed', 'AckResult'),
+            ...withBody,
+            '413': failure(`payload_too_large: more than ${req.MAX_ACK_IDS.toLocaleString('en-US')} IDs, or a body over BODY_LIMIT`),
+          },
         },
       },
       '/v1/batches/{batchId}/wait': {

@@ -113,9 +113,9 @@ const errorRule = { message: 'error is only allowed with outcome "failed"', path
 /** The ID count is checked after parsing, so more than MAX_ACK_IDS answers 413, not 400. */
 export const ackBody = z
   .strictObject({
-    ids: z.array(z.string()),
+    ids: z.array(z.string()).describe(`item IDs, at most ${MAX_ACK_IDS.toLocaleString('en-US')} (more: 413 payload_too_large)`),
     outcome: outcome.optional(),
-    error: failureError.optional(),
+    error: failureError.optional().describe('why the items failed: only with outcome "failed" (else 400)'),
   })
   .refine(errorOnlyWhenFailed, errorRule);
 

@@ -120,6 +120,31 @@ describe.each(backends())('observability (%s)', (_name, backend) => {
     await seen('get', '/dashboard/style.css', await svc.api.get('/dashboard/style.css'));
   });
 
+  it("when a client is generated from /openapi.json, then it learns the query parameters' bounds and defaults and the ack call's limits", async () => {
+    const doc = (await svc.api.get('/openapi.json')).body as {
+      paths: Record<
+        string,
+        Record<string, { parameters?: Array<{ name: string; required: boolean; schema: object }>; responses: Record<string, { description: string }> }>
+      >;
+      components: { schemas: { Ack: { properties: Record<string, { description?: string }> } } };
+    };
+    const parameter = (path: string, name: string) => doc.paths[path]!.get!.parameters!.find((p) => p.name === name);
+    expect(parameter('/v1/batches', 'limit')).toEqual({
+      name: 'limit',
+      in: 'query',
+      required: false,
+      schema: { type: 'integer', minimum: 1, maximum: 500, default: 50 },
+    });
+    expect(parameter('/v1/batches/{batchId}/failures', 'limit')?.schema).toEqual({ type: 'integer', minimum: 1, maximum: 500, default: 50 });
+    expect(parameter('/v1/batches/{batchId}/wait', 'timeout')).toMatchObject({
+      required: false,
+      schema: { type: 'number', minimum: 0, maximum: 60, default: 30 },
+    });
+    expect(doc.paths['/v1/acks']!.post!.responses['413']!.description).toContain('more than 10,000 IDs');
+    expect(doc.components.schemas.Ack.properties.ids!.description).toContain('at most 10,000');
+    expect(doc.components.schemas.Ack.properties.error!.description).toContain('only with outcome "failed"');
+  });
+
   it('when metrics are configured private, then they need an admin token', async () => {
     const tokens = JSON.stringify([
       { token: 'admin-token-0123456789', tenant: 'ops', scopes: ['admin'] },
