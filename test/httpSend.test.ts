@@ -213,6 +213,13 @@ describe("the client's default way of sending (httpSend)", () => {
     expect(enqueue).not.toHaveBeenCalled();
   });
 
+  it.each([0, -1, NaN])(
+    'when a client is made with timeoutMs %s, then it is refused at once, not a client whose every request is cut before it is sent',
+    (timeoutMs) => {
+      expect(() => new RollcallClient({ baseUrl: 'http://127.0.0.1:9', timeoutMs })).toThrow(RangeError);
+    },
+  );
+
   it('when a call other than a delete is answered 204 (a proxy, a wrong baseUrl), then it fails as invalid_response and an ack is not sent again', async () => {
     let sent = 0;
     const client = new RollcallClient({

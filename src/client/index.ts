@@ -131,7 +131,7 @@ export interface RollcallClientOptions {
   baseUrl: string;
   /** A bearer token, when the service has API_TOKENS. */
   token?: string;
-  /** Per-request time limit (waits get theirs on top). Default 30 s. */
+  /** Per-request time limit (waits get theirs on top). Default 30 s; Infinity for none; 0 or less is a RangeError. */
   timeoutMs?: number;
   /**
    * Sends each request: the global `fetch`, or any function of its shape that returns `ok`, `status`
@@ -186,6 +186,9 @@ export class RollcallClient {
   private readonly send: HttpSend;
 
   constructor(private readonly options: RollcallClientOptions) {
+    // 0 would end every request before it is sent, not mean "no limit" (that is Infinity).
+    if (options.timeoutMs !== undefined && !(options.timeoutMs > 0))
+      throw new RangeError(`timeoutMs must be a positive number of milliseconds (or Infinity for no limit), not ${options.timeoutMs}`);
     this.baseUrl = options.baseUrl.replace(/\/+$/, '');
     this.send = options.fetch ?? httpSend();
   }

@@ -56,7 +56,9 @@ export async function openBatch(client: RollcallClient, input: OpenBatchInput): 
     try {
       return await work();
     } catch (error) {
-      throw new RollcallIntegrationError(code, `${what} failed; batch ${batch.id} is not sealed`, {
+      // A seal whose every answer was lost may have been committed: say so, not "not sealed".
+      const state = code === 'seal_failed' ? 'may not be sealed (sealing it again changes nothing if it was)' : 'is not sealed';
+      throw new RollcallIntegrationError(code, `${what} failed; batch ${batch.id} ${state}`, {
         cause: error,
         batchId: batch.id,
         enqueued: progress.enqueued,

@@ -128,6 +128,8 @@ describe.each(backends())('rollcall/producer openBatch (%s)', (_name, backend) =
     }).catch((e: unknown) => e);
     expect(error).toBeInstanceOf(RollcallIntegrationError);
     expect(error).toMatchObject({ code: 'seal_failed', batchId, cause: { status: 409 } });
+    // Not "is not sealed": a seal whose answers were all lost may have been committed.
+    expect((error as Error).message).toBe(`the seal failed; batch ${batchId} may not be sealed (sealing it again changes nothing if it was)`);
   });
 
   it('when the input carries other settings of the caller, then only the fields of the batch are sent; parentItem opens a child', async () => {
