@@ -133,14 +133,22 @@ class AckPlanner {
     private readonly now: number,
   ) {}
 
+  /**
+   * Applies one call whole, then completes the sealed batches it left without an open group: the
+   * order of its IDs changes nothing (an item closing the batch before another of the same call,
+   * a failed one acked `succeeded`, froze the batch with that item still failed). Later calls of
+   * the same round see the batch complete, as if they came after.
+   */
   applyCall(call: AckCall): CallResult {
     const result: CallResult = { acked: 0, duplicates: 0, rejected: [...call.malformed], completedBatchIds: [] };
-    for (const target of call.targets) this.applyTarget(call, target, result);
+    const closed = new Set<BatchRecord>();
+    for (const target of call.targets) this.applyTarget(call, target, result, closed);
+    for (const batch of closed) this.completeIfDone(batch, result);
     return result;
   }
 
   /** The items of one call that name one group; unknown batches (or other tenants') and groups are rejected. */
-  private applyTarget(call: AckCall, target: AckTarget, result: CallResult): void {
+  private applyTarget(call: AckCall, target: AckTarget, result: CallResult, closed: Set<BatchRecord>): void {
     const found = this.batches.get(target.batchId);
     const stored = found && found.tenant === call.tenant ? found : undefined;
     const key = groupKey(target.batchId, target.groupId);
@@ -154,23 +162,24 @@ class AckPlanner {
     if (!batch) this.batchWork.set(target.batchId, (batch = { ...stored }));
     let group = this.groupWork.get(key);
     if (!group) this.groupWork.set(key, (group = new GroupWork(storedGroup)));
-    for (const index of target.indexes) this.applyItem(call, target, batch, group, index, result);
+    for (const index of target.indexes) if (this.applyItem(call, target, batch, group, index, result)) closed.add(batch);
   }
 
-  private applyItem(call: AckCall, target: AckTarget, batch: BatchRecord, group: GroupWork, index: number, result: CallResult): void {
+  /** Applies one item; true when it closed its group (its last pending item). */
+  private applyItem(call: AckCall, target: AckTarget, batch: BatchRecord, group: GroupWork, index: number, result: CallResult): boolean {
     if (index >= group.stored.size) {
       result.rejected.push({ id: target.prefix + index, reason: 'index_out_of_range' });
-      return;
+      return false;
     }
     // A cancelled batch refuses acks, so a worker can stop; they change nothing.
     if (batch.state === 'cancelled') {
       result.rejected.push({ id: target.prefix + index, reason: 'batch_cancelled' });
-      return;
+      return false;
     }
     // A complete batch never changes again: every valid ack of it is a duplicate.
     if (batch.state === 'complete') {
       result.duplicates += 1;
-      return;
+      return false;
     }
     const effect = group.apply(index, call.outcome);
     if (call.error !== undefined && (effect === 'new' || effect === 'failed_again')) {
@@ -178,7 +187,7 @@ class AckPlanner {
     }
     if (effect === 'duplicate' || effect === 'failed_again') {
       result.duplicates += 1;
-      return;
+      return false;
     }
     result.acked += 1;
     this.changedBatches.add(batch.id);
@@ -187,11 +196,13 @@ class AckPlanner {
       batch.failed -= 1;
       batch.succeeded += 1;
       this.touch(batch.id, { kind: 'cleared', key: reasonKey(target.groupId, index) });
-      return;
+      return false;
     }
     if (call.outcome === 'failed') this.countFailure(batch, `${batch.id}:${target.groupId}:${index}`, call.error);
     else batch.succeeded += 1;
-    if (group.pending === 0) this.closeGroup(batch, result);
+    if (group.pending !== 0) return false;
+    batch.openGroups -= 1;
+    return true;
   }
 
   /** A new failure; the batch's first one is remembered for its batch.first_failure event. */
@@ -202,9 +213,8 @@ class AckPlanner {
     this.firstFailures.push({ batchId: batch.id, itemId, error: error ?? null });
   }
 
-  /** A group has no pending item left; the last open group of a sealed batch completes it, in this call. */
-  private closeGroup(batch: BatchRecord, result: CallResult): void {
-    batch.openGroups -= 1;
+  /** A sealed batch whose last open group this call closed is complete, in this call. */
+  private completeIfDone(batch: BatchRecord, result: CallResult): void {
     if (batch.state !== 'sealed' || batch.openGroups !== 0) return;
     batch.state = 'complete';
     batch.completedAt = this.now;

@@ -92,6 +92,14 @@ describe.each(backends())('acking items (%s)', (_name, backend) => {
     expect(last.body.completed[0]).toMatchObject({ state: 'complete', outcome: 'failed', succeeded: 3, failed: 1, pending: 0, total: 4 });
   });
 
+  it('when one call holds the last pending item before a retry of a failed one, then the retry counts too (the order of IDs in a call changes nothing)', async () => {
+    const { ids } = await batchWith(svc.client, 2);
+    expect((await ack([ids[0]!], 'failed')).body).toMatchObject({ acked: 1 });
+    const res = await ack([ids[1]!, ids[0]!]);
+    expect(res.body).toMatchObject({ acked: 2, duplicates: 0 });
+    expect(res.body.completed[0]).toMatchObject({ outcome: 'succeeded', succeeded: 2, failed: 0 });
+  });
+
   it('when every item has an outcome before the seal, then the seal reports the completion, no ack', async () => {
     const { id, ids } = await openWith(5);
     const res = await ack(ids);

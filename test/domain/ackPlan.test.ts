@@ -84,6 +84,25 @@ describe('planAcks', () => {
     expect(plan.groupWrites[0]).toMatchObject({ pending: 1, failedBits: null });
   });
 
+  it('when one call closes the batch with an item and then retries a failed one, then both count, in either order', () => {
+    const failedFirst = new Map([...groups([2])].map(([key, g]) => [key, { ...g, pending: 1, failedBits: Buffer.from([1]) }]));
+    const stored = new Map([[BATCH, { ...batch('sealed', [2]), failed: 1 }]]);
+    for (const order of [
+      [
+        [G1, 1],
+        [G1, 0],
+      ],
+      [
+        [G1, 0],
+        [G1, 1],
+      ],
+    ] as Array<Array<[string, number]>>) {
+      const plan = planAcks([call('succeeded', order)], stored, failedFirst, 5);
+      expect([order, plan.results[0]]).toMatchObject([order, { acked: 2, duplicates: 0, completedBatchIds: [BATCH] }]);
+      expect(plan.batchWrites[0]).toMatchObject({ state: 'complete', succeeded: 2, failed: 0 });
+    }
+  });
+
   it('when a batch is already complete, then its valid acks are duplicates and nothing is written', () => {
     const done = { ...batch('complete', [1]), succeeded: 0, failed: 1, openGroups: 0 };
     const plan = planAcks(
@@ -142,8 +161,9 @@ describe('planAcks', () => {
             if (was === 'succeeded' || was === c.outcome) continue;
             model.set(key, c.outcome);
             acked += 1;
-            if (model.size === 10) complete = true;
           }
+          // A call applies whole; the batch completes after it (its order of IDs changes nothing).
+          if (model.size === 10) complete = true;
           expect(plan.results[i]!.acked).toBe(acked);
           const r = plan.results[i]!;
           expect(r.acked + r.duplicates + r.rejected.length).toBe(c.targets.length);
