@@ -27,16 +27,22 @@ function isDue(query: Knex.QueryBuilder, cutoffs: SweepCutoffs): Knex.QueryBuild
 const LIVE = ['open', 'sealed'];
 
 /**
- * The parents of children still at work (uncorrelated, as Citus needs: parent_batch_id is not the
- * distribution column). A parent idle itself while its child's items are acked is not idle: its
- * item waits for that child's outcome, which would find the parent gone.
+ * The parents of children still at work, or finished with their outcome not yet acked into the
+ * parent's item (a child_outcomes row: the child's end and that row commit together). A parent idle
+ * itself meanwhile is not idle: its item waits for that outcome, which would find the parent gone.
+ * Subqueries are uncorrelated, as Citus needs (parent_batch_id is not the distribution column).
  */
 const parentsOfLiveChildren = (trx: Knex.Transaction) => trx('batches').select('parent_batch_id').whereNotNull('parent_batch_id').whereIn('state', LIVE);
+const parentsAwaitingOutcomes = (trx: Knex.Transaction) =>
+  trx('batches').select('parent_batch_id').whereNotNull('parent_batch_id').whereIn('id', trx('child_outcomes').select('batch_id'));
 
-/** Whether batch `id` has a child still at work (read again under the batch's row lock). */
-async function hasLiveChild(trx: Knex.Transaction, id: string): Promise<boolean> {
-  const children = (await trx('batches').select('id').where('parent_batch_id', id).whereIn('state', LIVE).limit(1)) as unknown[];
-  return children.length > 0;
+/** Whether batch `id` has a child still at work or an outcome of one still to ack (read again under the batch's row lock). */
+async function awaitsChild(trx: Knex.Transaction, id: string): Promise<boolean> {
+  const children = trx('batches').select('id').where('parent_batch_id', id);
+  const live = (await children.clone().whereIn('state', LIVE).limit(1)) as unknown[];
+  if (live.length > 0) return true;
+  const outcomes = (await trx('child_outcomes').select('batch_id').whereIn('batch_id', children).limit(1)) as unknown[];
+  return outcomes.length > 0;
 }
 
 /**
@@ -45,7 +51,12 @@ async function hasLiveChild(trx: Knex.Transaction, id: string): Promise<boolean>
  */
 async function dueCandidates(trx: Knex.Transaction, cutoffs: SweepCutoffs, limit: number, passedOver: ReadonlySet<string>): Promise<string[]> {
   const scans = [
-    (q: Knex.QueryBuilder) => q.whereIn('state', ['open', 'sealed']).where('updated_at', '<', cutoffs.idleBefore).whereNotIn('id', parentsOfLiveChildren(trx)),
+    (q: Knex.QueryBuilder) =>
+      q
+        .whereIn('state', LIVE)
+        .where('updated_at', '<', cutoffs.idleBefore)
+        .whereNotIn('id', parentsOfLiveChildren(trx))
+        .whereNotIn('id', parentsAwaitingOutcomes(trx)),
     (q: Knex.QueryBuilder) => q.where('state', 'complete').where('completed_at', '<', cutoffs.completedBefore),
     (q: Knex.QueryBuilder) => q.where('state', 'cancelled').where('cancelled_at', '<', cutoffs.completedBefore),
   ];
@@ -63,7 +74,7 @@ async function dueCandidates(trx: Knex.Transaction, cutoffs: SweepCutoffs, limit
 /** One chunk's pick: the batches locked for removal, and the candidates it passed over. */
 export interface DueChunk {
   locked: string[];
-  /** Candidates not locked: held by another transaction (an ack, another sweep), no longer due, with an event pending or a child at work. */
+  /** Candidates not locked: held by another transaction (an ack, another sweep), no longer due, with an event pending, or idle parents whose child works or whose outcome is still to ack. */
   passedOver: string[];
 }
 
@@ -85,8 +96,11 @@ export async function lockDueBatches(
 ): Promise<DueChunk> {
   const chunk: DueChunk = { locked: [], passedOver: [] };
   for (const id of await dueCandidates(trx, cutoffs, limit, passedOver)) {
-    const row = (await forUpdateSkipLocked(trx, isDue(trx('batches').select('id').where('id', id), cutoffs))) as unknown[];
-    if (row.length > 0 && !(await hasPendingEvent(trx, id)) && !(await hasLiveChild(trx, id))) chunk.locked.push(id);
+    const [row] = (await forUpdateSkipLocked(trx, isDue(trx('batches').select('id', 'state').where('id', id), cutoffs))) as Array<{ state: string }>;
+    // Only an idle parent waits for its children: a complete or cancelled one takes no outcome (an
+    // ack of its item is a duplicate or refused), so it goes when its retention ends.
+    const waits = row !== undefined && LIVE.includes(row.state) && (await awaitsChild(trx, id));
+    if (row !== undefined && !waits && !(await hasPendingEvent(trx, id))) chunk.locked.push(id);
     else chunk.passedOver.push(id);
   }
   return chunk;

@@ -101,8 +101,24 @@ describe.each(backends())('sweeping stale batches (%s)', (_name, backend) => {
     svc.clock.now += 2 * DAY; // the parent idle 8 days, its child 2
     expect(await sweep()).toEqual({ batchesRemoved: 0, groupsRemoved: 0 });
     expect((await svc.api.post('/v1/acks').send({ ids: [child.ids[1]] })).body.completed).toHaveLength(1);
+    // The child is done, its outcome not yet acked into the parent's item: the parent still waits for it.
+    expect(await sweep()).toEqual({ batchesRemoved: 0, groupsRemoved: 0 });
     await svc.rollcall.childOutcomes.deliverDue();
     expect((await svc.api.get(`/v1/batches/${parent.id}`)).body).toMatchObject({ state: 'complete', succeeded: 1 });
+  });
+
+  it('when a cancelled parent is past its retention while its child still works, then the parent goes and the child stays', async () => {
+    const parent = await batchWith(svc.client, 1);
+    const child = await batchWith(svc.client, 2, { parentItem: parent.ids[0] });
+    await svc.client.cancel(parent.id);
+    svc.clock.now += 2 * DAY;
+    expect((await svc.api.post('/v1/acks').send({ ids: [child.ids[0]] })).body.acked).toBe(1);
+    // A cancelled parent takes no outcome: it is not passed over at every sweep for its child's sake.
+    expect(await sweep()).toEqual({ batchesRemoved: 1, groupsRemoved: 1 });
+    expect([await exists(parent.id), await exists(child.id)]).toEqual([false, true]);
+    expect((await svc.api.post('/v1/acks').send({ ids: [child.ids[1]] })).body.completed).toHaveLength(1);
+    await svc.rollcall.childOutcomes.deliverDue(); // the parent is gone: its outcome is dropped, not retried for ever
+    expect(await sweep()).toEqual({ batchesRemoved: 0, groupsRemoved: 0 });
   });
 
   it('when a parent and its child are both idle, then one sweep removes both (the child first)', async () => {
