@@ -17,6 +17,8 @@ type Wake = (batch: BatchRecord | null) => void;
 export class CompletionWatcher {
   private readonly waiters = new Map<string, Set<Wake>>();
   private timer: NodeJS.Timeout | null = null;
+  /** A poll still running: a tick then is skipped, so a slow database never has polls pile up on the pool. */
+  private polling = false;
 
   constructor(
     private readonly deps: ServiceDeps,
@@ -45,7 +47,8 @@ export class CompletionWatcher {
   /** Answers as soon as the batch is complete or cancelled, or after `timeoutMs` with its state then. */
   async wait(caller: Caller, batchId: string, timeoutMs: number, abandoned: AbortSignal): Promise<BatchView> {
     const now = await getBatch(this.deps, caller, batchId);
-    if (isFinished(now.state) || timeoutMs === 0) return now;
+    // A caller gone during that read is not waited for (its abort has fired: no listener would hear it).
+    if (isFinished(now.state) || timeoutMs === 0 || abandoned.aborted) return now;
     const completed = await new Promise<BatchRecord | null>((resolve) => {
       const set = this.waiters.get(now.id) ?? new Set<Wake>();
       this.waiters.set(now.id, set);
@@ -88,15 +91,19 @@ export class CompletionWatcher {
   }
 
   private async poll(): Promise<void> {
-    const ids = [...this.waiters.keys()];
-    for (let i = 0; i < ids.length; i += 1000) {
-      try {
+    if (this.polling) return;
+    this.polling = true;
+    try {
+      const ids = [...this.waiters.keys()];
+      for (let i = 0; i < ids.length; i += 1000) {
         const { finished, gone } = await findFinishedOrGone(this.deps.db, ids.slice(i, i + 1000));
         for (const id of gone) this.wakeAll(id, null); // reads the batch, finds it gone: 404
         this.notify(finished);
-      } catch {
-        return; // the database is away; waiters time out and read the state themselves
       }
+    } catch {
+      // The database is away; waiters time out and read the state themselves.
+    } finally {
+      this.polling = false;
     }
   }
 }

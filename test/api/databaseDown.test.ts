@@ -4,7 +4,7 @@ import request from 'supertest';
 import { loadConfig } from '../../src/config';
 import { createServer } from '../../src/http/server';
 import { createRollcall, Rollcall } from '../../src/rollcall';
-import { openDb } from '../../src/store/db';
+import { openDb, poolStats } from '../../src/store/db';
 import { withMigrationLock } from '../../src/store/migrationLock';
 import { describeEachOrSkip, isPostgresBackend, serverBackends, TestDatabase } from '../helpers/backends';
 import { realSleep, until } from '../helpers/realTime';
@@ -239,6 +239,48 @@ describeEachOrSkip(mysqlServers)('when the MySQL/MariaDB server turns read-only 
     expect((await api.get('/readyz')).status).toBe(200);
     expect((await api.post('/v1/acks').send({ ids: [id0] })).body).toMatchObject({ acked: 1 });
   }, 30_000);
+});
+
+describeOnServers('when the database stalls while clients wait for completion (%s)', (_name, backend) => {
+  let database: TestDatabase;
+  let proxy: TcpProxy;
+  let rollcall: Rollcall;
+
+  beforeAll(async () => {
+    database = await backend!.create();
+    const url = new URL(database.config.DATABASE_URL!);
+    proxy = proxyTo(url);
+    await proxy.open();
+    url.host = `127.0.0.1:${proxy.port}`;
+    rollcall = await createRollcall(
+      loadConfig({ LOG_LEVEL: 'silent', DATABASE_URL: url.toString(), DB_POOLER: database.config.DB_POOLER, WAIT_POLL_INTERVAL: '10ms', DB_QUERY_TIMEOUT: '20s' }),
+    );
+  });
+  afterAll(async () => {
+    proxy.speak();
+    await proxy.cut();
+    await rollcall.close();
+    await database.drop();
+  });
+
+  it('then the shared poll does not pile up on the pool (one at a time), and the waiter is answered once it answers again', async () => {
+    const api = request(createServer(rollcall.app));
+    const { batch, id0 } = await batchOfTen(api);
+    await api.post(`/v1/batches/${batch.id}/seal`);
+    const waiting = api.get(`/v1/batches/${batch.id}/wait?timeout=30`).then((res) => res);
+    await until(async () => rollcall.watcher.waiting === 1);
+
+    proxy.freeze();
+    await realSleep(500); // fifty 10 ms ticks of a poll that does not come back
+    const pool = poolStats(rollcall.db)!;
+    expect(pool.used + pool.pendingAcquires).toBeLessThanOrEqual(1);
+
+    proxy.speak();
+    const others = request(createServer(rollcall.app));
+    const acked = await others.post('/v1/acks').send({ ids: [...Array(10).keys()].map((i) => id0.replace(/:0$/, `:${i}`)) });
+    expect(acked.body).toMatchObject({ acked: 10 });
+    expect((await waiting).body).toMatchObject({ state: 'complete' });
+  }, 60_000);
 });
 
 describeOnServers('when the database stops answering on open connections (%s)', (_name, backend) => {
