@@ -31,25 +31,54 @@ export class ChildOutcomeDispatcher {
 
   constructor(private readonly deps: ServiceDeps) {}
 
-  /** Acks every due child outcome; returns how many rows were handled. */
+  /**
+   * Acks every due child outcome; returns how many rows were handled. Throws, once the rest are
+   * done, the first failure of a row it put off (its parent's row held past LOCK_TIMEOUT, say).
+   */
   async deliverDue(): Promise<number> {
     let handled = 0;
     for (;;) {
       const rows = await inTransaction(this.deps.db, this.deps.tx, (trx) => claimDueChildOutcomes(trx, this.claim, this.deps.now(), LEASE_MS, BATCH));
       if (rows.length === 0) return handled;
-      try {
-        await ackItems(this.deps, rows.map(parentAck));
-      } catch (caught) {
-        const error = toError(caught);
-        this.deps.log.warn({ err: error, children: rows.length }, 'acking parent items failed; will retry');
-        const later = this.deps.now() + retryDelay({ baseMs: 1000, capMs: 60_000 }, Math.max(...rows.map((r) => r.attempts)));
-        await Promise.all(rows.map((row) => retryChildOutcomeLater(this.deps.db, row.batchId, this.claim, later)));
-        throw error;
-      }
-      // Whatever the ack answered (acked, duplicate, or rejected because the parent is gone or
-      // cancelled), nothing more can be done for these children.
-      for (const row of rows) await deleteChildOutcome(this.deps.db, row.batchId, this.claim);
-      handled += rows.length;
+      const failed = await this.ackParents(rows);
+      handled += rows.length - failed.length;
+      if (failed.length > 0) throw failed[0];
     }
+  }
+
+  /**
+   * Acks the parent items of `rows` in one transaction; if it fails, each alone, so that one parent
+   * that cannot be acked now puts off only its own child's outcome, not the hundred claimed with it
+   * (other tenants' among them). Returns the failures; their rows are retried later.
+   */
+  private async ackParents(rows: ChildOutcome[]): Promise<Error[]> {
+    try {
+      await ackItems(this.deps, rows.map(parentAck));
+      await this.cleared(rows);
+      return [];
+    } catch {
+      const failed: Error[] = [];
+      for (const row of rows) {
+        try {
+          await ackItems(this.deps, [parentAck(row)]);
+          await this.cleared([row]);
+        } catch (caught) {
+          const error = toError(caught);
+          this.deps.log.warn({ err: error, child: row.batchId, parentItem: row.parentItem }, 'acking a parent item failed; will retry');
+          const later = this.deps.now() + retryDelay({ baseMs: 1000, capMs: 60_000 }, row.attempts);
+          await retryChildOutcomeLater(this.deps.db, row.batchId, this.claim, later);
+          failed.push(error);
+        }
+      }
+      return failed;
+    }
+  }
+
+  /**
+   * Whatever the ack answered (acked, duplicate, or rejected because the parent is gone or
+   * cancelled), nothing more can be done for these children.
+   */
+  private async cleared(rows: ChildOutcome[]): Promise<void> {
+    for (const row of rows) await deleteChildOutcome(this.deps.db, row.batchId, this.claim);
   }
 }

@@ -1,7 +1,10 @@
+import { Knex } from 'knex';
+
 import { countChildOutcomes } from '../../src/store/childOutcomes';
-import { backends } from '../helpers/backends';
+import { backends, describeEachOrSkip, serverBackends } from '../helpers/backends';
 import { BatchSetup, batchWith } from '../helpers/batches';
 import { Delivery, Receiver } from '../helpers/receiver';
+import { holdBatchRow, otherConnections } from '../helpers/rowLocks';
 import { startReplica, startService, TestApp, TestService } from '../helpers/service';
 
 const MISSING = '0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b';
@@ -215,4 +218,36 @@ describe.each(backends())('nested batches across replicas and levels, with callb
     const failures = (await svc.api.get(`/v1/batches/${root.id}/failures`)).body.failures;
     expect(failures).toEqual([expect.objectContaining({ id: root.ids[0], error: 'child batch failed' })]);
   });
+});
+
+describeEachOrSkip(serverBackends())('nested batches whose parent row another connection holds (%s)', (_name, backend) => {
+  let svc: TestService;
+  let holder: Knex;
+  beforeAll(async () => {
+    svc = await startService(backend, { LOCK_TIMEOUT: '1s' });
+    holder = otherConnections(svc.database, 1);
+  });
+  afterAll(async () => {
+    await holder.destroy();
+    await svc.stop();
+  });
+
+  it('when one parent cannot be acked now, then the other children’s outcomes still reach their parents, and its own later', async () => {
+    const held = await batchWith(svc.client, 1);
+    const free = await batchWith(svc.client, 1);
+    const heldChild = await batchWith(svc.client, 1, { parentItem: held.ids[0] });
+    const freeChild = await batchWith(svc.client, 1, { parentItem: free.ids[0] });
+    await svc.api.post('/v1/acks').send({ ids: [...heldChild.ids, ...freeChild.ids] }); // both children complete
+    const release = await holdBatchRow(holder, held.id);
+    try {
+      await expect(svc.rollcall.childOutcomes.deliverDue()).rejects.toMatchObject({ code: 'unavailable' });
+      expect((await svc.api.get(`/v1/batches/${free.id}`)).body).toMatchObject({ state: 'complete', succeeded: 1 });
+    } finally {
+      await release();
+    }
+    expect((await svc.api.get(`/v1/batches/${held.id}`)).body.state).toBe('sealed');
+    svc.clock.now += 120_000; // past the retry's delay
+    expect(await svc.rollcall.childOutcomes.deliverDue()).toBe(1);
+    expect((await svc.api.get(`/v1/batches/${held.id}`)).body).toMatchObject({ state: 'complete', succeeded: 1 });
+  }, 30_000);
 });
