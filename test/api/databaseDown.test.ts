@@ -253,7 +253,13 @@ describeOnServers('when the database stalls while clients wait for completion (%
     await proxy.open();
     url.host = `127.0.0.1:${proxy.port}`;
     rollcall = await createRollcall(
-      loadConfig({ LOG_LEVEL: 'silent', DATABASE_URL: url.toString(), DB_POOLER: database.config.DB_POOLER, WAIT_POLL_INTERVAL: '10ms', DB_QUERY_TIMEOUT: '20s' }),
+      loadConfig({
+        LOG_LEVEL: 'silent',
+        DATABASE_URL: url.toString(),
+        DB_POOLER: database.config.DB_POOLER,
+        WAIT_POLL_INTERVAL: '10ms',
+        DB_QUERY_TIMEOUT: '20s',
+      }),
     );
   });
   afterAll(async () => {
