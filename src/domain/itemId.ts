@@ -5,7 +5,7 @@ export interface ItemRef {
   index: number;
 }
 
-const UUID_LENGTH = 36;
+export const UUID_LENGTH = 36;
 /** `<batchId>:<groupId>:` */
 export const ITEM_PREFIX_LENGTH = 2 * UUID_LENGTH + 2;
 /** Longer indexes cannot be in range of any group and only cost parsing time. */

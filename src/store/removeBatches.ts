@@ -1,5 +1,6 @@
 import { Knex } from 'knex';
 
+import { UUID_LENGTH } from '../domain/itemId';
 import { forShare, forUpdateSkipLocked } from './dialect';
 
 export interface SweepCutoffs {
@@ -28,20 +29,20 @@ const LIVE = ['open', 'sealed'];
 
 /**
  * The parents of children still at work, or finished with their outcome not yet acked into the
- * parent's item (a child_outcomes row: the child's end and that row commit together). A parent idle
- * itself meanwhile is not idle: its item waits for that outcome, which would find the parent gone.
- * Subqueries are uncorrelated, as Citus needs (parent_batch_id is not the distribution column).
+ * parent's item (a child_outcomes row: the child's end and that row commit together, and the row
+ * outlives the child's own deletion). A parent idle itself meanwhile is not idle: its item waits for
+ * that outcome, which would find the parent gone. An outcome names its parent by its item
+ * (`<parent batch id>:<group>:<index>`, canonical, so the id is its first 36 characters). Subqueries
+ * are uncorrelated, as Citus needs (neither column is a distribution column).
  */
 const parentsOfLiveChildren = (trx: Knex.Transaction) => trx('batches').select('parent_batch_id').whereNotNull('parent_batch_id').whereIn('state', LIVE);
-const parentsAwaitingOutcomes = (trx: Knex.Transaction) =>
-  trx('batches').select('parent_batch_id').whereNotNull('parent_batch_id').whereIn('id', trx('child_outcomes').select('batch_id'));
+const parentsAwaitingOutcomes = (trx: Knex.Transaction) => trx('child_outcomes').select(trx.raw(`substr(parent_item, 1, ${UUID_LENGTH})`));
 
 /** Whether batch `id` has a child still at work or an outcome of one still to ack (read again under the batch's row lock). */
 async function awaitsChild(trx: Knex.Transaction, id: string): Promise<boolean> {
-  const children = trx('batches').select('id').where('parent_batch_id', id);
-  const live = (await children.clone().whereIn('state', LIVE).limit(1)) as unknown[];
+  const live = (await trx('batches').select('id').where('parent_batch_id', id).whereIn('state', LIVE).limit(1)) as unknown[];
   if (live.length > 0) return true;
-  const outcomes = (await trx('child_outcomes').select('batch_id').whereIn('batch_id', children).limit(1)) as unknown[];
+  const outcomes = (await trx('child_outcomes').select('batch_id').where('parent_item', 'like', `${id}:%`).limit(1)) as unknown[];
   return outcomes.length > 0;
 }
 

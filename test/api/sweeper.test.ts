@@ -107,6 +107,22 @@ describe.each(backends())('sweeping stale batches (%s)', (_name, backend) => {
     expect((await svc.api.get(`/v1/batches/${parent.id}`)).body).toMatchObject({ state: 'complete', succeeded: 1 });
   });
 
+  it.each([
+    ['deleted by its owner', async (childId: string) => void (await svc.api.delete(`/v1/batches/${childId}`))],
+    ['swept past its own retention', async () => void (svc.clock.now += 2 * DAY)],
+  ])('when an idle parent’s child is done and then %s before its outcome is acked, then the parent still waits for that outcome', async (_what, goChild) => {
+    const parent = await batchWith(svc.client, 1);
+    const child = await batchWith(svc.client, 1, { parentItem: parent.ids[0] });
+    svc.clock.now += 6 * DAY;
+    expect((await svc.api.post('/v1/acks').send({ ids: child.ids })).body.completed).toHaveLength(1);
+    svc.clock.now += 2 * DAY; // the parent idle 8 days
+    await goChild(child.id);
+    await sweep();
+    expect([await exists(child.id), await exists(parent.id)]).toEqual([false, true]);
+    await svc.rollcall.childOutcomes.deliverDue();
+    expect((await svc.api.get(`/v1/batches/${parent.id}`)).body).toMatchObject({ state: 'complete', succeeded: 1 });
+  });
+
   it('when a cancelled parent is past its retention while its child still works, then the parent goes and the child stays', async () => {
     const parent = await batchWith(svc.client, 1);
     const child = await batchWith(svc.client, 2, { parentItem: parent.ids[0] });
