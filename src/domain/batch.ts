@@ -69,9 +69,9 @@ export function cancelled(batch: BatchRecord, now: number): BatchRecord {
 }
 
 /**
- * The most groups one add makes. Its answer lists them (~55 bytes each) and is kept whole for the
- * Idempotency-Key's repeats: 100,000 groups are ~5.5 MB, within MySQL's MEDIUMTEXT (16 MB) and
- * MariaDB's default max_allowed_packet (16 MB). Only a GROUP_SIZE under 100 meets it before the
+ * The most groups one add with an Idempotency-Key makes. Its answer lists them (~55 bytes each) and
+ * is kept whole for the key's repeats: 100,000 groups are ~5.5 MB, within MySQL's MEDIUMTEXT (16 MB)
+ * and MariaDB's default max_allowed_packet (16 MB). Only a GROUP_SIZE under 100 meets it before the
  * API's 10,000,000 items an add.
  */
 export const MAX_GROUPS_PER_ADD = 100_000;

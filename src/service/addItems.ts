@@ -15,10 +15,6 @@ import { withLockedBatch } from './existingBatch';
  * Idempotency-Key, a repeat returns the first answer and adds nothing.
  */
 export async function addItems(deps: ServiceDeps, caller: Caller, batchId: string, count: number, idempotencyKey?: string): Promise<AddAnswer> {
-  if (count > maxItemsPerAdd(deps.groupSize))
-    throw new InvalidRequestError(
-      `an add takes at most ${maxItemsPerAdd(deps.groupSize)} items here (${MAX_GROUPS_PER_ADD} groups of GROUP_SIZE ${deps.groupSize}); add them in several calls`,
-    );
   return withLockedBatch(deps, caller, batchId, async (trx, batch) => {
     if (idempotencyKey !== undefined) {
       const earlier = await findAddRequest(trx, batch.id, idempotencyKey);
@@ -26,6 +22,11 @@ export async function addItems(deps: ServiceDeps, caller: Caller, batchId: strin
         if (earlier.count !== count) throw new IdempotencyConflictError(idempotencyKey);
         return earlier.answer;
       }
+      // The answer is kept for the key's repeats (MAX_GROUPS_PER_ADD); one without a key is not.
+      if (count > maxItemsPerAdd(deps.groupSize))
+        throw new InvalidRequestError(
+          `an add with an Idempotency-Key takes at most ${maxItemsPerAdd(deps.groupSize)} items here (${MAX_GROUPS_PER_ADD} groups of GROUP_SIZE ${deps.groupSize}); add them in several calls`,
+        );
     }
     if (batch.state !== 'open') throw new BatchNotOpenError(batch.id, batch.state);
 

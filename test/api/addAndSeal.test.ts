@@ -151,12 +151,15 @@ describe.each(backends())('adding items with a small GROUP_SIZE (%s)', (_name, b
   });
   afterAll(() => svc.stop());
 
-  it('when an add would make more than 100,000 groups, then it is 400 and adds nothing; one of 100,000 groups is answered, and answered again for its Idempotency-Key', async () => {
+  it('when an add with an Idempotency-Key would make more than 100,000 groups, then it is 400 and adds nothing; one of 100,000 groups is answered, and answered again for its key', async () => {
     const id = (await svc.api.post('/v1/batches').send({})).body.id as string;
     const tooMany = await svc.api.post(`/v1/batches/${id}/items`).set('idempotency-key', 'big').send({ count: 800_001 });
     expect([tooMany.status, tooMany.body.error.code]).toEqual([400, 'invalid_request']);
     expect(tooMany.body.error.message).toContain('at most 800000 items');
     expect((await svc.api.get(`/v1/batches/${id}`)).body.total).toBe(0);
+    // The batch is looked up first: a missing one is 404, whatever the count.
+    const missing = await svc.api.post('/v1/batches/0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b/items').set('idempotency-key', 'big').send({ count: 800_001 });
+    expect(missing.status).toBe(404);
 
     // The largest add: its answer (~5.5 MB) is kept whole for the key (MySQL's MEDIUMTEXT, MariaDB's 16 MB packet).
     const added = await svc.api.post(`/v1/batches/${id}/items`).set('idempotency-key', 'big').send({ count: 800_000 });
@@ -164,5 +167,9 @@ describe.each(backends())('adding items with a small GROUP_SIZE (%s)', (_name, b
     const again = await svc.api.post(`/v1/batches/${id}/items`).set('idempotency-key', 'big').send({ count: 800_000 });
     expect(again.body).toEqual(added.body);
     expect((await svc.api.get(`/v1/batches/${id}`)).body.total).toBe(800_000);
-  }, 60_000);
+
+    // Without a key nothing is kept, and the API's whole range is taken.
+    const keyless = await svc.api.post(`/v1/batches/${id}/items`).send({ count: 800_008 });
+    expect([keyless.status, keyless.body.groups.length]).toEqual([201, 100_001]);
+  }, 90_000);
 });
