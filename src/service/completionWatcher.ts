@@ -5,6 +5,9 @@ import { findFinishedOrGone } from '../store/batches';
 import { ServiceDeps } from './deps';
 import { getBatch } from './readBatches';
 
+/** How long a poll may run before the next tick polls beside it. */
+const POLL_OVERDUE_MS = 5_000;
+
 /** Wakes a waiter: with the batch that ended, or with nothing (it reads the state itself: timed out, released, or gone). */
 type Wake = (batch: BatchRecord | null) => void;
 
@@ -17,8 +20,12 @@ type Wake = (batch: BatchRecord | null) => void;
 export class CompletionWatcher {
   private readonly waiters = new Map<string, Set<Wake>>();
   private timer: NodeJS.Timeout | null = null;
-  /** A poll still running: a tick then is skipped, so a slow database never has polls pile up on the pool. */
-  private polling = false;
+  /**
+   * When the poll still running started: a tick then is skipped, so a slow database never has polls
+   * pile up on the pool; but not past POLL_OVERDUE_MS, so one poll stuck on a dead connection (up to
+   * DB_QUERY_TIMEOUT, or for good without one) does not stop the others' completions reaching waiters.
+   */
+  private pollStartedAt: number | null = null;
 
   constructor(
     private readonly deps: ServiceDeps,
@@ -91,8 +98,9 @@ export class CompletionWatcher {
   }
 
   private async poll(): Promise<void> {
-    if (this.polling) return;
-    this.polling = true;
+    const now = performance.now();
+    if (this.pollStartedAt !== null && now - this.pollStartedAt < POLL_OVERDUE_MS) return;
+    const started = (this.pollStartedAt = now);
     try {
       const ids = [...this.waiters.keys()];
       for (let i = 0; i < ids.length; i += 1000) {
@@ -103,7 +111,7 @@ export class CompletionWatcher {
     } catch {
       // The database is away; waiters time out and read the state themselves.
     } finally {
-      this.polling = false;
+      if (this.pollStartedAt === started) this.pollStartedAt = null;
     }
   }
 }
