@@ -6,7 +6,7 @@ import { createServer } from '../../src/http/server';
 import { createRollcall, Rollcall } from '../../src/rollcall';
 import { openDb, poolStats } from '../../src/store/db';
 import { withMigrationLock } from '../../src/store/migrationLock';
-import { describeEachOrSkip, isPostgresBackend, serverBackends, TestDatabase } from '../helpers/backends';
+import { Backend, describeEachOrSkip, isPostgresBackend, serverBackends, TestDatabase } from '../helpers/backends';
 import { realSleep, until } from '../helpers/realTime';
 import { TcpProxy } from '../helpers/tcpProxy';
 
@@ -23,24 +23,40 @@ async function batchOfTen(api: ReturnType<typeof request>): Promise<{ batch: { i
   return { batch, id0: `${batch.id}:${added.groups[0].id}:0` };
 }
 
+/** A rollcall of its own that reaches a fresh test database through a TCP proxy, and how to end all three. */
+interface BehindProxy {
+  database: TestDatabase;
+  proxy: TcpProxy;
+  rollcall: Rollcall;
+  end(): Promise<void>;
+}
+
+async function behindProxy(backend: Backend, settings: Record<string, string>): Promise<BehindProxy> {
+  const database = await backend.create();
+  const url = new URL(database.config.DATABASE_URL!);
+  const proxy = proxyTo(url);
+  await proxy.open();
+  url.host = `127.0.0.1:${proxy.port}`;
+  const rollcall = await createRollcall(loadConfig({ LOG_LEVEL: 'silent', DATABASE_URL: url.toString(), DB_POOLER: database.config.DB_POOLER, ...settings }));
+  const end = async () => {
+    proxy.speak();
+    await proxy.cut();
+    await rollcall.close();
+    await database.drop();
+  };
+  return { database, proxy, rollcall, end };
+}
+
 describeOnServers('when the database goes away (%s)', (_name, backend) => {
-  let database: TestDatabase;
+  let setup: BehindProxy;
   let proxy: TcpProxy;
   let rollcall: Rollcall;
 
   beforeAll(async () => {
-    database = await backend!.create();
-    const url = new URL(database.config.DATABASE_URL!);
-    proxy = proxyTo(url);
-    await proxy.open();
-    url.host = `127.0.0.1:${proxy.port}`;
-    rollcall = await createRollcall(loadConfig({ LOG_LEVEL: 'silent', DATABASE_URL: url.toString(), DB_POOLER: database.config.DB_POOLER, TX_RETRIES: '1' }));
+    setup = await behindProxy(backend!, { TX_RETRIES: '1' });
+    ({ proxy, rollcall } = setup);
   });
-  afterAll(async () => {
-    await proxy.cut();
-    await rollcall.close();
-    await database.drop();
-  });
+  afterAll(() => setup.end());
 
   it('then requests get 503 unavailable, readiness fails, and service resumes when it is back', async () => {
     const api = request(createServer(rollcall.app));
@@ -242,32 +258,15 @@ describeEachOrSkip(mysqlServers)('when the MySQL/MariaDB server turns read-only 
 });
 
 describeOnServers('when the database stalls while clients wait for completion (%s)', (_name, backend) => {
-  let database: TestDatabase;
+  let setup: BehindProxy;
   let proxy: TcpProxy;
   let rollcall: Rollcall;
 
   beforeAll(async () => {
-    database = await backend!.create();
-    const url = new URL(database.config.DATABASE_URL!);
-    proxy = proxyTo(url);
-    await proxy.open();
-    url.host = `127.0.0.1:${proxy.port}`;
-    rollcall = await createRollcall(
-      loadConfig({
-        LOG_LEVEL: 'silent',
-        DATABASE_URL: url.toString(),
-        DB_POOLER: database.config.DB_POOLER,
-        WAIT_POLL_INTERVAL: '10ms',
-        DB_QUERY_TIMEOUT: '20s',
-      }),
-    );
+    setup = await behindProxy(backend!, { WAIT_POLL_INTERVAL: '10ms', DB_QUERY_TIMEOUT: '20s' });
+    ({ proxy, rollcall } = setup);
   });
-  afterAll(async () => {
-    proxy.speak();
-    await proxy.cut();
-    await rollcall.close();
-    await database.drop();
-  });
+  afterAll(() => setup.end());
 
   it('then the shared poll does not pile up on the pool (one at a time), and the waiter is answered once it answers again', async () => {
     const api = request(createServer(rollcall.app));
@@ -291,33 +290,15 @@ describeOnServers('when the database stalls while clients wait for completion (%
 
 describeOnServers('when the database stops answering on open connections (%s)', (_name, backend) => {
   const QUERY_TIMEOUT_MS = 1500;
-  let database: TestDatabase;
+  let setup: BehindProxy;
   let proxy: TcpProxy;
   let rollcall: Rollcall;
 
   beforeAll(async () => {
-    database = await backend!.create();
-    const url = new URL(database.config.DATABASE_URL!);
-    proxy = proxyTo(url);
-    await proxy.open();
-    url.host = `127.0.0.1:${proxy.port}`;
-    rollcall = await createRollcall(
-      loadConfig({
-        LOG_LEVEL: 'silent',
-        DATABASE_URL: url.toString(),
-        DB_POOLER: database.config.DB_POOLER,
-        LOCK_TIMEOUT: '500ms',
-        DB_QUERY_TIMEOUT: `${QUERY_TIMEOUT_MS}ms`,
-        TX_RETRIES: '1',
-      }),
-    );
+    setup = await behindProxy(backend!, { LOCK_TIMEOUT: '500ms', DB_QUERY_TIMEOUT: `${QUERY_TIMEOUT_MS}ms`, TX_RETRIES: '1' });
+    ({ proxy, rollcall } = setup);
   });
-  afterAll(async () => {
-    proxy.speak();
-    await proxy.cut();
-    await rollcall.close();
-    await database.drop();
-  });
+  afterAll(() => setup.end());
 
   it('then requests get 503 unavailable after DB_QUERY_TIMEOUT instead of hanging, and service resumes when it answers again', async () => {
     const api = request(createServer(rollcall.app));
