@@ -23,6 +23,11 @@ export interface DeliveryOptions {
 /** Due events read per free slot, so saturated tenants' events do not crowd out the others'. */
 const CANDIDATES_PER_SLOT = 4;
 
+/** How much longer than a POST may take an event's claim lasts (the claim itself, the outcome's write). */
+const LEASE_BEYOND_TIMEOUT_MS = 5_000;
+/** What of the lease is kept from the POST: the time to record its outcome, and clocks a little apart. */
+const LEASE_SAFETY_MS = 1_000;
+
 /**
  * Delivers completion events from the outbox: claims due events with a lease (so replicas never
  * send one event at the same time), POSTs each, marks it delivered on 2xx, otherwise schedules the
@@ -52,6 +57,8 @@ export class CallbackDispatcher {
     if (slots <= 0) return 0;
     const load = loadOf([...this.inFlight.values()].map((f) => f.event));
     const now = this.deps.now();
+    const claimStarted = performance.now();
+    const leaseMs = this.options.timeoutMs + LEASE_BEYOND_TIMEOUT_MS;
     const claimed = await inTransaction(this.deps.db, this.deps.tx, async (trx) => {
       const due = await dueEvents(trx, now, slots * CANDIDATES_PER_SLOT, { ...saturated(load, this.options.share), eventIds: [...this.inFlight.keys()] });
       const chosen = pickFairly(due, load, this.options.share, slots);
@@ -60,11 +67,14 @@ export class CallbackDispatcher {
         chosen.map((e) => e.id),
         this.claim,
         now,
-        this.options.timeoutMs + 5_000,
+        leaseMs,
       );
     });
+    // The lease runs from before the claim: a claim that waited (for the pool, for a row lock)
+    // leaves less of it for the POST, which must end before another replica may claim the event.
+    const leaseLeftMs = leaseMs - (performance.now() - claimStarted) - LEASE_SAFETY_MS;
     for (const event of claimed) {
-      const done = this.deliver(event).finally(() => {
+      const done = this.deliver(event, Math.min(this.options.timeoutMs, leaseLeftMs)).finally(() => {
         this.inFlight.delete(event.id);
         this.finished += 1;
         this.onSlotFreed();
@@ -94,8 +104,13 @@ export class CallbackDispatcher {
     await Promise.all([...this.inFlight.values()].map((f) => f.done));
   }
 
-  private async deliver(event: OutboxEvent): Promise<void> {
-    const error = await this.post(event.url, this.headersFor(event), event.payload, this.options.timeoutMs);
+  /** One attempt within `timeoutMs`; none when the lease left none (the event is claimed again once it ends). */
+  private async deliver(event: OutboxEvent, timeoutMs: number): Promise<void> {
+    if (timeoutMs <= 0) {
+      this.deps.log.warn({ eventId: event.id, batchId: event.batchId }, 'callback claim outlasted its lease; the event will be retried');
+      return;
+    }
+    const error = await this.post(event.url, this.headersFor(event), event.payload, timeoutMs);
     const now = this.deps.now();
     try {
       if (error === null) {

@@ -1,7 +1,11 @@
+import { Knex } from 'knex';
+
 import { verifySignature } from '../../src/domain/delivery';
-import { backends } from '../helpers/backends';
+import { backends, describeEachOrSkip, serverBackends } from '../helpers/backends';
 import { batchWith } from '../helpers/batches';
+import { realSleep } from '../helpers/realTime';
 import { Receiver } from '../helpers/receiver';
+import { otherConnections } from '../helpers/rowLocks';
 import { startReplica, startService, TestService } from '../helpers/service';
 
 const SECRET = 'test-secret-0123456789';
@@ -167,4 +171,37 @@ describe.each(backends())('completion callbacks (%s)', (_name, backend) => {
       await replica.stop();
     }
   });
+});
+
+describeEachOrSkip(serverBackends())('completion callbacks whose claim waits for a row (%s)', (_name, backend) => {
+  let svc: TestService;
+  let receiver: Receiver;
+  let holder: Knex;
+  beforeAll(async () => {
+    receiver = new Receiver();
+    await receiver.start();
+    // A lease of 1 s + 5 s; a claim may wait up to 8 s for a row.
+    svc = await startService(backend, { CALLBACK_TIMEOUT: '1s', LOCK_TIMEOUT: '8s', DB_QUERY_TIMEOUT: '20s' });
+    holder = otherConnections(svc.database, 1);
+  });
+  afterAll(async () => {
+    await holder.destroy();
+    await svc.stop();
+    await receiver.stop();
+  });
+
+  it('when the claim outlasts the lease, then no POST is sent on it (another replica may hold the event by then); the next claim sends it', async () => {
+    const { id, ids } = await batchWith(svc.client, 1, { callbackUrl: receiver.url });
+    await svc.client.ack(ids);
+    const trx = await holder.transaction();
+    await trx('outbox').where('batch_id', id).forUpdate();
+    const claiming = svc.rollcall.dispatcher.deliverDue();
+    await realSleep(6_500); // past the 6 s lease, measured from before the claim
+    await trx.rollback();
+    await claiming;
+    expect(receiver.deliveries).toHaveLength(0);
+    svc.clock.now += 10_000; // the lease is over: the event is due again
+    expect(await svc.rollcall.dispatcher.deliverDue()).toBe(1);
+    expect(receiver.deliveries).toHaveLength(1);
+  }, 30_000);
 });
