@@ -7,7 +7,7 @@ import { createRollcall, Rollcall } from '../../src/rollcall';
 import { openDb, poolStats } from '../../src/store/db';
 import { withMigrationLock } from '../../src/store/migrationLock';
 import { Backend, describeEachOrSkip, isPostgresBackend, serverBackends, TestDatabase } from '../helpers/backends';
-import { realSleep, until } from '../helpers/realTime';
+import { realSleep, track, until } from '../helpers/realTime';
 import { TcpProxy } from '../helpers/tcpProxy';
 
 const servers = serverBackends();
@@ -286,6 +286,37 @@ describeOnServers('when the database stalls while clients wait for completion (%
     expect(acked.body).toMatchObject({ acked: 10 });
     expect((await waiting).body).toMatchObject({ state: 'complete' });
   }, 60_000);
+
+  it('when one poll stays stuck on a connection that stopped answering, then after 5 s a poll beside it answers the waiter whose batch another replica completed', async () => {
+    const api = request(createServer(rollcall.app));
+    const other = await createRollcall(setup.database.config); // another replica, reaching the database directly
+    let waiting: ReturnType<typeof track<request.Response>> | null = null;
+    try {
+      const { batch, id0 } = await batchOfTen(api);
+      await api.post(`/v1/batches/${batch.id}/seal`);
+      waiting = track(Promise.resolve(api.get(`/v1/batches/${batch.id}/wait?timeout=30`)));
+      await until(async () => rollcall.watcher.waiting === 1);
+
+      // The next shared poll asks for this batch; only its connection freezes, the pool's others go on answering.
+      await proxy.freezeConnectionSending(batch.id);
+      const frozenAt = Date.now();
+      const ids = [...Array(10).keys()].map((i) => id0.replace(/:0$/, `:${i}`));
+      expect((await request(createServer(other.app)).post('/v1/acks').send({ ids })).body.completed).toHaveLength(1);
+
+      // The 10 ms ticks skip their turn while the stuck poll has run less than 5 s ...
+      await realSleep(4000 - (Date.now() - frozenAt));
+      expect(waiting.settled).toBe(false);
+      // ... then one polls beside it and finds the batch complete, long before the wait's timeout.
+      const late = new Promise<null>((resolve) => setTimeout(() => resolve(null), 8000 - (Date.now() - frozenAt)).unref());
+      const answer = await Promise.race([waiting.promise, late]);
+      expect(answer?.body.state ?? `no answer ${Date.now() - frozenAt} ms after the poll froze`).toBe('complete');
+    } finally {
+      proxy.speak();
+      await waiting?.promise;
+      await until(() => poolStats(rollcall.db)!.used === 0); // the stuck poll has its answer (not cut off by the teardown)
+      await other.close();
+    }
+  }, 30_000);
 });
 
 describeOnServers('when the database stops answering on open connections (%s)', (_name, backend) => {

@@ -1,5 +1,12 @@
+import http from 'node:http';
+import { AddressInfo } from 'node:net';
+
+import { createServer } from '../../src/http/server';
+import { createRollcall } from '../../src/rollcall';
+import { poolStats } from '../../src/store/db';
 import { backends } from '../helpers/backends';
 import { batchWith } from '../helpers/batches';
+import { realSleep, until } from '../helpers/realTime';
 import { startReplica, startService, TestService } from '../helpers/service';
 
 describe.each(backends())('waiting for completion (%s)', (_name, backend) => {
@@ -71,6 +78,51 @@ describe.each(backends())('waiting for completion (%s)', (_name, backend) => {
       expect(svc.rollcall.watcher.waiting).toBe(0);
     } finally {
       await replica?.stop();
+    }
+  });
+
+  it('when the client goes away while the batch is first read, then no waiter is kept for it: nothing polls the database for that batch until its timeout', async () => {
+    // A replica whose one pooled connection is busy (here: a transaction the test holds open), so
+    // the wait's first read of the batch queues for it, and the client can leave meanwhile.
+    const replica = await createRollcall({ ...svc.database.config, DB_POOL_SIZE: 1 }, { now: () => svc.clock.now });
+    const server = createServer(replica.app);
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    let release = () => {};
+    try {
+      const { id } = await sealed(2);
+      const held = new Promise<void>((holding) => {
+        void replica.db.transaction(async (trx) => {
+          await trx.raw('SELECT 1');
+          await new Promise<void>((resolve) => {
+            release = resolve;
+            holding();
+          });
+        });
+      });
+      await held;
+
+      const request = http.get(`http://127.0.0.1:${(server.address() as AddressInfo).port}/v1/batches/${id}/wait?timeout=30`);
+      request.on('error', () => undefined); // the test ends it
+      await until(() => poolStats(replica.db)!.pendingAcquires === 1); // the first read waits for the connection
+      request.destroy();
+      await until(async () => (await new Promise<number>((resolve, reject) => server.getConnections((e, n) => (e ? reject(e) : resolve(n))))) === 0);
+      await realSleep(20); // and the request's 'close' has reached the route (its abort)
+
+      release();
+      await until(() => poolStats(replica.db)!.pendingAcquires + poolStats(replica.db)!.used === 0); // the first read is done
+      // Had a waiter been kept for the client gone, each 100 ms poll would ask for this batch until its timeout.
+      let pollsOfTheBatch = 0;
+      replica.db.on('query', (query: { bindings?: unknown[] }) => {
+        if ((query.bindings ?? []).includes(id)) pollsOfTheBatch += 1;
+      });
+      await realSleep(800);
+      expect({ waiting: replica.watcher.waiting, pollsOfTheBatch }).toEqual({ waiting: 0, pollsOfTheBatch: 0 });
+    } finally {
+      release();
+      replica.watcher.release();
+      server.closeAllConnections();
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+      await replica.close();
     }
   });
 

@@ -18,6 +18,8 @@ export class TcpProxy {
   private readonly frozen = new Set<[net.Socket, net.Socket]>();
   /** While set, the database's answers are held and a client's close does not reach it (`holdAnswers()`). */
   private holding = false;
+  /** Set by `freezeConnectionSending()`: what to look for in what clients send, and whom to tell. */
+  private tripwire: { text: Buffer; tripped: () => void } | null = null;
 
   async open(): Promise<void> {
     const server = net.createServer((client) => {
@@ -37,6 +39,14 @@ export class TcpProxy {
       // A client's end reaches the database through the close handler below, not through the pipe: a
       // held connection's must not reach it at all.
       client.pipe(upstream, { end: false }).pipe(client);
+      // After the pipe's own listener: what tripped the wire has reached the database.
+      client.on('data', (chunk: Buffer) => {
+        const wire = this.tripwire;
+        if (!wire || !chunk.includes(wire.text)) return;
+        this.tripwire = null;
+        this.freezePair(pair);
+        wire.tripped();
+      });
       client.on('close', () => this.holding || upstream.destroy());
       upstream.on('close', () => {
         client.destroy();
@@ -80,14 +90,26 @@ export class TcpProxy {
    */
   freeze(): void {
     this.silent = true;
-    for (const pair of this.pairs) {
-      const [client, upstream] = pair;
-      client.unpipe(upstream);
-      upstream.unpipe(client);
-      client.pause();
-      upstream.pause();
-      this.frozen.add(pair);
-    }
+    for (const pair of this.pairs) this.freezePair(pair);
+  }
+
+  /**
+   * The first connection that sends `text` from now on freezes as `freeze()` freezes them all: that
+   * statement reaches the database, but its answer, and anything after, waits (until `speak()`).
+   * Every other connection, and new ones, carry on: one connection whose host stopped answering (a
+   * half-open TCP connection) while the pool's others work. Resolves once it has frozen.
+   */
+  freezeConnectionSending(text: string): Promise<void> {
+    return new Promise((tripped) => (this.tripwire = { text: Buffer.from(text), tripped }));
+  }
+
+  private freezePair(pair: [net.Socket, net.Socket]): void {
+    const [client, upstream] = pair;
+    client.unpipe(upstream);
+    upstream.unpipe(client);
+    client.pause();
+    upstream.pause();
+    this.frozen.add(pair);
   }
 
   /** New connections reach the database again, and connections `freeze()` stopped carry on. */
