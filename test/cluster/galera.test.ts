@@ -1,3 +1,4 @@
+import { execFileSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 
 import mysql from 'mysql2/promise';
@@ -141,6 +142,45 @@ maybe('rollcall on a MariaDB Galera cluster', () => {
       expect({ round, completions }).toEqual({ round, completions: 1 });
       expect(await completedEvents(urls[round % 3] as string, id)).toBe(1);
       expect((await c.api.get(`/v1/batches/${id}`)).body).toMatchObject({ state: 'complete', succeeded: 4, pending: 0 });
+    }
+  });
+
+  it('when another node writes the batch while a seal that waited its turn is between its last statement and COMMIT, then the seal is run again, never answered sealed unwritten', async () => {
+    const [a] = replicas as [Replica];
+    const { id } = await batchWith(a.client, 2, { sealed: false });
+    const sqlOn = (node: number, sql: string) =>
+      execFileSync('mariadb', ['-h127.0.0.1', `-P${cluster.nodes[node]!.ports.sql}`, '-uroot', dbName, '-e', sql], { encoding: 'utf8' });
+    // The seal waits for its turn behind an add that waits for the batch row, held here: a seal
+    // whose turn came late sets a shorter lock wait, and sets it back after its work.
+    const holder = await mysql.createConnection({ uri: urls[0] as string });
+    let abortedBetween = false;
+    const onResponse = (_response: unknown, query: { sql: string; bindings?: unknown[] }) => {
+      if (abortedBetween || !/^update `batches`/.test(query.sql) || query.bindings?.[0] !== 'sealed' || !query.bindings.includes(id)) return;
+      abortedBetween = true;
+      // The seal's UPDATE is answered; before this process sends its next statement, node 2 commits
+      // a write of the same row, and node 1 applies it (the causal read waits for that), aborting
+      // the seal's transaction there.
+      sqlOn(1, `SET SESSION wsrep_sync_wait = 3; UPDATE batches SET updated_at = updated_at + 1 WHERE id = '${id}'`);
+      sqlOn(0, `SET SESSION wsrep_sync_wait = 1; SELECT updated_at FROM batches WHERE id = '${id}'`);
+    };
+    a.rollcall.db.on('query-response', onResponse);
+    try {
+      await holder.query('BEGIN');
+      await holder.query('SELECT id FROM batches WHERE id = ? FOR UPDATE', [id]);
+      const pause = (ms: number) => new Promise((r) => setTimeout(r, ms));
+      const added = Promise.resolve(a.api.post(`/v1/batches/${id}/items`).send({ count: 1 }));
+      await pause(150); // the add has the batch's turn, waiting for the row
+      const sealed = Promise.resolve(a.api.post(`/v1/batches/${id}/seal`));
+      await pause(300);
+      await holder.query('COMMIT');
+      const [add, seal] = await Promise.all([added, sealed]);
+      expect(add.status).toBe(201);
+      expect(abortedBetween).toBe(true);
+      expect({ status: seal.status, state: seal.body.state }).toEqual({ status: 200, state: 'sealed' });
+      expect(sqlOn(2, `SET SESSION wsrep_sync_wait = 1; SELECT state FROM batches WHERE id = '${id}'`)).toContain('sealed');
+    } finally {
+      a.rollcall.db.off('query-response', onResponse);
+      await holder.end();
     }
   });
 
