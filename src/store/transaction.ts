@@ -144,7 +144,7 @@ function locksWaitedUntil<T>(db: Db, options: TransactionOptions, deadline: numb
     } catch (error) {
       await setBack()
         .catch(setBack)
-        .catch(() => undefined); // the transaction fails anyway; a broken connection is dropped by the pool
+        .catch(() => undefined); // the transaction fails anyway (a live connection refusing both keeps the shorter wait)
       throw error;
     }
     // Setting it back is the transaction's last statement before COMMIT, so its error is the

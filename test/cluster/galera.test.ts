@@ -154,6 +154,10 @@ maybe('rollcall on a MariaDB Galera cluster', () => {
     // whose turn came late sets a shorter lock wait, and sets it back after its work.
     const holder = await mysql.createConnection({ uri: urls[0] as string });
     let abortedBetween = false;
+    let shorterWaitSet = false; // the path under test: the seal's turn came late
+    const onQuery = (query: { sql: string }) => {
+      if (query.sql.startsWith('SET SESSION innodb_lock_wait_timeout') && !abortedBetween) shorterWaitSet = true;
+    };
     const onResponse = (_response: unknown, query: { sql: string; bindings?: unknown[] }) => {
       if (abortedBetween || !/^update `batches`/.test(query.sql) || query.bindings?.[0] !== 'sealed' || !query.bindings.includes(id)) return;
       abortedBetween = true;
@@ -164,6 +168,7 @@ maybe('rollcall on a MariaDB Galera cluster', () => {
       sqlOn(0, `SET SESSION wsrep_sync_wait = 1; SELECT updated_at FROM batches WHERE id = '${id}'`);
     };
     a.rollcall.db.on('query-response', onResponse);
+    a.rollcall.db.on('query', onQuery);
     try {
       await holder.query('BEGIN');
       await holder.query('SELECT id FROM batches WHERE id = ? FOR UPDATE', [id]);
@@ -175,11 +180,12 @@ maybe('rollcall on a MariaDB Galera cluster', () => {
       await holder.query('COMMIT');
       const [add, seal] = await Promise.all([added, sealed]);
       expect(add.status).toBe(201);
-      expect(abortedBetween).toBe(true);
+      expect({ abortedBetween, shorterWaitSet }).toEqual({ abortedBetween: true, shorterWaitSet: true });
       expect({ status: seal.status, state: seal.body.state }).toEqual({ status: 200, state: 'sealed' });
-      expect(sqlOn(2, `SET SESSION wsrep_sync_wait = 1; SELECT state FROM batches WHERE id = '${id}'`)).toContain('sealed');
+      for (const node of [0, 1, 2]) expect(sqlOn(node, `SET SESSION wsrep_sync_wait = 1; SELECT state FROM batches WHERE id = '${id}'`)).toContain('sealed');
     } finally {
       a.rollcall.db.off('query-response', onResponse);
+      a.rollcall.db.off('query', onQuery);
       await holder.end();
     }
   });
