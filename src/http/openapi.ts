@@ -1,6 +1,7 @@
 import { z } from 'zod';
 
 import * as res from '../contract/responses';
+import { withThousands } from '../contract/text';
 import * as req from './schemas';
 
 type JsonObject = Record<string, unknown>;
@@ -154,7 +155,7 @@ export function openApiDocument(): JsonObject {
           responses: {
             '200': answer('what this call changed', 'AckResult'),
             ...withBody,
-            '413': failure(`payload_too_large: more than ${req.MAX_ACK_IDS.toLocaleString('en-US')} IDs, or a body over BODY_LIMIT`),
+            '413': failure(`payload_too_large: more than ${withThousands(req.MAX_ACK_IDS)} IDs, or a body over BODY_LIMIT`),
           },
         },
       },

@@ -1,6 +1,6 @@
 import { z } from 'zod';
 
-import { EXACT_TEXT_RULE, isExactText } from '../contract/text';
+import { EXACT_TEXT_RULE, isExactText, withThousands } from '../contract/text';
 import { BATCH_STATES, MAX_ACK_IDS, MAX_ERROR_LENGTH, OUTCOMES } from '../contract/vocabulary';
 
 export { MAX_ACK_IDS };
@@ -113,7 +113,7 @@ const errorRule = { message: 'error is only allowed with outcome "failed"', path
 /** The ID count is checked after parsing, so more than MAX_ACK_IDS answers 413, not 400. */
 export const ackBody = z
   .strictObject({
-    ids: z.array(z.string()).describe(`item IDs, at most ${MAX_ACK_IDS.toLocaleString('en-US')} (more: 413 payload_too_large)`),
+    ids: z.array(z.string()).describe(`item IDs, at most ${withThousands(MAX_ACK_IDS)} (more: 413 payload_too_large)`),
     outcome: outcome.optional(),
     error: failureError.optional().describe('why the items failed: only with outcome "failed" (else 400)'),
   })
