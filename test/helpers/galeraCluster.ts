@@ -117,7 +117,13 @@ export class GaleraCluster {
   haproxyPort = 0;
 
   static available(): boolean {
-    return fs.existsSync(MARIADBD) && fs.existsSync(GALERA_PROVIDER) && fs.existsSync('/usr/bin/rsync') && fs.existsSync('/usr/bin/mariadb-install-db') && fs.existsSync('/usr/bin/mariadb');
+    return (
+      fs.existsSync(MARIADBD) &&
+      fs.existsSync(GALERA_PROVIDER) &&
+      fs.existsSync('/usr/bin/rsync') &&
+      fs.existsSync('/usr/bin/mariadb-install-db') &&
+      fs.existsSync('/usr/bin/mariadb')
+    );
   }
 
   /**
