@@ -116,6 +116,17 @@ export class UnavailableError extends RollcallError {
   readonly status = 503;
 }
 
+/**
+ * An UnavailableError for a COMMIT that failed in a way that does not say whether it took effect
+ * (Citus answers XX000, or no SQLSTATE, when it loses a worker during COMMIT): tried again, it is
+ * applied once (acks are idempotent), as after a commit whose answer was lost.
+ */
+export class CommitUnconfirmedError extends UnavailableError {
+  constructor(options?: ErrorOptions) {
+    super('the database did not confirm the commit, so whether it took effect is not known; try again', options);
+  }
+}
+
 /** An UnavailableError for a lock another connection held past LOCK_TIMEOUT (the batch is busy, the database is not away). */
 export class LockHeldError extends UnavailableError {
   constructor(options?: ErrorOptions) {

@@ -1,5 +1,5 @@
 import { AckCall, callSize } from '../domain/ackCall';
-import { LockHeldError, UnavailableError } from '../domain/errors';
+import { CommitUnconfirmedError, LockHeldError, UnavailableError } from '../domain/errors';
 import { batchesHeldElsewhere } from '../store/batches';
 import { ackItems, AckResult } from './ackItems';
 import { ServiceDeps } from './deps';
@@ -258,7 +258,9 @@ export class AckCommitter {
    * After a merged transaction failed for a reason other than the database being busy or away (that
    * one would fail each call alike: they get the 503 to retry), each call runs alone, in order, so
    * only a call that cannot commit by itself gets the error. What one batch holds must not fail the
-   * acks of others (a callback host too long for its column once did).
+   * acks of others (a callback host too long for its column once did). Also after a COMMIT that
+   * failed without saying why: on Citus that is one worker lost, whose batches others need not share
+   * (a call whose acks did commit finds them duplicates).
    */
   private async eachAlone(round: Waiting[]): Promise<void> {
     for (const w of round) {
@@ -286,7 +288,7 @@ export class AckCommitter {
           if (this.held.size > 0) for (const id of batchIds) this.held.delete(id);
         },
         (error: unknown) => {
-          if (round.length > 1 && !(error instanceof UnavailableError)) return this.eachAlone(round);
+          if (round.length > 1 && runsAgainAlone(error)) return this.eachAlone(round);
           if (error instanceof LockHeldError) return this.lockWaitFailed(round, batchIds, error);
           round.forEach((w) => w.reject(error));
         },
@@ -301,3 +303,6 @@ export class AckCommitter {
     this.inFlight.add(running);
   }
 }
+
+/** Whether the calls of a merged round that failed with `error` run again one by one. */
+const runsAgainAlone = (error: unknown): boolean => !(error instanceof UnavailableError) || error instanceof CommitUnconfirmedError;

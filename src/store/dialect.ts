@@ -111,7 +111,8 @@ export const PROFILES: Readonly<Record<DialectName, DialectProfile>> = {
     // Row locks and table/metadata locks alike (db.ts sets both per session).
     lockWaitStatement: (ms, atMost = false) => ({
       sql: 'SET SESSION innodb_lock_wait_timeout = ?, lock_wait_timeout = ?',
-      bindings: Array(2).fill(atMost ? Math.floor(ms / 1000) : lockWaitSeconds(ms)),
+      // At most what is left, never below 0 (no wait): a retry past the deadline has less than nothing left.
+      bindings: Array(2).fill(atMost ? Math.max(0, Math.floor(ms / 1000)) : lockWaitSeconds(ms)),
       endsWithTransaction: false,
     }),
     errors: {

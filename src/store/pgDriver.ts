@@ -3,7 +3,7 @@ import { Knex } from 'knex';
 import { toError } from '../domain/errors';
 import { Db, perTransactionSettings } from './db';
 import { endingFailed, TransactionEnd, withPooledConnection } from './pooledConnection';
-import { TransactionOptions, withRetries } from './transaction';
+import { commitFailed, TransactionOptions, withRetries } from './transaction';
 
 /**
  * Statements sent straight through node-postgres on a connection of knex's pool, for the hot paths
@@ -59,12 +59,13 @@ export function prepared(text: string, values: unknown[]): PgStatement {
 /**
  * Sends every statement before waiting for any answer and resolves with their results in order.
  * When one fails, the server still answers those behind it (inside a transaction they fail too, and
- * a `COMMIT` there rolls back): this waits for all, then rejects with the first failure, the cause.
+ * a `COMMIT` there rolls back): this waits for all, then rejects with the first failure, the cause,
+ * as `asFailureOf` gives it for that statement's place.
  */
-export async function pipelined(client: PgClient, statements: PgStatement[]): Promise<PgResult[]> {
+export async function pipelined(client: PgClient, statements: PgStatement[], asFailureOf = (error: Error, _index: number) => error): Promise<PgResult[]> {
   const settled = await Promise.allSettled(statements.map((statement) => client.query(statement)));
-  const failed = settled.find((s): s is PromiseRejectedResult => s.status === 'rejected');
-  if (failed) throw toError(failed.reason);
+  const failedAt = settled.findIndex((s) => s.status === 'rejected');
+  if (failedAt >= 0) throw asFailureOf(toError((settled[failedAt] as PromiseRejectedResult).reason), failedAt);
   return settled.map((s) => (s as PromiseFulfilledResult<PgResult>).value);
 }
 
@@ -113,9 +114,10 @@ export function pgReadDecideWrite<T>(db: Db, options: TransactionOptions, work: 
         const { reads, decide } = work();
         const results = (await pipelined(client, [...opening, ...reads.map(statement)])).slice(opening.length);
         const { writes, answer } = decide(results.map((result) => result.rows));
-        const commit = (await pipelined(client, [...writes.map(statement), COMMIT])).at(-1);
+        const ofCommit = (error: Error, index: number) => (index === writes.length ? commitFailed(error) : error);
+        const commit = (await pipelined(client, [...writes.map(statement), COMMIT], ofCommit)).at(-1);
         // A COMMIT of a transaction the server already aborted answers ROLLBACK, not an error.
-        if (commit?.command !== 'COMMIT') throw new Error(`the transaction ended with ${commit?.command} instead of COMMIT`);
+        if (commit?.command !== 'COMMIT') throw commitFailed(new Error(`the transaction ended with ${commit?.command} instead of COMMIT`));
         return answer;
       }),
     ),

@@ -2,7 +2,7 @@ import path from 'node:path';
 
 import { Knex } from 'knex';
 
-import { LockHeldError, toError, UnavailableError } from '../domain/errors';
+import { CommitUnconfirmedError, LockHeldError, toError, UnavailableError } from '../domain/errors';
 import { Db, perTransactionSettings } from './db';
 import { isBusy, isLockTimeout, isRetryable, isUnavailable } from './dbErrors';
 import { profileOf } from './dialect';
@@ -25,19 +25,52 @@ const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
  * UnavailableError.
  */
 export function inTransaction<T>(db: Db, options: TransactionOptions, work: (trx: Knex.Transaction) => Promise<T>): Promise<T> {
-  if (profileOf(db).writers === 'pool') return withRetries(options, () => pooledTransaction(db, work));
+  if (profileOf(db).writers === 'pool') return withRetries(options, () => committed(work, (counted) => pooledTransaction(db, counted)));
   const deadline = lockDeadline(options);
   return withRetries(
     options,
     () =>
       oneWriterPerFile(db, deadline, () =>
-        db.transaction(async (trx) => {
-          await claimSqliteWriteLock(trx);
-          return work(trx);
-        }),
+        committed(work, (counted) =>
+          db.transaction(async (trx) => {
+            await claimSqliteWriteLock(trx);
+            return counted(trx);
+          }),
+        ),
       ),
     deadline,
   );
+}
+
+/**
+ * Runs `transaction` on `work` and tells a failure of its COMMIT (one that came after `work`
+ * succeeded) by commitFailed. knex rejects with the driver's error alone, whichever statement it was.
+ */
+async function committed<T>(
+  work: (trx: Knex.Transaction) => Promise<T>,
+  transaction: (counted: (trx: Knex.Transaction) => Promise<T>) => Promise<T>,
+): Promise<T> {
+  let workDone = false;
+  try {
+    return await transaction(async (trx) => {
+      const answer = await work(trx);
+      workDone = true;
+      return answer;
+    });
+  } catch (error) {
+    throw workDone ? commitFailed(toError(error)) : error;
+  }
+}
+
+/**
+ * What a COMMIT's error becomes. One of a kind the transaction runs again for (a deadlock, a
+ * certification conflict), or one that says the database is away, stays as it is. Any other leaves
+ * this process not knowing whether the transaction took effect: 503, to be tried again, as when a
+ * commit's answer is lost (API.md), never 500.
+ */
+export function commitFailed(error: Error): Error {
+  if (isRetryable(error) || isBusy(error) || isLockTimeout(error) || isUnavailable(error) || error instanceof UnavailableError) return error;
+  return new CommitUnconfirmedError({ cause: error });
 }
 
 /**

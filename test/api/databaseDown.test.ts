@@ -7,7 +7,9 @@ import { createRollcall, Rollcall } from '../../src/rollcall';
 import { openDb, poolStats } from '../../src/store/db';
 import { withMigrationLock } from '../../src/store/migrationLock';
 import { Backend, describeEachOrSkip, isPostgresBackend, serverBackends, TestDatabase } from '../helpers/backends';
+import { batchWith } from '../helpers/batches';
 import { realSleep, track, until } from '../helpers/realTime';
+import { startService, TestService } from '../helpers/service';
 import { TcpProxy } from '../helpers/tcpProxy';
 
 const servers = serverBackends();
@@ -208,6 +210,81 @@ describeEachOrSkip(postgresServers)('when the PostgreSQL database turns read-onl
     await setReadOnly(false);
     await until(async () => (await api.get('/readyz')).status === 200);
     expect((await api.post('/v1/acks').send({ ids: [id0] })).body).toMatchObject({ acked: 1 });
+  }, 30_000);
+});
+
+/**
+ * PostgreSQL servers on which a test can make COMMIT fail: a deferred constraint trigger reads a
+ * local switch table. Not Citus: its shards' triggers run on the workers, which have no such table.
+ */
+const commitFaultServers = servers.filter(([name]) => isPostgresBackend(name) && name !== 'citus');
+
+describeEachOrSkip(commitFaultServers)('when PostgreSQL refuses a COMMIT, as Citus does when it loses a worker mid-commit (%s)', (_name, backend) => {
+  let svc: TestService;
+  let api: ReturnType<typeof request>;
+
+  /** Refuses the COMMIT of every transaction that writes a batch row, or of those that write `batchId`'s. */
+  const refuseCommits = (refuse: { all: boolean; batchId?: string }) =>
+    svc.rollcall.db('commit_fault').update({ refuse: refuse.all, refuse_batch: refuse.batchId ?? null });
+
+  beforeAll(async () => {
+    // A merge window, so that concurrent acks of several batches share a transaction.
+    svc = await startService(backend!, { TX_RETRIES: '1', ACK_GROUP_COMMIT_WINDOW_MS: '20' });
+    api = svc.api;
+    const db = svc.rollcall.db;
+    await db.raw('CREATE TABLE commit_fault (refuse boolean NOT NULL, refuse_batch text)');
+    await db('commit_fault').insert({ refuse: false });
+    // Checked at COMMIT, after every statement of the transaction succeeded: Citus's XX000 there.
+    await db.raw(`CREATE FUNCTION refuse_commit() RETURNS trigger LANGUAGE plpgsql AS $$
+      BEGIN
+        IF (SELECT refuse OR refuse_batch = NEW.id::text FROM commit_fault) THEN
+          RAISE EXCEPTION 'could not commit transaction on any active node' USING ERRCODE = 'XX000';
+        END IF;
+        RETURN NULL;
+      END $$`);
+    await db.raw(
+      'CREATE CONSTRAINT TRIGGER refuse_commit AFTER INSERT OR UPDATE ON batches DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION refuse_commit()',
+    );
+  });
+  afterAll(() => svc.stop());
+  afterEach(() => refuseCommits({ all: false }));
+
+  it('then an add, an ack, a seal and a cancel are 503 unavailable with Retry-After, not 500, changing nothing, and succeed when tried again once commits go through', async () => {
+    const { batch, id0 } = await batchOfTen(api);
+
+    await refuseCommits({ all: true });
+    // Each a transaction whose statements succeed and whose COMMIT fails. (An open is one statement
+    // that commits by itself: an error there is the statement's.)
+    const writes = [
+      () => api.post(`/v1/batches/${batch.id}/items`).send({ count: 1 }),
+      () => api.post('/v1/acks').send({ ids: [id0] }),
+      () => api.post(`/v1/batches/${batch.id}/seal`),
+      () => api.post(`/v1/batches/${batch.id}/cancel`),
+    ];
+    for (const write of writes) {
+      const res = await write();
+      expect([res.status, res.body.error?.code, res.headers['retry-after']]).toEqual([503, 'unavailable', '1']);
+    }
+    expect((await api.get(`/v1/batches/${batch.id}`)).body).toMatchObject({ state: 'open', total: 10, succeeded: 0 });
+
+    await refuseCommits({ all: false });
+    for (const write of writes) expect((await write()).status).toBe(write === writes[0] ? 201 : 200);
+    expect((await api.get(`/v1/batches/${batch.id}`)).body).toMatchObject({ state: 'cancelled', total: 11, succeeded: 1 });
+  }, 30_000);
+
+  it("when one batch's COMMIT is refused, then acks of other batches merged with it still commit", async () => {
+    const refused = await batchWith(svc.client, 1);
+    const others = await Promise.all(Array.from({ length: 8 }, () => batchWith(svc.client, 5)));
+    await refuseCommits({ all: false, batchId: refused.id });
+    // The refused call amid the others: the first call of all finds no round running and runs alone.
+    const calls = others.flatMap((b) => b.ids.map((itemId) => ({ ids: [itemId] })));
+    calls.splice(20, 0, { ids: refused.ids });
+    const results = await Promise.all(calls.map((body) => api.post('/v1/acks').send(body)));
+    expect(results.map((res) => res.status)).toEqual(calls.map((_, i) => (i === 20 ? 503 : 200)));
+    for (const b of others) expect((await api.get(`/v1/batches/${b.id}`)).body).toMatchObject({ state: 'complete', succeeded: 5 });
+
+    await refuseCommits({ all: false });
+    expect((await api.post('/v1/acks').send({ ids: refused.ids })).body.completed).toHaveLength(1);
   }, 30_000);
 });
 
