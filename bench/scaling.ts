@@ -153,7 +153,7 @@ async function citus(): Promise<void> {
   }
   const cluster = await startCitusCluster();
   try {
-    const sharded = await createCitusDatabase(cluster.url);
+    const sharded = await createCitusDatabase(cluster.url, 2000); // the service's default LOCK_TIMEOUT
     await measure('3 replicas, Citus 13 (coordinator + 2 workers)', [sharded.url, sharded.url, sharded.url]);
     await sharded.drop();
   } finally {

@@ -125,7 +125,9 @@ const pgbouncer: Backend = {
 const citus: Backend = {
   name: 'citus',
   async create(overrides = {}) {
-    const database = await createCitusDatabase(citusUrl as string);
+    // The workers wait for row locks as long as the service's LOCK_TIMEOUT says (docs/scaling.md).
+    const lockTimeoutMs = loadConfig({ LOG_LEVEL: 'silent', ...overrides }).LOCK_TIMEOUT;
+    const database = await createCitusDatabase(citusUrl as string, lockTimeoutMs);
     const config = loadConfig({ LOG_LEVEL: 'silent', DATABASE_URL: database.url, ...overrides });
     return { name: 'citus', config, drop: () => database.drop() };
   },

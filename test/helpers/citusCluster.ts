@@ -29,7 +29,7 @@ interface NodeAddress {
   node_port: number;
 }
 
-export async function createCitusDatabase(coordinatorUrl: string): Promise<{ url: string; drop(): Promise<void> }> {
+export async function createCitusDatabase(coordinatorUrl: string, lockTimeoutMs: number): Promise<{ url: string; drop(): Promise<void> }> {
   const name = `rollcall_test_${randomBytes(6).toString('hex')}`;
   const workers = await withAdmin(coordinatorUrl, async (db) => {
     await db.raw('CREATE DATABASE ??', [name]);
@@ -43,9 +43,9 @@ export async function createCitusDatabase(coordinatorUrl: string): Promise<{ url
   });
   for (const worker of workerUrls) {
     await withAdmin(worker, (db) => db.raw('CREATE DATABASE ??', [name]));
-    // As docs/scaling.md tells operators: the coordinator's per-session lock_timeout (LOCK_TIMEOUT,
-    // 2 s by default) does not reach the workers, where the row locks are waited for.
-    await withAdmin(worker, (db) => db.raw("ALTER DATABASE ?? SET lock_timeout = '2s'", [name]));
+    // As docs/scaling.md tells operators: the coordinator's per-session lock_timeout (LOCK_TIMEOUT)
+    // does not reach the workers, where the row locks are waited for; they get the same value.
+    await withAdmin(worker, (db) => db.raw(`ALTER DATABASE ?? SET lock_timeout = '${Math.round(lockTimeoutMs)}ms'`, [name]));
     await withAdmin(withDatabase(worker, name), (db) => db.raw('CREATE EXTENSION citus'));
   }
   const url = withDatabase(coordinatorUrl, name);

@@ -28,11 +28,26 @@ export async function holdBatchRow(other: Knex, id: string): Promise<() => Promi
  */
 export async function lockWaiters(other: Knex, postgres: boolean): Promise<number> {
   const sql = postgres
-    ? "SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
+    ? `SELECT count(*)::int AS n FROM ${await activityView(other)} WHERE datname = current_database() AND wait_event_type = 'Lock'`
     : "SELECT count(*) AS n FROM information_schema.processlist WHERE db = DATABASE() AND id <> CONNECTION_ID() AND command = 'Query' AND info LIKE '%for update%'";
   const result = (await other.raw(sql)) as { rows?: Array<{ n: number }> } | [Array<{ n: number }>];
   const rows = Array.isArray(result) ? result[0] : (result.rows ?? []);
   return Number(rows[0]?.n ?? 0);
+}
+
+const activityViews = new WeakMap<Knex, Promise<string>>();
+
+/**
+ * Where PostgreSQL's sessions are listed: on Citus a row lock is waited for on the worker that holds
+ * the shard, which the coordinator's pg_stat_activity does not show, and citus_stat_activity does.
+ */
+function activityView(other: Knex): Promise<string> {
+  let view = activityViews.get(other);
+  if (!view) {
+    const onCitus = other.raw("SELECT to_regclass('citus_stat_activity') IS NOT NULL AS citus") as Promise<{ rows: Array<{ citus: boolean }> }>;
+    activityViews.set(other, (view = onCitus.then(({ rows }) => (rows[0]?.citus ? 'citus_stat_activity' : 'pg_stat_activity'))));
+  }
+  return view;
 }
 
 /** Resolves once a statement on `other`'s database waits for a row lock (see lockWaiters). */

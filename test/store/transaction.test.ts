@@ -82,7 +82,8 @@ describeEachOrSkip(postgres)('the settings a PostgreSQL transaction runs with (%
   it('when the database defaults to another isolation, then each transaction still reads committed, waits LOCK_TIMEOUT, and leaves no setting behind', async () => {
     const database = await backend.create({ LOCK_TIMEOUT: '1500ms' });
     const serverName = new URL(database.config.DATABASE_URL as string).pathname.slice(1);
-    const admin = knex({ client: 'pg', connection: process.env.TEST_PG_URL, pool: { min: 0, max: 1 } });
+    // The server itself, not PgBouncer (the coordinator on Citus), where a database's defaults are set.
+    const admin = knex({ client: 'pg', connection: name === 'citus' ? process.env.TEST_CITUS_URL : process.env.TEST_PG_URL, pool: { min: 0, max: 1 } });
     await admin.raw(`ALTER DATABASE ${serverName} SET default_transaction_isolation = 'repeatable read'`);
     await admin.destroy();
     const db = openDb(database.config);
