@@ -1,4 +1,5 @@
 import fs from 'node:fs';
+import net from 'node:net';
 
 import { z } from 'zod';
 
@@ -44,6 +45,40 @@ const duration = (fallback: string, minMs = 0, maxMs = TIMER_MAX_MS) => z.string
 /** A duration whose default depends on other settings (filled in by loadConfig). */
 const durationOrUnset = (minMs = 0) => z.string().transform(inMs(minMs, TIMER_MAX_MS)).optional();
 
+/** A comma-separated list (blank entries dropped), each entry checked by `invalid` (a message, or null when fine). */
+const commaList = (invalid: (entry: string) => string | null) =>
+  z
+    .string()
+    .default('')
+    .transform((text) =>
+      text
+        .split(',')
+        .map((entry) => entry.trim())
+        .filter((entry) => entry !== ''),
+    )
+    .superRefine((entries, ctx) => {
+      for (const entry of entries) {
+        const problem = invalid(entry);
+        if (problem) ctx.addIssue({ code: 'custom', message: problem });
+      }
+    });
+
+const DNS_SERVER_WITH_PORT = /^(?:\[(?<ipv6>[^\]]*)\]|(?<ipv4>[\d.]+)):(?<port>\d{1,5})$/;
+
+/**
+ * A CALLBACK_DNS_SERVERS entry: `ip`, `ipv4:port` or `[ipv6]:port`. Checked here, as Node's
+ * setServers takes some wrong ones without a word (`1.2.3.4:65536` as port 53) and aborts the
+ * whole process on port 0.
+ */
+function invalidDnsServer(entry: string): string | null {
+  if (net.isIP(entry) !== 0) return null;
+  const parts = DNS_SERVER_WITH_PORT.exec(entry)?.groups;
+  const address = parts?.ipv6 !== undefined ? net.isIPv6(parts.ipv6) : net.isIPv4(parts?.ipv4 ?? '');
+  const port = Number(parts?.port);
+  if (address && port >= 1 && port <= 65535) return null;
+  return `${entry} is not an IP address, ipv4:port or [ipv6]:port (port 1–65,535)`;
+}
+
 /** Every setting of the service, from the environment, validated once at boot. */
 export const configSchema = z.object({
   PORT: int(0, 65535).default(8080),
@@ -82,21 +117,8 @@ export const configSchema = z.object({
   CALLBACK_MAX_AGE: duration('3d', 1000, Infinity),
   CALLBACK_CONCURRENCY: int(1, 256).default(16),
   CALLBACK_POLL_INTERVAL: duration('1s', 10),
-  CALLBACK_ALLOW_HOSTS: z
-    .string()
-    .default('')
-    .transform((text) =>
-      text
-        .split(',')
-        .map((entry) => entry.trim())
-        .filter((entry) => entry !== ''),
-    )
-    .superRefine((entries, ctx) => {
-      for (const entry of entries) {
-        const problem = invalidAllowEntry(entry);
-        if (problem) ctx.addIssue({ code: 'custom', message: problem });
-      }
-    }),
+  CALLBACK_ALLOW_HOSTS: commaList(invalidAllowEntry),
+  CALLBACK_DNS_SERVERS: commaList(invalidDnsServer),
   WAIT_POLL_INTERVAL: duration('250ms', 10),
   API_TOKENS: z.string().optional(),
   API_TOKENS_FILE: z.string().optional(),

@@ -147,7 +147,7 @@ function serviceDeps(config: Config, db: Db, log: Logger, metrics: Metrics, now:
 /** The callback, child-outcome and sweeper loops, woken early by completions. */
 function backgroundLoops(config: Config, deps: ServiceDeps, metrics: Metrics, postCallback?: PostCallback) {
   const { log } = deps;
-  const dispatcher = new CallbackDispatcher(deps, deliveryOptions(config), postCallback ?? callbackPoster(deps.callbackTargets));
+  const dispatcher = new CallbackDispatcher(deps, deliveryOptions(config), postCallback ?? callbackPoster(deps.callbackTargets, config.CALLBACK_DNS_SERVERS));
   const delivering = new PeriodicTask('callbacks', config.CALLBACK_POLL_INTERVAL, () => dispatcher.startDue(), log);
   dispatcher.onSlotFreed = () => delivering.wake();
   const childOutcomes = new ChildOutcomeDispatcher(deps);

@@ -1,3 +1,4 @@
+import dns from 'node:dns';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -46,6 +47,12 @@ describe('configuration', () => {
     ['CALLBACK_ALLOW_HOSTS', 'hooks.internal:8080'],
     ['CALLBACK_ALLOW_HOSTS', 'http://hooks.internal'],
     ['API_TOKENS', '[{"token":"a-long-enough-token-123","tenant":"a\\u0000b","scopes":["read"]}]'],
+    // Names are not taken (resolving them would need a resolver); port 0 aborted the process in Node's setServers.
+    ['CALLBACK_DNS_SERVERS', 'dns.internal:53'],
+    ['CALLBACK_DNS_SERVERS', '10.0.0.53:0'],
+    ['CALLBACK_DNS_SERVERS', '10.0.0.53:65536'],
+    ['CALLBACK_DNS_SERVERS', '[10.0.0.53]:53'],
+    ['CALLBACK_DNS_SERVERS', '[fd00::53]'],
   ])('when %s is %s, then loading stops with a message naming the key', (key, value) => {
     expect(() => loadConfig({ [key]: value })).toThrow(ConfigError);
     expect(() => loadConfig({ [key]: value })).toThrow(new RegExp(key));
@@ -54,6 +61,13 @@ describe('configuration', () => {
   it('when CALLBACK_ALLOW_HOSTS lists names, addresses and CIDRs, then they are taken', () => {
     const entries = ['hooks.internal', 'under_score.internal', 'LOCALHOST', '10.0.0.7', 'fd00::1', '10.0.0.0/8', 'fd00::/8'];
     expect(loadConfig({ CALLBACK_ALLOW_HOSTS: entries.join(', ') }).CALLBACK_ALLOW_HOSTS).toEqual(entries);
+  });
+
+  it("when CALLBACK_DNS_SERVERS lists addresses, with ports or without, then they are taken as Node's resolver takes them", () => {
+    const entries = ['10.0.0.53', '10.0.0.54:5353', 'fd00::53', '[fd00::54]:5353'];
+    expect(loadConfig({ CALLBACK_DNS_SERVERS: entries.join(' , ') }).CALLBACK_DNS_SERVERS).toEqual(entries);
+    expect(() => new dns.Resolver().setServers(entries)).not.toThrow();
+    expect(loadConfig({}).CALLBACK_DNS_SERVERS).toEqual([]);
   });
 
   it.each(['mysql://u:p@db:3306/rc', 'postgres://u:p@db:5432/rc', 'postgresql://u:p@db/rc?sslmode=require'])(

@@ -107,9 +107,14 @@ export class CallbackTargetPolicy {
 
   /** Whether a callback to `host` (as named in the URL) may connect to `address`. */
   allows(host: string, address: string): boolean {
-    if (!this.enforce || this.names.has(host.toLowerCase())) return true;
+    if (!this.enforce || this.listsByName(host)) return true;
     const plain = unmapped(address);
     return !isInternalAddress(plain) || this.allowed.check(plain, familyOf(plain));
+  }
+
+  /** Whether CALLBACK_ALLOW_HOSTS names `host` (a name the operator chose, not a tenant). */
+  listsByName(host: string): boolean {
+    return this.names.has(host.toLowerCase());
   }
 
   /** For a URL whose host is a literal address: whether it is allowed (names are checked when resolved). */

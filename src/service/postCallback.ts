@@ -4,6 +4,7 @@ import https from 'node:https';
 import net from 'node:net';
 
 import { CallbackTargetPolicy, hostnameOf } from '../domain/callbackTarget';
+import { dnsOnlyResolver, ResolveHost, systemResolver } from './callbackDns';
 
 /**
  * One delivery attempt: resolves with null on a 2xx, else with what went wrong, in words that say
@@ -21,25 +22,45 @@ class RefusedTargetError extends Error {
 type LookupCallback = (error: NodeJS.ErrnoException | null, address: string | dns.LookupAddress[], family?: number) => void;
 
 /**
- * Resolves like dns.lookup, keeping only the addresses the policy allows for `host`. The socket
- * connects to what this returns, so the address checked is the address connected to: a name that
- * resolves elsewhere a moment later (DNS rebinding) cannot slip between check and connect.
+ * Resolves with `resolve`, keeping only the addresses the policy allows for `host`, and answers as
+ * dns.lookup does (one address, or all of them for happy eyeballs). The socket connects to what
+ * this returns, so the address checked is the address connected to: a name that resolves elsewhere
+ * a moment later (DNS rebinding) cannot slip between check and connect.
  */
-function checkedLookup(policy: CallbackTargetPolicy, host: string) {
+function checkedLookup(policy: CallbackTargetPolicy, host: string, resolve: ResolveHost) {
   return (hostname: string, options: dns.LookupOptions, callback: LookupCallback): void => {
-    dns.lookup(hostname, { ...options, all: true }, (error, addresses) => {
-      if (error) return callback(error, '');
-      const allowed = addresses.filter((a) => policy.allows(host, a.address));
-      const first = allowed[0];
-      if (!first) return callback(new RefusedTargetError(`${hostname} resolves only to internal addresses`), '');
-      if (options.all) callback(null, allowed);
-      else callback(null, first.address, first.family);
-    });
+    resolve(hostname, options).then(
+      (addresses) => {
+        const allowed = addresses.filter((a) => policy.allows(host, a.address));
+        const first = allowed[0];
+        if (!first) return callback(new RefusedTargetError(`${hostname} resolves only to internal addresses`), '');
+        if (options.all) callback(null, allowed);
+        else callback(null, first.address, first.family);
+      },
+      (error: NodeJS.ErrnoException) => callback(error, ''),
+    );
   };
 }
 
-/** POSTs with node's http/https (no redirects followed, no connection reuse), under the target policy. */
-export function callbackPoster(policy: CallbackTargetPolicy): PostCallback {
+/**
+ * Where a callback's host name is resolved. With tokens a tenant chooses it, so it goes to DNS
+ * alone, off libuv's thread pool: a zone whose servers never answer would otherwise hold the two
+ * threads libuv lets lookups take for glibc's whole timeout, and with them every tenant's callbacks
+ * and the database driver's new connections to a host name. Names the operator chose (a token-less
+ * service, CALLBACK_ALLOW_HOSTS entries) keep the system's resolver, /etc/hosts and docker's names.
+ */
+function resolverFor(policy: CallbackTargetPolicy, dnsServers: readonly string[]): (host: string) => ResolveHost {
+  if (!policy.enforce) return () => systemResolver;
+  const tenantResolver = dnsOnlyResolver(dnsServers);
+  return (host) => (policy.listsByName(host) ? systemResolver : tenantResolver);
+}
+
+/**
+ * POSTs with node's http/https (no redirects followed, no connection reuse), under the target policy.
+ * @param dnsServers CALLBACK_DNS_SERVERS: where tenants' host names are resolved (empty: resolv.conf's).
+ */
+export function callbackPoster(policy: CallbackTargetPolicy, dnsServers: readonly string[] = []): PostCallback {
+  const resolveFor = resolverFor(policy, dnsServers);
   return (urlText, headers, body, timeoutMs) =>
     new Promise((resolve) => {
       const url = new URL(urlText);
@@ -51,7 +72,7 @@ export function callbackPoster(policy: CallbackTargetPolicy): PostCallback {
         method: 'POST',
         headers: { ...headers, 'content-length': Buffer.byteLength(body) },
         agent: false,
-        lookup: checkedLookup(policy, host) as unknown as net.LookupFunction,
+        lookup: checkedLookup(policy, host, resolveFor(host)) as unknown as net.LookupFunction,
       });
       const timer = setTimeout(() => {
         timedOut = true;

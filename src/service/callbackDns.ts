@@ -1,0 +1,77 @@
+import dns from 'node:dns';
+
+/** Finds the addresses of a callback's host name: every one of them, as dns.lookup with `all: true` does. */
+export type ResolveHost = (hostname: string, options: dns.LookupOptions) => Promise<dns.LookupAddress[]>;
+
+/**
+ * The system's resolver (getaddrinfo: /etc/hosts, docker's names, search domains, nsswitch). It
+ * runs on libuv's thread pool, where every lookup of the process (the database driver's connects to
+ * a host name too) shares two threads: only for names the operator chose (a token-less service,
+ * CALLBACK_ALLOW_HOSTS entries), never a tenant's.
+ */
+export const systemResolver: ResolveHost = (hostname, options) =>
+  new Promise((resolve, reject) => dns.lookup(hostname, { ...options, all: true }, (error, addresses) => (error ? reject(error) : resolve(addresses))));
+
+/**
+ * c-ares's first wait for an answer, and how often each server is asked: a name server that never
+ * answers fails a query in about 4 s per server (c-ares waits longer on the retry). Not a thread
+ * held meanwhile, only a pending query; CALLBACK_TIMEOUT still ends the delivery on its own.
+ */
+const QUERY_TIMEOUT_MS = 1000;
+const QUERY_TRIES = 2;
+
+/** RFC 6761 reserves these names for loopback: they mean this host whatever DNS answers. */
+const LOOPBACK: readonly dns.LookupAddress[] = [
+  { address: '127.0.0.1', family: 4 },
+  { address: '::1', family: 6 },
+];
+
+const isLoopbackName = (hostname: string) => /(^|\.)localhost\.?$/i.test(hostname);
+
+/** The family a socket asks for: 4, 6, or 0 for either. */
+function familyWanted(family: dns.LookupOptions['family']): 0 | 4 | 6 {
+  if (family === 4 || family === 'IPv4') return 4;
+  if (family === 6 || family === 'IPv6') return 6;
+  return 0;
+}
+
+interface Answer {
+  addresses: dns.LookupAddress[];
+  error?: unknown;
+}
+
+const NOT_ASKED: Answer = { addresses: [] };
+
+/** Records of one type as lookup addresses; a name without them (or a failed query) is an empty list plus the error. */
+async function addressesOf(query: Promise<string[]>, family: 4 | 6): Promise<Answer> {
+  try {
+    return { addresses: (await query).map((address) => ({ address, family })) };
+  } catch (error) {
+    return { addresses: [], error };
+  }
+}
+
+/**
+ * Resolves names through DNS alone, with c-ares (which keeps its queries on the event loop, not on
+ * libuv's thread pool), so a tenant's name whose servers never answer holds no thread the rest of
+ * the process needs. A and AAAA are asked in parallel (one of them when the socket wants one
+ * family); IPv4 first, so a host without IPv6 connects at once, and happy eyeballs tries the rest.
+ * No /etc/hosts and no search domains: a tenant names hosts on the internet.
+ *
+ * @param servers CALLBACK_DNS_SERVERS (`ip`, `ip:port`, `[ipv6]:port`); empty: resolv.conf's.
+ */
+export function dnsOnlyResolver(servers: readonly string[]): ResolveHost {
+  const resolver = new dns.promises.Resolver({ timeout: QUERY_TIMEOUT_MS, tries: QUERY_TRIES });
+  if (servers.length > 0) resolver.setServers(servers);
+  return async (hostname, options) => {
+    const family = familyWanted(options.family);
+    if (isLoopbackName(hostname)) return LOOPBACK.filter((a) => family === 0 || a.family === family);
+    const answers = await Promise.all([
+      family === 6 ? NOT_ASKED : addressesOf(resolver.resolve4(hostname), 4),
+      family === 4 ? NOT_ASKED : addressesOf(resolver.resolve6(hostname), 6),
+    ]);
+    const addresses = answers.flatMap((answer) => answer.addresses);
+    if (addresses.length > 0) return addresses;
+    throw answers.find((answer) => answer.error)?.error ?? new Error(`${hostname} has no addresses`);
+  };
+}
