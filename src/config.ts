@@ -71,6 +71,8 @@ const DNS_SERVER_WITH_PORT = /^(?:\[(?<ipv6>[^\]]*)\]|(?<ipv4>[\d.]+)):(?<port>\
  * whole process on port 0.
  */
 function invalidDnsServer(entry: string): string | null {
+  // A zone index (`fe80::1%eth0`) passes net.isIP, and the resolver drops it: every query would fail.
+  if (entry.includes('%')) return `${entry}: a zone index (%…) is not taken; give a global or unique-local address`;
   if (net.isIP(entry) !== 0) return null;
   const parts = DNS_SERVER_WITH_PORT.exec(entry)?.groups;
   const address = parts?.ipv6 !== undefined ? net.isIPv6(parts.ipv6) : net.isIPv4(parts?.ipv4 ?? '');

@@ -53,6 +53,8 @@ describe('configuration', () => {
     ['CALLBACK_DNS_SERVERS', '10.0.0.53:65536'],
     ['CALLBACK_DNS_SERVERS', '[10.0.0.53]:53'],
     ['CALLBACK_DNS_SERVERS', '[fd00::53]'],
+    ['CALLBACK_DNS_SERVERS', 'fe80::53%eth0'],
+    ['CALLBACK_DNS_SERVERS', '[fe80::53%eth0]:53'],
   ])('when %s is %s, then loading stops with a message naming the key', (key, value) => {
     expect(() => loadConfig({ [key]: value })).toThrow(ConfigError);
     expect(() => loadConfig({ [key]: value })).toThrow(new RegExp(key));

@@ -260,12 +260,24 @@ export class AckCommitter {
    * only a call that cannot commit by itself gets the error. What one batch holds must not fail the
    * acks of others (a callback host too long for its column once did). Also after a COMMIT that
    * failed without saying why: on Citus that is one worker lost, whose batches others need not share
-   * (a call whose acks did commit finds them duplicates).
+   * (a call whose acks did commit finds them duplicates). Once a call alone meets a database that is
+   * away, or two in a row meet unconfirmed commits, the rest get that error at once: a database that
+   * fails every commit must not cost each round a transaction per call. (A call that met a lock held
+   * elsewhere says nothing of the others' batches.)
    */
   private async eachAlone(round: Waiting[]): Promise<void> {
-    for (const w of round) {
+    let unconfirmedInARow = 0;
+    for (const [i, w] of round.entries()) {
       this.stats.transactions += 1;
-      await ackItems(this.deps, [w.call]).then(([result]) => w.resolve(result as AckResult), w.reject);
+      const error = await ackItems(this.deps, [w.call]).then(
+        ([result]) => (w.resolve(result as AckResult), null),
+        (caught: unknown) => (w.reject(caught), caught),
+      );
+      unconfirmedInARow = error instanceof CommitUnconfirmedError ? unconfirmedInARow + 1 : 0;
+      if (unconfirmedInARow >= 2 || databaseAway(error)) {
+        for (const rest of round.slice(i + 1)) rest.reject(error);
+        return;
+      }
     }
   }
 
@@ -288,7 +300,10 @@ export class AckCommitter {
           if (this.held.size > 0) for (const id of batchIds) this.held.delete(id);
         },
         (error: unknown) => {
-          if (round.length > 1 && runsAgainAlone(error)) return this.eachAlone(round);
+          if (round.length > 1 && runsAgainAlone(error)) {
+            this.deps.log.warn({ err: error, calls: round.length }, 'a merged ack transaction failed; its calls run again one by one');
+            return this.eachAlone(round);
+          }
           if (error instanceof LockHeldError) return this.lockWaitFailed(round, batchIds, error);
           round.forEach((w) => w.reject(error));
         },
@@ -306,3 +321,7 @@ export class AckCommitter {
 
 /** Whether the calls of a merged round that failed with `error` run again one by one. */
 const runsAgainAlone = (error: unknown): boolean => !(error instanceof UnavailableError) || error instanceof CommitUnconfirmedError;
+
+/** An error that says the database itself is away: not a lock held elsewhere, nor one commit unconfirmed. */
+const databaseAway = (error: unknown): boolean =>
+  error instanceof UnavailableError && !(error instanceof CommitUnconfirmedError) && !(error instanceof LockHeldError);

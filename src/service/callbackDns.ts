@@ -13,9 +13,12 @@ export const systemResolver: ResolveHost = (hostname, options) =>
   new Promise((resolve, reject) => dns.lookup(hostname, { ...options, all: true }, (error, addresses) => (error ? reject(error) : resolve(addresses))));
 
 /**
- * c-ares's first wait for an answer, and how often each server is asked: a name server that never
- * answers fails a query in about 4 s per server (c-ares waits longer on the retry). Not a thread
- * held meanwhile, only a pending query; CALLBACK_TIMEOUT still ends the delivery on its own.
+ * c-ares's wait for a first answer, and how often each server is asked: a name server that never
+ * answers fails a query in about 3–4 s (c-ares waits longer on the retry). Once a server has
+ * answered a few queries, c-ares (≥ 1.32) sets each try's wait from its answer times instead (5×
+ * their mean, 250 ms to 5 s): a fast resolver's tries end sooner, and a name it takes longer to
+ * resolve fails this attempt, to be tried again with the callback's backoff. Not a thread held
+ * meanwhile, only a pending query; CALLBACK_TIMEOUT still ends the delivery on its own.
  */
 const QUERY_TIMEOUT_MS = 1000;
 const QUERY_TRIES = 2;

@@ -2,8 +2,10 @@ import knex, { Knex } from 'knex';
 import request from 'supertest';
 
 import { loadConfig } from '../../src/config';
+import { callFromIds } from '../../src/domain/ackCall';
 import { createServer } from '../../src/http/server';
 import { createRollcall, Rollcall } from '../../src/rollcall';
+import { AckCommitter } from '../../src/service/ackCommitter';
 import { openDb, poolStats } from '../../src/store/db';
 import { withMigrationLock } from '../../src/store/migrationLock';
 import { Backend, describeEachOrSkip, isPostgresBackend, serverBackends, TestDatabase } from '../helpers/backends';
@@ -270,6 +272,24 @@ describeEachOrSkip(commitFaultServers)('when PostgreSQL refuses a COMMIT, as Cit
     await refuseCommits({ all: false });
     for (const write of writes) expect((await write()).status).toBe(write === writes[0] ? 201 : 200);
     expect((await api.get(`/v1/batches/${batch.id}`)).body).toMatchObject({ state: 'cancelled', total: 11, succeeded: 1 });
+  }, 30_000);
+
+  it('when every COMMIT is refused, then a merged round of 20 calls costs three transactions, not one per call, and each call gets 503', async () => {
+    const batches = await Promise.all(Array.from({ length: 20 }, () => batchWith(svc.client, 1)));
+    // A committer of its own, whose window gathers all 20 calls into one round.
+    const committer = new AckCommitter(svc.rollcall.deps, {
+      windowMs: 100,
+      waitWhenIdle: true,
+      maxIds: 20_000,
+      concurrency: 1,
+      maxQueuedIds: 100_000,
+      maxQueuedIdsPerTenant: 100_000,
+    });
+    await refuseCommits({ all: true });
+    const answers = await Promise.allSettled(batches.map((b) => committer.submit(callFromIds(b.ids, 'succeeded'))));
+    expect(answers.map((a) => (a.status === 'rejected' ? (a.reason as { code?: string }).code : 'answered'))).toEqual(batches.map(() => 'unavailable'));
+    // The merged round, then two calls alone that fail as it did: the database fails every commit.
+    expect(committer.stats).toEqual({ transactions: 3, calls: 20, ids: 20 });
   }, 30_000);
 
   it("when one batch's COMMIT is refused, then acks of other batches merged with it still commit", async () => {
