@@ -25,16 +25,16 @@ const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
  * UnavailableError.
  */
 export function inTransaction<T>(db: Db, options: TransactionOptions, work: (trx: Knex.Transaction) => Promise<T>): Promise<T> {
-  if (profileOf(db).writers === 'pool') return withRetries(options, () => committed(work, (counted) => pooledTransaction(db, counted)));
+  if (profileOf(db).writers === 'pool') return withRetries(options, () => committed(work, (tracked) => pooledTransaction(db, tracked)));
   const deadline = lockDeadline(options);
   return withRetries(
     options,
     () =>
       oneWriterPerFile(db, deadline, () =>
-        committed(work, (counted) =>
+        committed(work, (tracked) =>
           db.transaction(async (trx) => {
             await claimSqliteWriteLock(trx);
-            return counted(trx);
+            return tracked(trx);
           }),
         ),
       ),
@@ -43,12 +43,13 @@ export function inTransaction<T>(db: Db, options: TransactionOptions, work: (trx
 }
 
 /**
- * Runs `transaction` on `work` and tells a failure of its COMMIT (one that came after `work`
- * succeeded) by commitFailed. knex rejects with the driver's error alone, whichever statement it was.
+ * Runs `transaction` on `work` (passed in as `tracked`, which notes when `work` has succeeded) and
+ * tells a failure of its COMMIT, one that came after that, by commitFailed: knex rejects with the
+ * driver's error alone, whichever statement it was.
  */
 async function committed<T>(
   work: (trx: Knex.Transaction) => Promise<T>,
-  transaction: (counted: (trx: Knex.Transaction) => Promise<T>) => Promise<T>,
+  transaction: (tracked: (trx: Knex.Transaction) => Promise<T>) => Promise<T>,
 ): Promise<T> {
   let workDone = false;
   try {
