@@ -46,6 +46,7 @@ function activityView(other: Knex): Promise<string> {
   if (!view) {
     const onCitus = other.raw("SELECT to_regclass('citus_stat_activity') IS NOT NULL AS citus") as Promise<{ rows: Array<{ citus: boolean }> }>;
     activityViews.set(other, (view = onCitus.then(({ rows }) => (rows[0]?.citus ? 'citus_stat_activity' : 'pg_stat_activity'))));
+    view.catch(() => activityViews.delete(other)); // a failed question is asked again next time
   }
   return view;
 }
