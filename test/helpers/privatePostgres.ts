@@ -3,7 +3,9 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 
-import { accepting, freePorts } from './ports';
+import { Client } from 'pg';
+
+import { freePorts } from './ports';
 
 const BIN = '/usr/lib/postgresql/15/bin';
 
@@ -50,9 +52,28 @@ export class PrivatePostgres {
     ]);
     this.child = spawn(cmd, args, { stdio: 'ignore' });
     const deadline = Date.now() + 30_000;
-    while (!(await accepting(this.port))) {
+    while (!(await this.answering())) {
       if (Date.now() > deadline) throw new Error('private PostgreSQL did not start');
       await new Promise((r) => setTimeout(r, 100));
+    }
+  }
+
+  /**
+   * Whether the server runs a query. An accepted TCP connection is not enough: while it replays its
+   * log after a stop, PostgreSQL accepts connections and refuses each with "the database system is
+   * starting up" (a CI run's CREATE DATABASE failed so).
+   */
+  private async answering(): Promise<boolean> {
+    const client = new Client({ connectionString: this.url, connectionTimeoutMillis: 2000 });
+    client.on('error', () => {});
+    try {
+      await client.connect();
+      await client.query('SELECT 1');
+      return true;
+    } catch {
+      return false;
+    } finally {
+      await client.end().catch(() => {});
     }
   }
 
