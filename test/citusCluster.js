@@ -19,6 +19,16 @@ function psql(port, sql) {
   });
 }
 
+/** Whether the node runs a query: while it starts up, PostgreSQL accepts connections and refuses each ("the database system is starting up"). */
+function answering(port) {
+  try {
+    psql(port, 'SELECT 1');
+    return true;
+  } catch {
+    return false;
+  }
+}
+
 async function startNode(dir, name) {
   const data = path.join(dir, name);
   const [initCmd, initArgs] = asPostgres('initdb', ['-D', data, '-U', 'postgres', '--auth=trust', '--no-sync']);
@@ -44,7 +54,7 @@ async function startNode(dir, name) {
   ]);
   const child = spawn(cmd, args, { stdio: 'ignore', detached: true });
   const deadline = Date.now() + 30_000;
-  while (!(await accepting(port))) {
+  while (!((await accepting(port)) && answering(port))) {
     if (child.exitCode !== null || Date.now() > deadline) throw new Error(`Citus node ${name} did not start (is Citus installed? docs/scaling.md)`);
     await new Promise((r) => setTimeout(r, 100));
   }
