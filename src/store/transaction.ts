@@ -46,6 +46,12 @@ export function inTransaction<T>(db: Db, options: TransactionOptions, work: (trx
  * Runs `transaction` on `work` (passed in as `tracked`, which notes when `work` has succeeded) and
  * tells a failure of its COMMIT, one that came after that, by commitFailed: knex rejects with the
  * driver's error alone, whichever statement it was.
+ *
+ * A statement of the transaction that failed fails the transaction, even if `work` caught its error
+ * and went on: after a failed statement PostgreSQL answers the COMMIT with a ROLLBACK, which knex
+ * takes for success, and MySQL, after a deadlock, has rolled the transaction back and commits the
+ * statements after it one by one. Either way a caller would be answered done for writes that are
+ * not all there. The first such error is thrown as if `work` had, so a deadlock runs it again.
  */
 async function committed<T>(
   work: (trx: Knex.Transaction) => Promise<T>,
@@ -54,7 +60,10 @@ async function committed<T>(
   let workDone = false;
   try {
     return await transaction(async (trx) => {
+      let failedStatement: unknown;
+      trx.on('query-error', (error: unknown) => (failedStatement ??= error));
       const answer = await work(trx);
+      if (failedStatement !== undefined) throw failedStatement;
       workDone = true;
       return answer;
     });

@@ -1,14 +1,18 @@
 import knex, { Knex } from 'knex';
 
 import { Db, openDb } from '../../src/store/db';
+import { migrateLatest } from '../../src/store/migrations';
 import { inTransaction } from '../../src/store/transaction';
 import { backends, describeEachOrSkip, isPostgresBackend, serverBackends, TestDatabase } from '../helpers/backends';
 
 const servers = serverBackends();
 const describeOnServers = describeEachOrSkip(servers);
 
-/** Two transactions that lock rows a and b in opposite orders: the server aborts one as a deadlock. */
-function crossLock(db: Db, retries: number, retried: string[]) {
+/**
+ * Two transactions that lock rows a and b in opposite orders: the server aborts one as a deadlock.
+ * `swallow`: each catches its second statement's error and goes on, as a careless caller might.
+ */
+function crossLock(db: Db, retries: number, retried: string[], swallow = false) {
   let arrived = 0;
   let release!: () => void;
   const bothHoldFirstLock = new Promise<void>((resolve) => (release = resolve));
@@ -21,7 +25,8 @@ function crossLock(db: Db, retries: number, retried: string[]) {
         if (++arrived === 2) release();
         await bothHoldFirstLock;
       }
-      await trx('scratch').where({ id: second }).increment('n', 1);
+      const increment = trx('scratch').where({ id: second }).increment('n', 1);
+      await (swallow ? increment.catch(() => undefined) : increment);
     });
   };
   return [run('a', 'b'), run('b', 'a')];
@@ -73,6 +78,56 @@ describeOnServers('transactions aborted by the database (%s)', (name, backend) =
     expect(reason.cause.code).toBe(DEADLOCK[name]);
     const total = (await db('scratch')).reduce((sum: number, row: { n: number }) => sum + row.n, 0);
     expect(total).toBe(1);
+  });
+
+  it('when work catches a deadlock and goes on, then the transaction is still run again, and both commit exactly once', async () => {
+    const retried: string[] = [];
+    await Promise.all(crossLock(db, 3, retried, true));
+    expect(retried).toEqual([DEADLOCK[name]]);
+    expect(await db('scratch').orderBy('id')).toEqual([
+      { id: 'a', n: 1 },
+      { id: 'b', n: 1 },
+    ]);
+  });
+});
+
+/** The duplicate-key code of each database. */
+const DUPLICATE_KEY: Record<string, string> = {
+  sqlite: 'SQLITE_CONSTRAINT_PRIMARYKEY',
+  mysql: 'ER_DUP_ENTRY',
+  pg: '23505',
+  pgbouncer: '23505',
+  citus: '23505',
+};
+
+describe.each(backends())('a statement that failed inside a transaction (%s)', (name, backend) => {
+  let database: TestDatabase;
+  let db: Db;
+  beforeAll(async () => {
+    database = await backend.create();
+    db = openDb(database.config);
+    await migrateLatest(db); // SQLite's write transactions claim the file with a statement on the schema's tables
+    await db.schema.createTable('scratch', (t) => t.string('id').primary());
+  });
+  afterAll(async () => {
+    await db.destroy();
+    await database.drop();
+  });
+
+  it('when work catches its error and goes on, then the transaction is not answered as done, and none of its writes are kept', async () => {
+    await db('scratch').insert({ id: 'a' });
+    const careless = inTransaction(db, { retries: 3 }, async (trx) => {
+      await trx('scratch').insert({ id: 'b' });
+      await trx('scratch')
+        .insert({ id: 'a' })
+        .catch(() => undefined); // a duplicate key, caught
+      await trx('scratch')
+        .insert({ id: 'c' })
+        .catch(() => undefined); // PostgreSQL refuses every statement after it
+      return 'done';
+    });
+    await expect(careless).rejects.toMatchObject({ code: DUPLICATE_KEY[name] });
+    expect((await db('scratch').orderBy('id')).map((row: { id: string }) => row.id)).toEqual(['a']);
   });
 });
 
