@@ -52,6 +52,8 @@ export function inTransaction<T>(db: Db, options: TransactionOptions, work: (trx
  * takes for success, and MySQL, after a deadlock, has rolled the transaction back and commits the
  * statements after it one by one. Either way a caller would be answered done for writes that are
  * not all there. The first such error is thrown as if `work` had, so a deadlock runs it again.
+ * This makes a caught error loud, not harmless: on MySQL what ran after a caught deadlock has
+ * committed already, so `work` must still never catch a statement's error.
  */
 async function committed<T>(
   work: (trx: Knex.Transaction) => Promise<T>,
