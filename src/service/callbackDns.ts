@@ -1,4 +1,5 @@
 import dns from 'node:dns';
+import fs from 'node:fs';
 
 /** Finds the addresses of a callback's host name: every one of them, as dns.lookup with `all: true` does. */
 export type ResolveHost = (hostname: string, options: dns.LookupOptions) => Promise<dns.LookupAddress[]>;
@@ -22,6 +23,59 @@ export const systemResolver: ResolveHost = (hostname, options) =>
  */
 const QUERY_TIMEOUT_MS = 1000;
 const QUERY_TRIES = 2;
+
+const newResolver = () => new dns.promises.Resolver({ timeout: QUERY_TIMEOUT_MS, tries: QUERY_TRIES });
+
+function fixedResolver(servers: readonly string[]): () => dns.promises.Resolver {
+  const resolver = newResolver();
+  resolver.setServers(servers);
+  return () => resolver;
+}
+
+/** The file c-ares reads its name servers from when a resolver is made. */
+const RESOLV_CONF = '/etc/resolv.conf';
+
+export interface ResolvConfOptions {
+  /** How often, at most, resolv.conf is looked at again (5 s). */
+  recheckMs?: number;
+}
+
+/**
+ * What tells a changed file: a container runtime rewrites it in place, a DHCP client replaces it.
+ * Asked synchronously: a few microseconds for a local file, where an asynchronous `stat` would
+ * queue on libuv's thread pool, behind the very lookups this module keeps tenants' names away from.
+ */
+function signatureOf(): string {
+  try {
+    const stat = fs.statSync(RESOLV_CONF);
+    return `${stat.ino}:${stat.size}:${stat.mtimeMs}`;
+  } catch {
+    return 'missing';
+  }
+}
+
+/**
+ * A resolver with resolv.conf's name servers as the file says now. c-ares reads the file once, when
+ * a resolver is made: after a change (a container's DNS moved, a VPN came up) it would go on asking
+ * the old servers for the process's life, where glibc's resolver, which the rest of the process
+ * uses, notices the change. So the file is looked at again at most every `recheckMs`, and a new
+ * resolver is made when it changed.
+ */
+function resolvConfServers({ recheckMs = 5000 }: ResolvConfOptions): () => dns.promises.Resolver {
+  let signature = signatureOf();
+  let resolver = newResolver();
+  let checkedAt = Date.now();
+  return () => {
+    if (Date.now() - checkedAt < recheckMs) return resolver;
+    checkedAt = Date.now();
+    const now = signatureOf();
+    if (now !== signature) {
+      signature = now;
+      resolver = newResolver();
+    }
+    return resolver;
+  };
+}
 
 /** RFC 6761 reserves these names for loopback: they mean this host whatever DNS answers. */
 const LOOPBACK: readonly dns.LookupAddress[] = [
@@ -61,14 +115,15 @@ async function addressesOf(query: Promise<string[]>, family: 4 | 6): Promise<Ans
  * family); IPv4 first, so a host without IPv6 connects at once, and happy eyeballs tries the rest.
  * No /etc/hosts and no search domains: a tenant names hosts on the internet.
  *
- * @param servers CALLBACK_DNS_SERVERS (`ip`, `ip:port`, `[ipv6]:port`); empty: resolv.conf's.
+ * @param servers CALLBACK_DNS_SERVERS (`ip`, `ip:port`, `[ipv6]:port`); empty: resolv.conf's, as
+ * it is now (resolvConfServers).
  */
-export function dnsOnlyResolver(servers: readonly string[]): ResolveHost {
-  const resolver = new dns.promises.Resolver({ timeout: QUERY_TIMEOUT_MS, tries: QUERY_TRIES });
-  if (servers.length > 0) resolver.setServers(servers);
+export function dnsOnlyResolver(servers: readonly string[], resolvConf: ResolvConfOptions = {}): ResolveHost {
+  const resolverNow = servers.length > 0 ? fixedResolver(servers) : resolvConfServers(resolvConf);
   return async (hostname, options) => {
     const family = familyWanted(options.family);
     if (isLoopbackName(hostname)) return LOOPBACK.filter((a) => family === 0 || a.family === family);
+    const resolver = resolverNow();
     const answers = await Promise.all([
       family === 6 ? NOT_ASKED : addressesOf(resolver.resolve4(hostname), 4),
       family === 4 ? NOT_ASKED : addressesOf(resolver.resolve6(hostname), 6),

@@ -1,4 +1,9 @@
+import { ChildProcessWithoutNullStreams, spawn, spawnSync } from 'node:child_process';
 import dns from 'node:dns';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import readline from 'node:readline';
 
 import { backends } from '../helpers/backends';
 import { batchWith } from '../helpers/batches';
@@ -106,5 +111,78 @@ describe.each(backends())("tenants' callback host names, resolved off the thread
     expect(receiver.deliveries).toHaveLength(0);
     // RFC 6761: loopback names are never asked of DNS.
     expect(dnsServer.asked.map((question) => question.split(' ')[0])).toEqual(['missing.rollcall.test', 'missing.rollcall.test']);
+  });
+});
+
+/**
+ * Whether this machine lets a test give a process its own /etc/resolv.conf (a private mount
+ * namespace: root, or an unprivileged user namespace). CI must: it runs as root.
+ */
+function privateResolvConfAvailable(): boolean {
+  const probe = spawnSync('unshare', ['-rm', 'sh', '-c', 'mount --bind /dev/null /etc/resolv.conf'], { stdio: 'ignore' });
+  if (probe.status === 0) return true;
+  if (process.env.CI) throw new Error('unshare -rm with a bind mount failed: the resolv.conf test needs a private mount namespace');
+  console.warn('resolv.conf test skipped: this machine refuses a private mount namespace (unshare -rm)');
+  return false;
+}
+
+/** A process resolving names with the tenants' resolver, in a mount namespace where /etc/resolv.conf is `resolvConf`. */
+class ResolverProcess {
+  private readonly child: ChildProcessWithoutNullStreams;
+  private readonly answers: string[] = [];
+  private waiting: ((line: string) => void) | null = null;
+
+  constructor(resolvConf: string, recheckMs: number) {
+    const tsx = path.join(__dirname, '../../node_modules/.bin/tsx');
+    const script = path.join(__dirname, '../helpers/resolveByLine.ts');
+    this.child = spawn('unshare', ['-rm', 'sh', '-c', 'mount --bind "$0" /etc/resolv.conf && exec "$@"', resolvConf, tsx, script], {
+      env: { ...process.env, RECHECK_MS: String(recheckMs) },
+    });
+    readline.createInterface({ input: this.child.stdout }).on('line', (line) => {
+      const waiting = this.waiting;
+      this.waiting = null;
+      if (waiting) waiting(line);
+      else this.answers.push(line);
+    });
+  }
+
+  /** The addresses (or error) the process found for `hostname`. */
+  resolve(hostname: string): Promise<unknown> {
+    const answer = new Promise<string>((resolve) => {
+      const ready = this.answers.shift();
+      if (ready !== undefined) resolve(ready);
+      else this.waiting = resolve;
+    });
+    this.child.stdin.write(`${hostname}\n`);
+    return answer.then((line) => JSON.parse(line));
+  }
+
+  stop(): void {
+    this.child.kill();
+  }
+}
+
+const describeWithPrivateResolvConf = privateResolvConfAvailable() ? describe : describe.skip;
+
+describeWithPrivateResolvConf("tenants' resolver when resolv.conf changes", () => {
+  jest.setTimeout(30_000);
+  it("when /etc/resolv.conf names other name servers, then tenants' names are asked of them from the next check on, not of the old ones for good", async () => {
+    const before = new DnsServer({ 'hook.rollcall.test': '127.0.0.10' });
+    const after = new DnsServer({ 'hook.rollcall.test': '127.0.0.20' });
+    await Promise.all([before.start(), after.start()]);
+    const resolvConf = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'rollcall-resolv-')), 'resolv.conf');
+    fs.writeFileSync(resolvConf, `nameserver ${before.address}\n`);
+    const resolver = new ResolverProcess(resolvConf, 200);
+    try {
+      expect(await resolver.resolve('hook.rollcall.test')).toEqual(['127.0.0.10']);
+      // Rewritten in place, as a container runtime does with the file it mounted.
+      fs.writeFileSync(resolvConf, `nameserver ${after.address}\n`);
+      await realSleep(400);
+      expect(await resolver.resolve('hook.rollcall.test')).toEqual(['127.0.0.20']);
+      expect(after.asked).toContain('hook.rollcall.test A');
+    } finally {
+      resolver.stop();
+      await Promise.all([before.stop(), after.stop()]);
+    }
   });
 });
