@@ -86,13 +86,20 @@ async function knowScopes(): Promise<string[]> {
 /** What the list shows: filters, and the cursors of the pages visited (for "Previous"). */
 const view = { state: '', userKey: '', cursors: [null] as Array<string | null>, nextCursor: null as string | null, openBatch: null as string | null };
 
+/** How many list reads were started: an answer that comes after a later read's is not shown. */
+let listReads = 0;
+
 async function renderList(): Promise<void> {
   const params = new URLSearchParams({ limit: '20' });
   if (view.state) params.set('state', view.state);
   if (view.userKey) params.set('userKey', view.userKey);
   const cursor = view.cursors[view.cursors.length - 1];
   if (cursor) params.set('cursor', cursor);
+  const read = ++listReads;
   const page = await api<BatchPage>(`/v1/batches?${params}`);
+  // The once-a-second refresh and a click may both be out: the older answer, if it comes last,
+  // would show the page the user left (and its cursor for "Next").
+  if (read !== listReads) return;
   view.nextCursor = page.nextCursor;
   const body = $('batches').querySelector('tbody') as HTMLTableSectionElement;
   body.replaceChildren(

@@ -98,7 +98,7 @@ describeWithBrowser.each(dashboardBackends)('the dashboard in a real browser (%s
       await page.selectOption('#state', '');
       await page.click('#filters button');
       await page.waitForFunction(() => document.querySelectorAll('tr.batch').length === 5);
-      for (let i = 0; i < 21; i++) await svc.api.post('/v1/batches').send({ userKey: `page-${i}` });
+      for (let i = 0; i < 21; i++) expect((await svc.api.post('/v1/batches').send({ userKey: `page-${i}` })).status).toBe(201);
       await page.waitForFunction(() => document.querySelectorAll('tr.batch').length === 20);
       await page.click('#next');
       await page.waitForFunction(() => document.querySelectorAll('tr.batch').length === 6);
@@ -114,6 +114,40 @@ describeWithBrowser.each(dashboardBackends)('the dashboard in a real browser (%s
       expect(await page.locator('#timeline').textContent()).toContain('completed:');
       expect(await page.locator('#events tbody').textContent()).toContain('batch.completed');
       expect(await page.locator('#metadata').textContent()).toContain('127.0.0.1:9/hook');
+    });
+  });
+
+  it("when the once-a-second refresh of page 1 answers after a click's page 2, then page 2 stays shown", async () => {
+    await withService({}, async (svc, url, page) => {
+      for (let i = 0; i < 26; i++) expect((await svc.api.post('/v1/batches').send({ userKey: `late-${i}` })).status).toBe(201);
+      await page.goto(url);
+      await page.waitForFunction(() => document.querySelectorAll('tr.batch').length === 20);
+      // The next read of page 1 (the refresh's) is held until page 2 has been shown.
+      let release!: () => void;
+      const released = new Promise<void>((resolve) => (release = resolve));
+      let heldOne!: () => void;
+      const held = new Promise<void>((resolve) => (heldOne = resolve));
+      const pageOne = (u: URL) => u.pathname === '/v1/batches' && !u.searchParams.has('cursor');
+      await page.route(pageOne, async (route) => {
+        heldOne();
+        await released;
+        await route.continue();
+      });
+      await held;
+      await page.click('#next');
+      await page.waitForFunction(() => document.querySelectorAll('tr.batch').length === 6);
+      // From here on, note whether page 1 is ever shown again.
+      await page.evaluate(() => {
+        const seen = window as unknown as { pageOneShown: boolean };
+        seen.pageOneShown = false;
+        new MutationObserver(() => {
+          if (document.querySelectorAll('tr.batch').length === 20) seen.pageOneShown = true;
+        }).observe(document.querySelector('#batches tbody') as Node, { childList: true });
+      });
+      release();
+      await page.waitForTimeout(2500); // the held answer, and two more refreshes
+      expect(await page.evaluate(() => (window as unknown as { pageOneShown: boolean }).pageOneShown)).toBe(false);
+      expect(await page.locator('tr.batch').count()).toBe(6);
     });
   });
 
