@@ -86,8 +86,9 @@ async function knowScopes(): Promise<string[]> {
 /** What the list shows: filters, and the cursors of the pages visited (for "Previous"). */
 const view = { state: '', userKey: '', cursors: [null] as Array<string | null>, nextCursor: null as string | null, openBatch: null as string | null };
 
-/** How many list reads were started: an answer that comes after a later read's is not shown. */
+/** List reads started, and the latest of them shown: an answer older than the one shown is not. */
 let listReads = 0;
+let listShown = 0;
 
 async function renderList(): Promise<void> {
   const params = new URLSearchParams({ limit: '20' });
@@ -98,8 +99,10 @@ async function renderList(): Promise<void> {
   const read = ++listReads;
   const page = await api<BatchPage>(`/v1/batches?${params}`);
   // The once-a-second refresh and a click may both be out: the older answer, if it comes last,
-  // would show the page the user left (and its cursor for "Next").
-  if (read !== listReads) return;
+  // would show the page the user left (and its cursor for "Next"). Only older than what is shown:
+  // on a link slower than the refresh every answer has a later read out, and each is still shown.
+  if (read < listShown) return;
+  listShown = read;
   view.nextCursor = page.nextCursor;
   const body = $('batches').querySelector('tbody') as HTMLTableSectionElement;
   body.replaceChildren(

@@ -48,7 +48,7 @@ export interface ResolvConfOptions {
 function signatureOf(): string {
   try {
     const stat = fs.statSync(RESOLV_CONF);
-    return `${stat.ino}:${stat.size}:${stat.mtimeMs}`;
+    return `${stat.dev}:${stat.ino}:${stat.size}:${stat.mtimeMs}:${stat.ctimeMs}`;
   } catch {
     return 'missing';
   }
@@ -64,10 +64,11 @@ function signatureOf(): string {
 function resolvConfServers({ recheckMs = 5000 }: ResolvConfOptions): () => dns.promises.Resolver {
   let signature = signatureOf();
   let resolver = newResolver();
-  let checkedAt = Date.now();
+  // A monotonic clock: the wall clock stepped back (NTP, a resumed VM) would put off the next look.
+  let checkedAt = performance.now();
   return () => {
-    if (Date.now() - checkedAt < recheckMs) return resolver;
-    checkedAt = Date.now();
+    if (performance.now() - checkedAt < recheckMs) return resolver;
+    checkedAt = performance.now();
     const now = signatureOf();
     if (now !== signature) {
       signature = now;

@@ -130,7 +130,9 @@ function privateResolvConfAvailable(): boolean {
 class ResolverProcess {
   private readonly child: ChildProcessWithoutNullStreams;
   private readonly answers: string[] = [];
-  private waiting: ((line: string) => void) | null = null;
+  private waiting: { resolve(line: string): void; reject(error: Error): void } | null = null;
+  private stderr = '';
+  private exited: Error | null = null;
 
   constructor(resolvConf: string, recheckMs: number) {
     const tsx = path.join(__dirname, '../../node_modules/.bin/tsx');
@@ -138,20 +140,28 @@ class ResolverProcess {
     this.child = spawn('unshare', ['-rm', 'sh', '-c', 'mount --bind "$0" /etc/resolv.conf && exec "$@"', resolvConf, tsx, script], {
       env: { ...process.env, RECHECK_MS: String(recheckMs) },
     });
+    this.child.stderr.on('data', (chunk: Buffer) => (this.stderr += chunk.toString()));
     readline.createInterface({ input: this.child.stdout }).on('line', (line) => {
       const waiting = this.waiting;
       this.waiting = null;
-      if (waiting) waiting(line);
+      if (waiting) waiting.resolve(line);
       else this.answers.push(line);
+    });
+    // A child that dies fails the question it was asked, with what it said, instead of a timeout.
+    this.child.on('exit', (code, signal) => {
+      this.exited = new Error(`the resolver process exited (${signal ?? code}): ${this.stderr}`);
+      this.waiting?.reject(this.exited);
+      this.waiting = null;
     });
   }
 
   /** The addresses (or error) the process found for `hostname`. */
   resolve(hostname: string): Promise<unknown> {
-    const answer = new Promise<string>((resolve) => {
+    const answer = new Promise<string>((resolve, reject) => {
       const ready = this.answers.shift();
       if (ready !== undefined) resolve(ready);
-      else this.waiting = resolve;
+      else if (this.exited) reject(this.exited);
+      else this.waiting = { resolve, reject };
     });
     this.child.stdin.write(`${hostname}\n`);
     return answer.then((line) => JSON.parse(line));
@@ -165,7 +175,6 @@ class ResolverProcess {
 const describeWithPrivateResolvConf = privateResolvConfAvailable() ? describe : describe.skip;
 
 describeWithPrivateResolvConf("tenants' resolver when resolv.conf changes", () => {
-  jest.setTimeout(30_000);
   it("when /etc/resolv.conf names other name servers, then tenants' names are asked of them from the next check on, not of the old ones for good", async () => {
     const before = new DnsServer({ 'hook.rollcall.test': '127.0.0.10' });
     const after = new DnsServer({ 'hook.rollcall.test': '127.0.0.20' });
@@ -184,5 +193,5 @@ describeWithPrivateResolvConf("tenants' resolver when resolv.conf changes", () =
       resolver.stop();
       await Promise.all([before.stop(), after.stop()]);
     }
-  });
+  }, 30_000);
 });
