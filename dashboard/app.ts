@@ -86,9 +86,27 @@ async function knowScopes(): Promise<string[]> {
 /** What the list shows: filters, and the cursors of the pages visited (for "Previous"). */
 const view = { state: '', userKey: '', cursors: [null] as Array<string | null>, nextCursor: null as string | null, openBatch: null as string | null };
 
-/** List reads started, and the latest of them shown: an answer older than the one shown is not. */
-let listReads = 0;
-let listShown = 0;
+/**
+ * The order of one view's reads: the once-a-second refresh and a click may both be out, and the
+ * older answer, if it came last, would show what the user left (the page before "Next", a batch as
+ * it was before "Cancel"). An answer older than the one shown is dropped; only those: on a link
+ * slower than the refresh every answer has a later read out, and each is still shown.
+ */
+function readOrder(): { start(): number; mayShow(read: number): boolean } {
+  let started = 0;
+  let shown = 0;
+  return {
+    start: () => ++started,
+    mayShow(read) {
+      if (read < shown) return false;
+      shown = read;
+      return true;
+    },
+  };
+}
+
+const listReads = readOrder();
+const detailReads = readOrder();
 
 async function renderList(): Promise<void> {
   const params = new URLSearchParams({ limit: '20' });
@@ -96,13 +114,9 @@ async function renderList(): Promise<void> {
   if (view.userKey) params.set('userKey', view.userKey);
   const cursor = view.cursors[view.cursors.length - 1];
   if (cursor) params.set('cursor', cursor);
-  const read = ++listReads;
+  const read = listReads.start();
   const page = await api<BatchPage>(`/v1/batches?${params}`);
-  // The once-a-second refresh and a click may both be out: the older answer, if it comes last,
-  // would show the page the user left (and its cursor for "Next"). Only older than what is shown:
-  // on a link slower than the refresh every answer has a later read out, and each is still shown.
-  if (read < listShown) return;
-  listShown = read;
+  if (!listReads.mayShow(read)) return;
   view.nextCursor = page.nextCursor;
   const body = $('batches').querySelector('tbody') as HTMLTableSectionElement;
   body.replaceChildren(
@@ -170,6 +184,7 @@ function renderFailures(page: FailurePage): void {
 }
 
 async function renderDetail(id: string): Promise<void> {
+  const read = detailReads.start();
   const [batch, { events }, failures, { batches: children }, mine] = await Promise.all([
     api<Batch>(`/v1/batches/${id}`),
     api<{ events: EventView[] }>(`/v1/batches/${id}/events`),
@@ -177,7 +192,7 @@ async function renderDetail(id: string): Promise<void> {
     api<{ batches: Batch[] }>(`/v1/batches?parent=${id}&limit=100`),
     knowScopes(),
   ]);
-  if (view.openBatch !== id) return; // another batch was opened meanwhile
+  if (view.openBatch !== id || !detailReads.mayShow(read)) return; // another batch was opened meanwhile, or a later read shown
   renderFamily(batch, children);
   renderFailures(failures);
   const cancel = $('cancel') as HTMLButtonElement;

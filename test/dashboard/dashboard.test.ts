@@ -218,6 +218,48 @@ describeWithBrowser.each(dashboardBackends)('the dashboard in a real browser (%s
     });
   });
 
+  it('when a refresh read before a cancel answers after it, then the batch stays shown cancelled', async () => {
+    await withService({}, async (svc, url, page) => {
+      const made = await batch(svc, { userKey: 'late-detail' }, 2, 0);
+      await page.goto(url);
+      await page.click(`tr.batch[data-id="${made.id}"]`);
+      await page.waitForFunction(() => (document.querySelector('#detail-title')?.textContent ?? '').includes('sealed'));
+      // The answer to the next read of the batch (a refresh's, read before the cancel) is held until
+      // the cancel is shown.
+      let release!: () => void;
+      const released = new Promise<void>((resolve) => (release = resolve));
+      let heldOne!: () => void;
+      const held = new Promise<void>((resolve) => (heldOne = resolve));
+      let reads = 0;
+      await page.route(
+        (u) => u.pathname === `/v1/batches/${made.id}`,
+        async (route) => {
+          if (route.request().method() !== 'GET' || ++reads > 1) return route.continue();
+          const response = await route.fetch();
+          heldOne();
+          await released;
+          await route.fulfill({ response });
+        },
+      );
+      await held;
+      page.once('dialog', (dialog) => void dialog.accept());
+      await page.click('#cancel');
+      await page.waitForFunction(() => (document.querySelector('#detail-title')?.textContent ?? '').includes('cancelled'));
+      // From here on, note whether the batch is ever shown uncancelled again.
+      await page.evaluate(() => {
+        const seen = window as unknown as { uncancelledShown: boolean };
+        seen.uncancelledShown = false;
+        new MutationObserver(() => {
+          if (!(document.querySelector('#detail-title')?.textContent ?? '').includes('cancelled')) seen.uncancelledShown = true;
+        }).observe(document.querySelector('#detail-title') as Node, { childList: true, subtree: true, characterData: true });
+      });
+      release();
+      await page.waitForTimeout(2500); // the held answer, and two more refreshes
+      expect(await page.evaluate(() => (window as unknown as { uncancelledShown: boolean }).uncancelledShown)).toBe(false);
+      expect(await page.locator('#cancel').isHidden()).toBe(true);
+    });
+  });
+
   it('when the token may only read, then no cancel button is offered; with produce too, it is', async () => {
     const tokens = JSON.stringify([
       { token: 'dashboard-reader-123456', tenant: 't1', scopes: ['read'] },
