@@ -182,14 +182,15 @@ function locksWaitedUntil<T>(db: Db, options: TransactionOptions, deadline: numb
     await trx.raw(shorter.sql, [...shorter.bindings]);
     if (shorter.endsWithTransaction) return work(trx);
     // A session setting would outlive the transaction on the pooled connection: it is set back.
+    // Refused twice, the connection is left to knex's pool to close: kept, its next transactions
+    // would wait the shorter time for locks.
     const setBack = () => trx.raw(usual.sql, [...usual.bindings]);
+    const setBackOrDrop = () => setBack().then(undefined, (error: unknown) => droppedFromPool(trx, error));
     let answer: T;
     try {
       answer = await work(trx);
     } catch (error) {
-      await setBack()
-        .catch(setBack)
-        .catch(() => undefined); // the transaction fails anyway (a live connection refusing both keeps the shorter wait)
+      await setBack().catch(setBackOrDrop); // the transaction fails anyway
       throw error;
     }
     // Setting it back is the transaction's last statement before COMMIT, so its error is the
@@ -198,11 +199,21 @@ function locksWaitedUntil<T>(db: Db, options: TransactionOptions, deadline: numb
     // transaction and answered OK, and a seal was answered `sealed` that was never written (the lost
     // seal of docs/scaling.md). It is tried once more, since the abort is told once, then thrown.
     await setBack().catch(async (error: unknown) => {
-      await setBack().catch(() => undefined);
+      await setBackOrDrop();
       throw error;
     });
     return answer;
   };
+}
+
+/**
+ * Marks the transaction's connection so that knex's pool closes it instead of handing it out again
+ * (the pool's check on acquiring a free connection reads knex's own `__knex__disposed` mark, which its
+ * drivers set on a connection that failed). The transaction itself goes on to its ROLLBACK.
+ */
+async function droppedFromPool(trx: Knex.Transaction, cause: unknown): Promise<void> {
+  const connection = (await trx.client.acquireConnection()) as { __knex__disposed?: unknown } | null;
+  if (connection) connection.__knex__disposed = cause;
 }
 
 /** Pause between tries while another process holds the SQLite file. */
