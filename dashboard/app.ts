@@ -192,7 +192,9 @@ async function renderDetail(id: string): Promise<void> {
     api<{ batches: Batch[] }>(`/v1/batches?parent=${id}&limit=100`),
     knowScopes(),
   ]);
-  if (view.openBatch !== id || !detailReads.mayShow(read)) return; // another batch was opened meanwhile, or a later read shown
+  // Another batch opened meanwhile, or a later read shown. In this order: an answer for a batch no
+  // longer open must not count as shown, or it would drop the open batch's older answers.
+  if (view.openBatch !== id || !detailReads.mayShow(read)) return;
   renderFamily(batch, children);
   renderFailures(failures);
   const cancel = $('cancel') as HTMLButtonElement;
@@ -221,9 +223,16 @@ async function renderDetail(id: string): Promise<void> {
   });
   ($('events').querySelector('tbody') as HTMLTableSectionElement).replaceChildren(...rows);
   $('no-events').hidden = events.length > 0;
+  delete $('detail').dataset.loading;
 }
 
 async function openDetail(id: string): Promise<void> {
+  if (view.openBatch !== id) {
+    // Until this batch's first answer the panel holds another batch's figures and its Cancel
+    // button: they are hidden (style.css), so nothing of that batch is read, or cancelled, as this one.
+    $('detail-title').replaceChildren(text('span', `Batch ${id} `, 'id'));
+    $('detail').dataset.loading = '';
+  }
   view.openBatch = id;
   $('list').hidden = true;
   $('detail').hidden = false;

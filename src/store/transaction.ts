@@ -185,7 +185,7 @@ function locksWaitedUntil<T>(db: Db, options: TransactionOptions, deadline: numb
     // Refused twice, the connection is left to knex's pool to close: kept, its next transactions
     // would wait the shorter time for locks.
     const setBack = () => trx.raw(usual.sql, [...usual.bindings]);
-    const setBackOrDrop = () => setBack().then(undefined, (error: unknown) => droppedFromPool(trx, error));
+    const setBackOrDrop = () => setBack().then(undefined, (error: unknown) => markedForPoolToClose(trx, error));
     let answer: T;
     try {
       answer = await work(trx);
@@ -208,12 +208,13 @@ function locksWaitedUntil<T>(db: Db, options: TransactionOptions, deadline: numb
 
 /**
  * Marks the transaction's connection so that knex's pool closes it instead of handing it out again
- * (the pool's check on acquiring a free connection reads knex's own `__knex__disposed` mark, which its
- * drivers set on a connection that failed). The transaction itself goes on to its ROLLBACK.
+ * (the pool's check on acquiring a free connection reads knex's own `__knex__disposed` mark, which
+ * knex sets itself on a connection that failed; its warning on closing it logs the mark). The
+ * transaction itself goes on to its ROLLBACK.
  */
-async function droppedFromPool(trx: Knex.Transaction, cause: unknown): Promise<void> {
-  const connection = (await trx.client.acquireConnection()) as { __knex__disposed?: unknown } | null;
-  if (connection) connection.__knex__disposed = cause;
+async function markedForPoolToClose(trx: Knex.Transaction, cause: unknown): Promise<void> {
+  const connection = (await trx.client.acquireConnection()) as { __knex__disposed?: unknown };
+  connection.__knex__disposed = new Error('the session could not set its usual lock wait back', { cause });
 }
 
 /** Pause between tries while another process holds the SQLite file. */

@@ -27,6 +27,49 @@ async function launch(): Promise<Browser> {
   });
 }
 
+/**
+ * Holds the answers to the page's next `count` reads that `matches` picks until `release()`. Each is
+ * fetched from the service when the page sends it, so it holds what was true then: a late answer to
+ * an early read, as a slow network gives. `delivered` settles once the held answers reached the page.
+ */
+async function holdAnswers(page: Page, matches: (url: URL) => boolean, count = 1) {
+  let release!: () => void;
+  const released = new Promise<void>((resolve) => (release = resolve));
+  let firstHeld!: () => void;
+  const held = new Promise<void>((resolve) => (firstHeld = resolve));
+  const fulfilled: Array<Promise<void>> = [];
+  let holding = 0;
+  await page.route(matches, async (route) => {
+    if (route.request().method() !== 'GET' || holding >= count) return route.continue();
+    holding += 1;
+    const answer = route.fetch().then(async (response) => {
+      firstHeld();
+      await released;
+      await route.fulfill({ response });
+    });
+    fulfilled.push(answer);
+    await answer;
+  });
+  return { held, release, delivered: async () => void (await Promise.all(fulfilled)) };
+}
+
+/** From now on, notes each content of `selector` (its text and its children) the page shows; `shown()` lists them. */
+async function noteShown(page: Page, selector: string): Promise<{ shown(): Promise<Array<{ text: string; children: number }>> }> {
+  await page.evaluate((sel) => {
+    const notes = ((window as unknown as { shown?: Record<string, unknown[]> }).shown ??= {});
+    const target = document.querySelector(sel) as Element;
+    const seen: unknown[] = (notes[sel] = []);
+    new MutationObserver(() => seen.push({ text: target.textContent ?? '', children: target.childElementCount })).observe(target, {
+      childList: true,
+      subtree: true,
+      characterData: true,
+    });
+  }, selector);
+  return {
+    shown: () => page.evaluate((sel) => (window as unknown as { shown: Record<string, Array<{ text: string; children: number }>> }).shown[sel] ?? [], selector),
+  };
+}
+
 describeWithBrowser.each(dashboardBackends)('the dashboard in a real browser (%s)', (name, backend) => {
   jest.setTimeout(120_000);
   let browser: Browser;
@@ -126,32 +169,18 @@ describeWithBrowser.each(dashboardBackends)('the dashboard in a real browser (%s
       for (let i = 0; i < 26; i++) expect((await svc.api.post('/v1/batches').send({ userKey: `late-${i}` })).status).toBe(201);
       await page.goto(url);
       await page.waitForFunction(() => document.querySelectorAll('tr.batch').length === 20);
-      // The next read of page 1 (the refresh's) is held until page 2 has been shown.
-      let release!: () => void;
-      const released = new Promise<void>((resolve) => (release = resolve));
-      let heldOne!: () => void;
-      const held = new Promise<void>((resolve) => (heldOne = resolve));
+      // The answer to the next read of page 1 (the refresh's) is held until page 2 has been shown.
       const pageOne = (u: URL) => u.pathname === '/v1/batches' && !u.searchParams.has('cursor');
-      await page.route(pageOne, async (route) => {
-        heldOne();
-        await released;
-        await route.continue();
-      });
-      await held;
+      const late = await holdAnswers(page, pageOne);
+      await late.held;
       await page.click('#next');
       await page.waitForFunction(() => document.querySelectorAll('tr.batch').length === 6);
-      // From here on, note whether page 1 is ever shown again.
-      await page.evaluate(() => {
-        const seen = window as unknown as { pageOneShown: boolean };
-        seen.pageOneShown = false;
-        new MutationObserver(() => {
-          if (document.querySelectorAll('tr.batch').length === 20) seen.pageOneShown = true;
-        }).observe(document.querySelector('#batches tbody') as Node, { childList: true });
-      });
-      release();
-      await page.waitForTimeout(2500); // the held answer, and two more refreshes
-      expect(await page.evaluate(() => (window as unknown as { pageOneShown: boolean }).pageOneShown)).toBe(false);
-      expect(await page.locator('tr.batch').count()).toBe(6);
+      const rows = await noteShown(page, '#batches tbody');
+      late.release();
+      await late.delivered();
+      await page.waitForResponse((response) => response.url().includes('/v1/batches?')); // a later refresh, after the held answer
+      await page.waitForFunction(() => document.querySelectorAll('tr.batch').length === 6);
+      expect((await rows.shown()).map((content) => content.children)).not.toContain(20);
     });
   });
 
@@ -226,37 +255,39 @@ describeWithBrowser.each(dashboardBackends)('the dashboard in a real browser (%s
       await page.waitForFunction(() => (document.querySelector('#detail-title')?.textContent ?? '').includes('sealed'));
       // The answer to the next read of the batch (a refresh's, read before the cancel) is held until
       // the cancel is shown.
-      let release!: () => void;
-      const released = new Promise<void>((resolve) => (release = resolve));
-      let heldOne!: () => void;
-      const held = new Promise<void>((resolve) => (heldOne = resolve));
-      let reads = 0;
-      await page.route(
-        (u) => u.pathname === `/v1/batches/${made.id}`,
-        async (route) => {
-          if (route.request().method() !== 'GET' || ++reads > 1) return route.continue();
-          const response = await route.fetch();
-          heldOne();
-          await released;
-          await route.fulfill({ response });
-        },
-      );
-      await held;
+      const late = await holdAnswers(page, (u) => u.pathname === `/v1/batches/${made.id}`);
+      await late.held;
       page.once('dialog', (dialog) => void dialog.accept());
       await page.click('#cancel');
       await page.waitForFunction(() => (document.querySelector('#detail-title')?.textContent ?? '').includes('cancelled'));
-      // From here on, note whether the batch is ever shown uncancelled again.
-      await page.evaluate(() => {
-        const seen = window as unknown as { uncancelledShown: boolean };
-        seen.uncancelledShown = false;
-        new MutationObserver(() => {
-          if (!(document.querySelector('#detail-title')?.textContent ?? '').includes('cancelled')) seen.uncancelledShown = true;
-        }).observe(document.querySelector('#detail-title') as Node, { childList: true, subtree: true, characterData: true });
-      });
-      release();
-      await page.waitForTimeout(2500); // the held answer, and two more refreshes
-      expect(await page.evaluate(() => (window as unknown as { uncancelledShown: boolean }).uncancelledShown)).toBe(false);
-      expect(await page.locator('#cancel').isHidden()).toBe(true);
+      const titles = await noteShown(page, '#detail-title');
+      late.release();
+      await late.delivered();
+      await page.waitForResponse((response) => response.url().endsWith(`/v1/batches/${made.id}`)); // a later refresh's
+      await page.waitForFunction(() => (document.querySelector('#detail-title')?.textContent ?? '').includes('cancelled'));
+      expect((await titles.shown()).filter((content) => !content.text.includes('cancelled'))).toEqual([]);
+    });
+  });
+
+  it('when another batch was shown before, then a batch just opened shows nothing of it, nor its Cancel button, until its own answer', async () => {
+    await withService({}, async (svc, url, page) => {
+      const parent = await batch(svc, { userKey: 'opened-before' }, 2, 0);
+      const child = await batch(svc, { userKey: 'opened-after', parentItem: parent.ids[0] }, 2, 0);
+      await page.goto(url);
+      await page.click(`tr.batch[data-id="${parent.id}"]`);
+      await page.waitForFunction((id) => document.querySelector(`#children a[data-id="${id}"]`) !== null, child.id);
+      expect(await page.locator('#cancel').isVisible()).toBe(true);
+      // The child's answers are held: the parent's figures and Cancel button are what the panel holds.
+      const late = await holdAnswers(page, (u) => u.pathname === `/v1/batches/${child.id}`, Infinity);
+      await page.click(`#children a[data-id="${child.id}"]`);
+      await late.held;
+      expect(await page.locator('#detail-title').textContent()).toContain(child.id);
+      expect(await page.locator('#cancel').isVisible()).toBe(false);
+      expect(await page.locator('#children').isVisible()).toBe(false);
+      late.release();
+      await page.waitForFunction(() => (document.querySelector('#parent')?.textContent ?? '').length > 0);
+      expect(await page.locator('#cancel').isVisible()).toBe(true);
+      expect(await page.locator('#parent').textContent()).toContain(parent.ids[0]);
     });
   });
 

@@ -133,11 +133,26 @@ describe.each(backends())('a statement that failed inside a transaction (%s)', (
 
 type MysqlQuery = (options: string | { sql: string }, ...rest: unknown[]) => unknown;
 
+/** Makes the connection's statements that set the session's lock wait fail, as a server might refuse them; counts them. */
+function refuseLockWaitSettings(connection: { query: MysqlQuery }): { refused: number } {
+  const seen = { refused: 0 };
+  const query = connection.query.bind(connection);
+  connection.query = (queryOptions, ...rest) => {
+    const sql = typeof queryOptions === 'string' ? queryOptions : queryOptions.sql;
+    const callback = rest.find((arg) => typeof arg === 'function') as ((error: Error) => void) | undefined;
+    if (!sql.startsWith('SET SESSION innodb_lock_wait_timeout') || !callback) return query(queryOptions, ...rest);
+    seen.refused += 1;
+    process.nextTick(() => callback(Object.assign(new Error('refused by the test'), { code: 'ER_UNKNOWN_ERROR' })));
+    return undefined;
+  };
+  return seen;
+}
+
 describeEachOrSkip(servers.filter(([name]) => name === 'mysql'))('the lock wait of a transaction whose turn came late (%s)', (_name, backend) => {
   let database: TestDatabase;
   let db: Db;
   beforeAll(async () => {
-    database = await backend.create();
+    database = await backend.create({ LOCK_TIMEOUT: '5s' });
     db = openDb(database.config);
   });
   afterAll(async () => {
@@ -145,46 +160,45 @@ describeEachOrSkip(servers.filter(([name]) => name === 'mysql'))('the lock wait 
     await database.drop();
   });
 
-  it('when setting its usual wait back is refused twice on a live connection, then that connection is not handed out again with the shorter wait', async () => {
-    const waitOf = async (runner: Knex | Knex.Transaction): Promise<number> =>
-      Number((await runner.raw('SELECT @@SESSION.innodb_lock_wait_timeout AS seconds'))[0][0].seconds);
-    const usual = await db.transaction(waitOf);
-    const options = { retries: 0, lockTimeoutMs: usual * 1000 };
-    const pause = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
-    // The first transaction holds the batch's turn for 1.2 s: the second's turn comes late, so it
-    // waits at most what is left of LOCK_TIMEOUT for locks, and sets the usual wait back after its work.
-    const first = inBatchTransaction(db, options, 'batch-1', () => pause(1200));
-    let refused = 0;
-    let used: { query: MysqlQuery } | null = null;
-    const second = inBatchTransaction(db, options, 'batch-1', async (trx) => {
-      used = (await trx.client.acquireConnection()) as { query: MysqlQuery };
-      const connection = used;
-      const query = connection.query.bind(connection);
-      connection.query = (queryOptions, ...rest) => {
-        const sql = typeof queryOptions === 'string' ? queryOptions : queryOptions.sql;
-        const callback = rest.find((arg) => typeof arg === 'function') as ((error: Error) => void) | undefined;
-        if (!sql.startsWith('SET SESSION innodb_lock_wait_timeout') || !callback) return query(queryOptions, ...rest);
-        refused += 1;
-        process.nextTick(() => callback(Object.assign(new Error('refused by the test'), { code: 'ER_UNKNOWN_ERROR' })));
-        return undefined;
-      };
-      expect(await waitOf(trx)).toBe(usual - 2);
-      return 'done';
-    });
-    await first;
-    await expect(second).rejects.toBeTruthy();
-    expect({ refused, used: used !== null }).toEqual({ refused: 2, used: true });
-    // Every connection the pool hands out now waits the usual time, and none is the one refused.
-    const max = Number((db.client.config.pool as { max: number }).max);
-    const connections = await Promise.all(Array.from({ length: max }, () => db.client.acquireConnection()));
-    try {
-      expect(connections.includes(used)).toBe(false);
-    } finally {
-      await Promise.all(connections.map((connection: unknown) => db.client.releaseConnection(connection)));
-    }
-    const waits = await Promise.all(Array.from({ length: max }, () => db.transaction(waitOf)));
-    expect(waits).toEqual(Array(max).fill(usual));
-  });
+  const waitOf = async (runner: Knex | Knex.Transaction): Promise<number> =>
+    Number((await runner.raw('SELECT @@SESSION.innodb_lock_wait_timeout AS seconds'))[0][0].seconds);
+  const pause = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+  it.each([
+    ['succeeded', 'refused by the test'],
+    ['failed', 'the work failed'],
+  ])(
+    'when its work %s and setting its usual wait back is refused twice on a live connection, then that connection is not handed out again with the shorter wait',
+    async (outcome, thrown) => {
+      const usual = await db.transaction(waitOf);
+      const options = { retries: 0, lockTimeoutMs: database.config.LOCK_TIMEOUT };
+      // The first transaction holds the batch's turn for 1.2 s: the second's turn comes late, so it
+      // waits at most what is left of LOCK_TIMEOUT for locks, and sets the usual wait back after its work.
+      const first = inBatchTransaction(db, options, `batch-${outcome}`, () => pause(1200));
+      let used: { query: MysqlQuery } | null = null;
+      let shorter = 0;
+      let seen = { refused: 0 };
+      const second = inBatchTransaction(db, options, `batch-${outcome}`, async (trx) => {
+        used = (await trx.client.acquireConnection()) as { query: MysqlQuery };
+        shorter = await waitOf(trx);
+        seen = refuseLockWaitSettings(used);
+        if (outcome === 'failed') throw new Error('the work failed');
+      });
+      await first;
+      await expect(second).rejects.toThrow(thrown);
+      expect({ shorter: shorter < usual, refused: seen.refused }).toEqual({ shorter: true, refused: 2 });
+      // Every connection the pool hands out now waits the usual time, and none is the one refused.
+      const max = Number((db.client.config.pool as { max: number }).max);
+      const connections = await Promise.all(Array.from({ length: max }, () => db.client.acquireConnection()));
+      try {
+        expect(connections.includes(used)).toBe(false);
+      } finally {
+        await Promise.all(connections.map((connection: unknown) => db.client.releaseConnection(connection)));
+      }
+      const waits = await Promise.all(Array.from({ length: max }, () => db.transaction(waitOf)));
+      expect(waits).toEqual(Array(max).fill(usual));
+    },
+  );
 });
 
 const postgres = backends().filter(([name]) => isPostgresBackend(name));
