@@ -42,19 +42,42 @@ export function processesNamed(name: string, comm: string): Accounted {
   };
 }
 
+/** CPU seconds used so far by each thread of a process, by thread id (or the whole process as one, where only /proc/<pid>/stat is read). */
+type ThreadSeconds = Map<string, number>;
+
 /**
- * CPU seconds a process has used so far (Linux's /proc); undefined once it has exited, or where
- * there is no /proc. Each thread's scheduler time in ns where the kernel keeps it: /proc/<pid>/stat
- * counts in clock ticks (10 ms), half a µs a job in a round of 20,000 jobs that lasts a second.
+ * CPU seconds each thread of a process has used so far (Linux's /proc); undefined once it has
+ * exited, or where there is no /proc. Each thread's scheduler time in ns where the kernel keeps it:
+ * /proc/<pid>/stat counts in clock ticks (10 ms), half a µs a job in a round of 20,000 jobs that
+ * lasts a second. By thread, because a server's threads come and go (MariaDB's, one a connection):
+ * a sum over the live ones fell when one that had run for minutes exited during a round, and the
+ * round's MariaDB CPU came out negative.
  */
-function cpuSecondsOf(pid: number): number | undefined {
+function cpuSecondsOf(pid: number): ThreadSeconds | undefined {
   try {
-    let nanoseconds = 0;
-    for (const task of fs.readdirSync(`/proc/${pid}/task`)) nanoseconds += Number(fs.readFileSync(`/proc/${pid}/task/${task}/schedstat`, 'utf8').split(' ')[0]);
-    return nanoseconds / 1e9;
+    const threads: ThreadSeconds = new Map();
+    for (const task of fs.readdirSync(`/proc/${pid}/task`)) {
+      try {
+        threads.set(task, Number(fs.readFileSync(`/proc/${pid}/task/${task}/schedstat`, 'utf8').split(' ')[0]) / 1e9);
+      } catch {
+        // The thread exited after the directory was read: it used nothing more that this round will see.
+      }
+    }
+    return threads;
   } catch {
-    return statSecondsOf(pid);
+    const seconds = statSecondsOf(pid);
+    return seconds === undefined ? undefined : new Map([['process', seconds]]);
   }
+}
+
+/**
+ * What a process's threads used between two readings: those that ran the whole time, from the
+ * first reading; those that started meanwhile, from 0. A thread that exited meanwhile loses its share.
+ */
+function usedBetween(was: ThreadSeconds, now: ThreadSeconds): number {
+  let used = 0;
+  for (const [thread, seconds] of now) used += seconds - (was.get(thread) ?? 0);
+  return used;
 }
 
 /** The same from /proc/<pid>/stat, in clock ticks; it also counts threads that have exited. */
@@ -78,7 +101,7 @@ function statSecondsOf(pid: number): number | undefined {
 export function cpuMeter(accounted: Accounted[]): CpuMeter {
   const pidsBefore = accounted.map((a) => a.pids());
   const read = (pids: number[]) => new Map(pids.map((pid) => [pid, cpuSecondsOf(pid)]));
-  let before: Array<Map<number, number | undefined>> = [];
+  let before: Array<Map<number, ThreadSeconds | undefined>> = [];
   let workerBefore = process.cpuUsage();
   let startedAt = 0;
   return {
@@ -94,9 +117,11 @@ export function cpuMeter(accounted: Accounted[]): CpuMeter {
       const known = before.map((was) => [...was.keys()]).map(read);
       accounted.forEach(({ name, pids }, i) => {
         const was = before[i]!;
-        const used = [...known[i]!].filter(([pid, now]) => now !== undefined && was.get(pid) !== undefined).map(([pid, now]) => now! - was.get(pid)!);
+        const used = [...known[i]!]
+          .filter(([pid, now]) => now !== undefined && was.get(pid) !== undefined)
+          .map(([pid, now]) => usedBetween(was.get(pid)!, now!));
         const started = read(pids().filter((pid) => !was.has(pid))); // since the clock started: from 0
-        for (const now of started.values()) if (now !== undefined) used.push(now);
+        for (const now of started.values()) if (now !== undefined) used.push(usedBetween(new Map(), now));
         // None readable: not on this machine (a remote database) or no /proc. Left out, not counted as 0.
         if (used.length > 0) seconds[name] = used.reduce((a, b) => a + b, 0);
       });
