@@ -124,7 +124,7 @@ function retriesStopAtMaxStarted(job: object): boolean {
  * `shouldRetryJob`, bullmq 5 and 6: `this.queue.opts`, a property its typings mark protected);
  * none in a sandbox, whose jobs are plain objects.
  */
-function workerOptionsOf(job: Job): { maxStartedAttempts?: number; settings?: { backoffStrategy?: BackoffStrategy } } {
+function workerOptionsOf(job: Job): { maxStartedAttempts?: number; lockDuration?: number; settings?: { backoffStrategy?: BackoffStrategy } } {
   return (job as unknown as { queue?: { opts?: ReturnType<typeof workerOptionsOf> } }).queue?.opts ?? {};
 }
 
@@ -141,6 +141,28 @@ async function backoffStops(job: Job, error: Error, strategy: BackoffStrategy | 
   if (!backoff) return false;
   try {
     return Number(await Backoffs.calculate(backoff, job.attemptsMade + 1, error, job, strategy)) === -1;
+  } catch {
+    return false;
+  }
+}
+
+/** BullMQ's Worker's `lockDuration` when its options do not say (bullmq 5 and 6). */
+const DEFAULT_LOCK_DURATION_MS = 30_000;
+
+/**
+ * Whether this run still holds its job's lock, so that BullMQ will record its failure. A run whose
+ * lock was lost (an event loop blocked past `lockDuration`, a renewal that failed) cannot move its
+ * job (BullMQ's `moveToFailed` answers "missing lock"), and a stall check has put the job back to
+ * run again, or failed it for good, which the failure watch records. Acking `failed` for such a run
+ * would finish a batch early that the rerun then succeeds in. Asked with BullMQ's own `extendLock`,
+ * which also gives the ack that follows a whole `lockDuration`. A run that cannot be asked (a
+ * sandbox's plain copy of the job, or no token) is taken as holding it; one whose question fails
+ * (Redis away) is not: BullMQ cannot move its job either, and if it later does, the watch records it.
+ */
+async function holdsLock(job: Job, token: string | undefined, sandboxed: boolean): Promise<boolean> {
+  if (sandboxed || typeof token !== 'string' || token === '0' || typeof job.extendLock !== 'function') return true;
+  try {
+    return Number(await job.extendLock(token, workerOptionsOf(job).lockDuration ?? DEFAULT_LOCK_DURATION_MS)) === 1;
   } catch {
     return false;
   }
@@ -180,7 +202,8 @@ function failureOf(thrown: unknown): unknown {
  * - The handler succeeds: the item is acked `succeeded`, then the job completes with the handler's result.
  * - The handler throws and BullMQ will retry: the error is rethrown, nothing is acked.
  * - The handler throws on the last attempt (or throws `UnrecoverableError`): the item is acked
- *   `failed` with the error's message, then the error is rethrown.
+ *   `failed` with the error's message, then the error is rethrown. Not when the run has lost its
+ *   job's lock (holdsLock): BullMQ runs the job again, or fails it and the failure watch records it.
  * - A job BullMQ fails for good without running it (stalled past `maxStalledCount`, started past
  *   `maxStartedAttempts`, a flow parent failed by its child) is acked `failed` by the Worker's
  *   failure watch (`watchFailedJobs`): the processor starts it on the first job it runs in the
@@ -242,7 +265,10 @@ export function rollcallProcessor<DataType = any, ResultType = any, NameType ext
   const processor: RollcallBullmqProcessor<DataType, ResultType, NameType> = async (job, token, signal) => {
     watchWorkerOf(client, job, watchOptions);
     const itemId = itemIdOf(job);
-    if (typeof itemId !== 'string' || !itemId) throw new RollcallJobError('missing_item_id', `job ${job.id} has no rollcall item ID`);
+    if (typeof itemId !== 'string' || !itemId) {
+      answered(job); // its own failure says why: the failure watch need not report it again
+      throw new RollcallJobError('missing_item_id', `job ${job.id} has no rollcall item ID`);
+    }
     const cancelledNow = cancelled.isCancelled(itemId);
     if (cancelledNow === true || (cancelledNow !== false && (await cancelledNow))) return undefined;
     let result: ResultType;
@@ -252,8 +278,11 @@ export function rollcallProcessor<DataType = any, ResultType = any, NameType ext
     } catch (caught) {
       const thrown = failureOf(caught);
       // A sandboxed processor gets a plain object, not a Job of any copy of bullmq (child-processor.ts `wrapJob`).
-      const error = asBullmqSeesIt(thrown, Object.getPrototypeOf(job) === Object.prototype);
-      if (!steersBullmq(error) && (await isLastFailure(job, error))) await ackLastFailure(job, itemId, failureMessageOf(error, thrown));
+      const sandboxed = Object.getPrototypeOf(job) === Object.prototype;
+      const error = asBullmqSeesIt(thrown, sandboxed);
+      if (!steersBullmq(error) && (await isLastFailure(job, error)) && (await holdsLock(job, token, sandboxed))) {
+        await ackLastFailure(job, itemId, failureMessageOf(error, thrown));
+      }
       throw thrown;
     }
     settle(job, itemId, await acks.ackInCall(itemId, 'succeeded'));

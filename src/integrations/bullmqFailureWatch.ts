@@ -103,8 +103,9 @@ function isWatchable(worker: object): worker is WatchableWorker {
  * exit right after `worker.close()` without awaiting the stop) leaves the item pending until the
  * next watch starts: each looks back `recoverFailedWithinMs` and acks the queue's failures of that
  * time again (recorded ones count as duplicates). What it
- * cannot record (rollcall refused it, or could not be reached after the retries) is reported on the
- * Worker's `error` event (code `failure_unrecorded`), or as a process warning when it has no listener.
+ * cannot record (rollcall refused it, or could not be reached after the retries, or the job has no
+ * item ID where the watch's `itemIdOf` looks: give it the processor's) is reported on the Worker's
+ * `error` event (code `failure_unrecorded`), or as a process warning when it has no listener.
  */
 // eslint-disable-next-line @typescript-eslint/no-explicit-any -- the same defaults as BullMQ's own Job<DataType, ResultType>
 export function watchFailedJobs<DataType = any, ResultType = any, NameType extends string = string>(
@@ -147,7 +148,10 @@ export function watchFailedJobs<DataType = any, ResultType = any, NameType exten
     if (ANSWERED_RUNS.has(job)) return;
     ackFailure(job, failureMessageOf(error)).then(
       ({ itemId, rejected }) => {
-        if (rejected !== null && rejected !== 'batch_cancelled') report(`rollcall rejected the failure of job ${job.id} (item ${itemId}): ${rejected}`);
+        // Most likely the processor reads its item IDs elsewhere (its own itemIdOf) than this watch does.
+        if (itemId === undefined)
+          report(`job ${job.id} failed for good, and the failure watch found no rollcall item ID in it (does it read them as the processor does?)`);
+        else if (rejected !== null && rejected !== 'batch_cancelled') report(`rollcall rejected the failure of job ${job.id} (item ${itemId}): ${rejected}`);
       },
       (thrown: unknown) => report(`the failure watch could not record the failure of job ${job.id}: ${asError(thrown).message}`, thrown),
     );

@@ -299,21 +299,24 @@ describeWith(redisUrl).each(backends())('rollcall/bullmq on a real Redis and a r
     const queue = newQueue();
     const batch = await produce(queue, 10, { attempts: 3 });
     const ran: number[] = [];
-    workers.push(
-      new Worker<TestJobData>(
-        queue.name,
-        rollcallProcessor(
-          client,
-          async (job: Job<TestJobData>) => {
-            ran.push(job.data.n);
-          },
-          // A numeric field, say: not an item ID, though it is not undefined either.
-          { itemIdOf: (job) => (job.data.n % 2 === 1 ? (job.data.n as unknown as string) : job.data.rollcallItemId) },
-        ),
-        { connection, prefix, concurrency: 5 },
+    const worker = new Worker<TestJobData>(
+      queue.name,
+      rollcallProcessor(
+        client,
+        async (job: Job<TestJobData>) => {
+          ran.push(job.data.n);
+        },
+        // A numeric field, say: not an item ID, though it is not undefined either.
+        { itemIdOf: (job) => (job.data.n % 2 === 1 ? (job.data.n as unknown as string) : job.data.rollcallItemId) },
       ),
+      { connection, prefix, concurrency: 5 },
     );
+    const errors: Error[] = [];
+    worker.on('error', (error) => errors.push(error));
+    workers.push(worker);
     await settled(queue, 10);
+    await realSleep(300); // the failure watch's turn, after BullMQ's `failed` events
+    expect(errors).toEqual([]); // each failure says why itself: the watch does not report it again
     const failed = await queue.getFailed();
     expect(failed.map((job) => [job.data.n, job.attemptsMade, job.failedReason]).sort()).toEqual(
       [1, 3, 5, 7, 9].map((n) => [n, 1, `job ${failed.find((job) => job.data.n === n)?.id} has no rollcall item ID`]),
@@ -681,6 +684,45 @@ describeWith(redisUrl).each(backends())('rollcall/bullmq on a real Redis and a r
     } finally {
       holding.release();
     }
+  });
+
+  it('when a run loses its lock and its job runs again, then its last failure is not recorded: the rerun that succeeds decides the batch', async () => {
+    const queue = newQueue();
+    // Run 1 of the job (its only attempt) outlives its lock (not renewed); the stall check puts the
+    // job back (maxStalledCount 1) and run 2 starts. Run 1 then throws; run 2 succeeds once run 1's
+    // processor has settled (whatever it acked is in by then).
+    const runs: string[] = [];
+    let secondStarted!: () => void;
+    const second = new Promise<void>((resolve) => (secondStarted = resolve));
+    let firstSettled: Promise<unknown> | undefined;
+    const processor = rollcallProcessor(client, async () => {
+      runs.push(`run ${runs.length + 1}`);
+      if (runs.length === 1) {
+        await second;
+        throw new Error('run 1 failed after losing its lock');
+      }
+      secondStarted();
+      await firstSettled;
+      return 'ok';
+    });
+    const worker = new Worker<TestJobData>(
+      queue.name,
+      (job, token) => {
+        const run = processor(job, token);
+        firstSettled ??= run.catch(() => undefined);
+        return run;
+      },
+      { ...STALLING, concurrency: 2, maxStalledCount: 1 },
+    );
+    worker.on('error', () => undefined); // run 1's failure, which BullMQ cannot move without the lock
+    workers.push(worker);
+    const batch = await produce(queue, 1, { attempts: 1 });
+    const done = await client.waitForCompletion(batch.id, { timeoutMs: 20_000 });
+    expect(done).toMatchObject({ state: 'complete', outcome: 'succeeded', succeeded: 1, failed: 0, pending: 0 });
+    expect(runs).toEqual(['run 1', 'run 2']);
+    expect(await failureReasons(batch.id)).toEqual([]);
+    await settled(queue, 1);
+    expect(await queue.getJobCounts('completed', 'failed')).toEqual({ completed: 1, failed: 0 });
   });
 
   it('when a Worker started after a crash picks a job that stalled too often first, then watchFailedJobs (started with it) records that job failed', async () => {
@@ -1094,6 +1136,33 @@ describeWith(redisUrl).each(backends())('rollcall/bullmq on a real Redis and a r
       await until(() => errors.length > 0);
       expect(errors.map((error) => error.code)).toEqual(['failure_unrecorded']);
       expect(await queue.getJobCounts('completed', 'failed')).toEqual({ completed: 0, failed: 1 });
+    } finally {
+      await stop();
+    }
+  });
+
+  it("when a job fails for good and the failure watch finds no item ID where it looks, then the Worker's error event says so", async () => {
+    const queue = newQueue() as unknown as Queue<{ ref: string }>;
+    // The processor (sandboxed, say, so it never acks here) reads the item ID from `ref`; the watch,
+    // started without the processor's itemIdOf, looks in `rollcallItemId`.
+    const worker = new Worker(
+      queue.name,
+      async (): Promise<string> => {
+        throw new UnrecoverableError('no retry helps');
+      },
+      { connection, prefix },
+    );
+    const errors: Array<{ code?: string; message: string }> = [];
+    worker.on('error', (error) => errors.push(error as { code?: string; message: string }));
+    workers.push(worker);
+    const stop = watchFailedJobs(client, worker);
+    try {
+      const batch = await openBatch(client, { count: 1, enqueue: (ids) => queue.addBulk(ids.map((ref) => ({ name: 'item', data: { ref } }))) });
+      await settled(queue, 1);
+      await until(() => errors.length > 0);
+      expect(errors.map((error) => error.code)).toEqual(['failure_unrecorded']);
+      expect(errors[0]?.message).toMatch(/failed for good, and the failure watch found no rollcall item ID in it/);
+      expect(await client.status(batch.id)).toMatchObject({ pending: 1 });
     } finally {
       await stop();
     }

@@ -162,6 +162,40 @@ describeWith(redisUrl).each(backends())('rollcall/bullmq with BullMQ 5 on a real
     }
   });
 
+  it('when a run loses its lock and its job runs again, then its UnrecoverableError is not recorded: the rerun that succeeds decides the batch', async () => {
+    const client = new RollcallClient({ baseUrl: svc.url });
+    const queue = new Queue<Data>(`q-${randomBytes(4).toString('hex')}`, { connection, prefix });
+    queues.push(queue);
+    // As in bullmq.test.ts: run 1 outlives its lock (not renewed), the stall check puts the job back,
+    // run 2 starts; run 1 then throws, and run 2 succeeds once run 1's processor has settled.
+    let runs = 0;
+    let secondStarted!: () => void;
+    const second = new Promise<void>((resolve) => (secondStarted = resolve));
+    let firstSettled: Promise<unknown> | undefined;
+    const processor = rollcallProcessor(client, async () => {
+      if (++runs === 1) {
+        await second;
+        throw new UnrecoverableError('run 1 gave up after losing its lock');
+      }
+      secondStarted();
+      await firstSettled;
+    }) as unknown as Processor<Data>;
+    const worker = new Worker<Data>(
+      queue.name,
+      (job, token) => {
+        const run = processor(job, token);
+        firstSettled ??= run.catch(() => undefined);
+        return run;
+      },
+      { connection, prefix, concurrency: 2, lockDuration: 1000, skipLockRenewal: true, stalledInterval: 500, maxStalledCount: 1 },
+    );
+    worker.on('error', () => undefined); // run 1's failure, which BullMQ 5 cannot move without the lock
+    workers.push(worker);
+    const batch = await produce(client, queue, 1);
+    expect(await client.waitForCompletion(batch.id, { timeoutMs: 20_000 })).toMatchObject({ state: 'complete', outcome: 'succeeded', failed: 0 });
+    expect(runs).toBe(2);
+  });
+
   /** Jobs 0 … failing-1 of a new batch failed for good by a BullMQ 5 Worker that records nothing (as when a crash cut the watch's ack off); the last one acked succeeded. */
   async function failedUnrecorded(client: RollcallClient, queue: Queue<Data>, failing: number): Promise<Batch> {
     const crashed = new Worker<Data>(
