@@ -47,6 +47,8 @@ export interface OpenBatchInput {
 export async function openBatch(client: RollcallClient, input: OpenBatchInput): Promise<Batch> {
   const { count, enqueue, userKey, metadata, callbackUrl, parentItem } = input;
   if (!Number.isSafeInteger(count) || count < 0) throw new RangeError(`count must be a whole number ≥ 0, not ${count}`);
+  // Before the open: a JavaScript caller's mistake would otherwise leave an unsealed batch behind.
+  if (typeof enqueue !== 'function') throw new TypeError(`enqueue must be a function, not ${typeof enqueue}`);
   // Only the open's own fields: an input object that also carries the caller's other settings (a
   // queue name, say) would be refused by the service's strict body schema.
   const batch = await client.open({ userKey, metadata, callbackUrl, parentItem });

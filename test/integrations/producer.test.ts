@@ -141,6 +141,15 @@ describe.each(backends())('rollcall/producer openBatch (%s)', (_name, backend) =
     expect((await client.status(parent.id)).pending).toBe(1);
   });
 
+  it('when enqueue is not a function (plain JavaScript), then nothing is opened: a TypeError at once', async () => {
+    const requests: string[] = [];
+    const watching = new RollcallClient({ baseUrl: svc.url, fetch: (input, init) => (requests.push(String(input)), fetch(input, init)) });
+    for (const enqueue of [undefined, 'queue.add', {}]) {
+      await expect(openBatch(watching, { count: 10, enqueue } as never)).rejects.toThrow(new TypeError(`enqueue must be a function, not ${typeof enqueue}`));
+    }
+    expect(requests).toEqual([]);
+  });
+
   it('when the count is 0, then the batch is complete at once and enqueue is never called', async () => {
     let calls = 0;
     expect((await openBatch(client, { count: 0, enqueue: async () => void calls++ })).state).toBe('complete');
