@@ -104,7 +104,7 @@ function isWatchable(worker: object): worker is WatchableWorker {
  * next watch starts: each looks back `recoverFailedWithinMs` and acks the queue's failures of that
  * time again (recorded ones count as duplicates). What it
  * cannot record (rollcall refused it, or could not be reached after the retries, or the job has no
- * item ID where the watch's `itemIdOf` looks: give it the processor's) is reported on the Worker's
+ * item ID where the watch's `itemIdOf` looks: give it the processor's; the first such job only) is reported on the Worker's
  * `error` event (code `failure_unrecorded`), or as a process warning when it has no listener.
  */
 // eslint-disable-next-line @typescript-eslint/no-explicit-any -- the same defaults as BullMQ's own Job<DataType, ResultType>
@@ -142,6 +142,8 @@ export function watchFailedJobs<DataType = any, ResultType = any, NameType exten
     }
     return ackFailure(job, job.failedReason);
   };
+  /** Whether a job without an item ID was reported: once a watch, as a Worker may also run jobs outside rollcall. */
+  let reportedNoItemId = false;
   const record = (job: Job, error: Error): void => {
     // BullMQ sets `finishedOn` only when it moves the job to failed; a job it retries has none.
     if (typeof job.finishedOn !== 'number') return;
@@ -149,9 +151,13 @@ export function watchFailedJobs<DataType = any, ResultType = any, NameType exten
     ackFailure(job, failureMessageOf(error)).then(
       ({ itemId, rejected }) => {
         // Most likely the processor reads its item IDs elsewhere (its own itemIdOf) than this watch does.
-        if (itemId === undefined)
-          report(`job ${job.id} failed for good, and the failure watch found no rollcall item ID in it (does it read them as the processor does?)`);
-        else if (rejected !== null && rejected !== 'batch_cancelled') report(`rollcall rejected the failure of job ${job.id} (item ${itemId}): ${rejected}`);
+        if (itemId === undefined) {
+          if (!reportedNoItemId)
+            report(
+              `job ${job.id} failed for good, and the failure watch found no rollcall item ID in it (does it read them as the processor does?); later such jobs are not reported`,
+            );
+          reportedNoItemId = true;
+        } else if (rejected !== null && rejected !== 'batch_cancelled') report(`rollcall rejected the failure of job ${job.id} (item ${itemId}): ${rejected}`);
       },
       (thrown: unknown) => report(`the failure watch could not record the failure of job ${job.id}: ${asError(thrown).message}`, thrown),
     );

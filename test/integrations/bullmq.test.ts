@@ -712,7 +712,8 @@ describeWith(redisUrl).each(backends())('rollcall/bullmq on a real Redis and a r
         firstSettled ??= run.catch(() => undefined);
         return run;
       },
-      { ...STALLING, concurrency: 2, maxStalledCount: 1 },
+      // A 2 s lock: run 2 must finish within it, or it stalls too (and past maxStalledCount fails).
+      { ...STALLING, concurrency: 2, maxStalledCount: 1, lockDuration: 2000 },
     );
     worker.on('error', () => undefined); // run 1's failure, which BullMQ cannot move without the lock
     workers.push(worker);
@@ -1141,7 +1142,7 @@ describeWith(redisUrl).each(backends())('rollcall/bullmq on a real Redis and a r
     }
   });
 
-  it("when a job fails for good and the failure watch finds no item ID where it looks, then the Worker's error event says so", async () => {
+  it("when jobs fail for good and the failure watch finds no item ID where it looks, then the Worker's error event says so, once", async () => {
     const queue = newQueue() as unknown as Queue<{ ref: string }>;
     // The processor (sandboxed, say, so it never acks here) reads the item ID from `ref`; the watch,
     // started without the processor's itemIdOf, looks in `rollcallItemId`.
@@ -1157,12 +1158,13 @@ describeWith(redisUrl).each(backends())('rollcall/bullmq on a real Redis and a r
     workers.push(worker);
     const stop = watchFailedJobs(client, worker);
     try {
-      const batch = await openBatch(client, { count: 1, enqueue: (ids) => queue.addBulk(ids.map((ref) => ({ name: 'item', data: { ref } }))) });
-      await settled(queue, 1);
+      const batch = await openBatch(client, { count: 3, enqueue: (ids) => queue.addBulk(ids.map((ref) => ({ name: 'item', data: { ref } }))) });
+      await settled(queue, 3);
       await until(() => errors.length > 0);
+      await realSleep(300); // the other two failures' turn
       expect(errors.map((error) => error.code)).toEqual(['failure_unrecorded']);
       expect(errors[0]?.message).toMatch(/failed for good, and the failure watch found no rollcall item ID in it/);
-      expect(await client.status(batch.id)).toMatchObject({ pending: 1 });
+      expect(await client.status(batch.id)).toMatchObject({ pending: 3 });
     } finally {
       await stop();
     }

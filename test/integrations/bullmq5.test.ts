@@ -187,7 +187,7 @@ describeWith(redisUrl).each(backends())('rollcall/bullmq with BullMQ 5 on a real
         firstSettled ??= run.catch(() => undefined);
         return run;
       },
-      { connection, prefix, concurrency: 2, lockDuration: 1000, skipLockRenewal: true, stalledInterval: 500, maxStalledCount: 1 },
+      { connection, prefix, concurrency: 2, lockDuration: 2000, skipLockRenewal: true, stalledInterval: 500, maxStalledCount: 1 },
     );
     worker.on('error', () => undefined); // run 1's failure, which BullMQ 5 cannot move without the lock
     workers.push(worker);

@@ -145,7 +145,9 @@ describe.each(backends())('rollcall/producer openBatch (%s)', (_name, backend) =
     const requests: string[] = [];
     const watching = new RollcallClient({ baseUrl: svc.url, fetch: (input, init) => (requests.push(String(input)), fetch(input, init)) });
     for (const enqueue of [undefined, 'queue.add', {}]) {
-      await expect(openBatch(watching, { count: 10, enqueue } as never)).rejects.toThrow(new TypeError(`enqueue must be a function, not ${typeof enqueue}`));
+      const refused: unknown = await openBatch(watching, { count: 10, enqueue } as never).catch((error: unknown) => error);
+      expect(refused).toBeInstanceOf(TypeError);
+      expect((refused as Error).message).toBe(`enqueue must be a function, not ${typeof enqueue}`);
     }
     expect(requests).toEqual([]);
   });
