@@ -152,10 +152,10 @@ const DEFAULT_LOCK_DURATION_MS = 30_000;
 /**
  * Whether this run still holds its job's lock, so that BullMQ will record its failure. A run whose
  * lock was lost (an event loop blocked past `lockDuration`, a renewal that failed) cannot move its
- * job (BullMQ's `moveToFailed` answers "missing lock"), and a stall check has put the job back to
- * run again, or failed it for good, which the failure watch records. Acking `failed` for such a run
- * would finish a batch early that the rerun then succeeds in. Asked with BullMQ's own `extendLock`,
- * which also gives the ack that follows a whole `lockDuration`. A run that cannot be asked (a
+ * job (BullMQ's `moveToFailed` finds the lock missing, or another run's), and a stall check has put
+ * the job back to run again, or failed it for good, which the failure watch records. Acking
+ * `failed` for such a run would finish a batch early that the rerun then succeeds in. Asked with
+ * BullMQ's own `extendLock`, which also gives the ack that follows a whole `lockDuration`. A run that cannot be asked (a
  * sandbox's plain copy of the job, or no token) is taken as holding it; one whose question fails
  * (Redis away) is not: BullMQ cannot move its job either, and if it later does, the watch records it.
  */

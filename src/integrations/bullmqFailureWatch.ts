@@ -102,10 +102,10 @@ function isWatchable(worker: object): worker is WatchableWorker {
  * The ack goes after BullMQ has failed the job: a process that ends within that call (a crash, an
  * exit right after `worker.close()` without awaiting the stop) leaves the item pending until the
  * next watch starts: each looks back `recoverFailedWithinMs` and acks the queue's failures of that
- * time again (recorded ones count as duplicates). What it
- * cannot record (rollcall refused it, or could not be reached after the retries, or the job has no
- * item ID where the watch's `itemIdOf` looks: give it the processor's; the first such job only) is reported on the Worker's
- * `error` event (code `failure_unrecorded`), or as a process warning when it has no listener.
+ * time again (recorded ones count as duplicates). What it cannot record is reported on the
+ * Worker's `error` event (code `failure_unrecorded`), or as a process warning when it has no
+ * listener: rollcall refused it, or could not be reached after the retries, or the job has no item
+ * ID where the watch's `itemIdOf` looks (give it the processor's; the first such job only).
  */
 // eslint-disable-next-line @typescript-eslint/no-explicit-any -- the same defaults as BullMQ's own Job<DataType, ResultType>
 export function watchFailedJobs<DataType = any, ResultType = any, NameType extends string = string>(
