@@ -211,9 +211,7 @@ async function recoverFailures(worker: WatchableWorker, since: number, stopped: 
   const options = { connection: worker.opts.connection, prefix: worker.opts.prefix, skipMetasUpdate: true } as QueueOptions;
   const queue = new Queue(worker.name, options, (worker as { backendFactory?: never }).backendFactory);
   queue.on('error', () => undefined); // a lost connection also fails the read below, which reports it
-  const stop = new Promise<never>((_, reject) => stopped.addEventListener('abort', () => reject(stopped.reason), { once: true }));
-  stop.catch(() => undefined);
-  const untilStopped = <T>(work: Promise<T>): Promise<T> => Promise.race([work, stop]);
+  const untilStopped = <T>(work: Promise<T>): Promise<T> => unlessStopped(work, stopped);
   let recovered = 0;
   try {
     const failedSet: FailedSet<Job> = {
@@ -234,6 +232,21 @@ async function recoverFailures(worker: WatchableWorker, since: number, stopped: 
   } finally {
     await closeLookBackQueue(queue, worker.opts.connection, stopped, untilStopped);
   }
+}
+
+/**
+ * `work`'s outcome, or the stop's reason once `stopped` aborts first. Not a race against one promise
+ * kept for the watch's life: each race would stay among that promise's reactions, holding its
+ * result (a page of failed jobs, their data with them) until the watch stops, weeks later. Here
+ * the abort listener goes as soon as `work` settles, and nothing is kept.
+ */
+function unlessStopped<T>(work: Promise<T>, stopped: AbortSignal): Promise<T> {
+  if (stopped.aborted) return Promise.reject(stopped.reason);
+  return new Promise<T>((resolve, reject) => {
+    const onAbort = () => reject(stopped.reason);
+    stopped.addEventListener('abort', onAbort, { once: true });
+    work.then(resolve, reject).finally(() => stopped.removeEventListener('abort', onAbort));
+  });
 }
 
 /** Method names of a Redis client (ioredis, node-redis, Valkey GLIDE) that options never carry. */

@@ -3,6 +3,8 @@ import { randomBytes } from 'node:crypto';
 import { EventEmitter } from 'node:events';
 import path from 'node:path';
 import readline from 'node:readline';
+import v8 from 'node:v8';
+import vm from 'node:vm';
 
 import { DelayedError, FlowProducer, Job, JobsOptions, Queue, UnrecoverableError, Worker } from 'bullmq';
 import IORedis from 'ioredis';
@@ -19,6 +21,10 @@ import { TcpProxy } from '../helpers/tcpProxy';
 import { kindOf, permanentMessage, runTestJob, TestJobData, unrecoverableMessage } from './fixtures/jobs';
 
 const ROOT = path.resolve(__dirname, '../..');
+
+// A full collection on demand, to tell memory kept from memory not yet collected.
+v8.setFlagsFromString('--expose-gc');
+const collectGarbage = vm.runInNewContext('gc') as () => void;
 
 describeWith(redisUrl).each(backends())('rollcall/bullmq on a real Redis and a real rollcall service (%s)', (_name, backend) => {
   const connection = redisConnection(redisUrl ?? 'redis://127.0.0.1:6379');
@@ -1003,6 +1009,36 @@ describeWith(redisUrl).each(backends())('rollcall/bullmq on a real Redis and a r
     expect(await client.status(batch.id)).toMatchObject({ state: 'sealed', pending: 2 });
   });
 
+  it('when the look-back has read and recorded failed jobs with large data, then the Worker keeps none of them while it goes on running', async () => {
+    const queue = newQueue() as Queue<TestJobData & { pad: string }>;
+    const pad = 'x'.repeat(200_000); // ~40 MB of job data over the 200 failed jobs, as each is read back
+    const crashed = new Worker<TestJobData>(queue.name, async (job) => Promise.reject(new UnrecoverableError(`job ${job.data.n} gave up`)), {
+      connection,
+      prefix,
+    });
+    workers.push(crashed);
+    let n = 0;
+    const batch = await openBatch(client, {
+      count: 200,
+      enqueue: (ids) => queue.addBulk(ids.map((id) => ({ name: 'item', data: { rollcallItemId: id, n: n++, pad }, opts: { attempts: 1 } }))),
+    });
+    await settled(queue, 200, 30_000);
+    await crashed.close();
+    const worker = new Worker<TestJobData>(queue.name, async () => 'ok', { connection, prefix, autorun: false });
+    workers.push(worker);
+    const heapBefore = heapAfterCollecting();
+    const { failures, stop } = await lookedBack(worker);
+    try {
+      expect(failures).toBe(200);
+      expect(await client.status(batch.id)).toMatchObject({ state: 'complete', failed: 200, pending: 0 });
+      // The watch still runs (its Worker does): the jobs it read must be garbage by now.
+      await realSleep(50);
+      expect(heapAfterCollecting() - heapBefore).toBeLessThan(10_000_000);
+    } finally {
+      await stop();
+    }
+  });
+
   it("when a watch looks back, then the queue's settings in Redis stay as they were", async () => {
     const queue = new Queue<TestJobData>(`q-${randomBytes(4).toString('hex')}`, { connection, prefix, streams: { events: { maxLen: 50 } } });
     queues.push(queue);
@@ -1215,3 +1251,9 @@ describeWith(redisUrl).each(backends())('rollcall/bullmq on a real Redis and a r
     expect(await queue.getJobCounts('completed', 'failed')).toEqual({ completed: expected.succeeded, failed: expected.failed });
   });
 });
+
+/** The heap in use after a full garbage collection (V8's `gc`, exposed for this test file). */
+function heapAfterCollecting(): number {
+  collectGarbage();
+  return process.memoryUsage().heapUsed;
+}
