@@ -41,8 +41,11 @@ export interface OpenBatchInput {
  *   first try was committed makes nothing twice.
  * - When an add, `enqueue` or the seal fails once the batch is open, the batch is not sealed, so it
  *   cannot complete: the error (`RollcallIntegrationError`, code `add_failed`, `enqueue_failed` or
- *   `seal_failed`, with `batchId` and the failure as `cause`) lets the caller seal it again, delete
- *   or cancel it; otherwise the service sweeps it after `OPEN_BATCH_TTL`.
+ *   `seal_failed`, with `batchId` and the failure as `cause`) lets the caller cancel or delete it,
+ *   or, after `seal_failed` only, seal it again (every item is queued then). Never seal after
+ *   `add_failed` or `enqueue_failed`: an add whose answers were all lost may have been committed,
+ *   and items no job carries would keep the sealed batch pending for good. Left alone, the service
+ *   sweeps it after `OPEN_BATCH_TTL`.
  */
 export async function openBatch(client: RollcallClient, input: OpenBatchInput): Promise<Batch> {
   const { count, enqueue, userKey, metadata, callbackUrl, parentItem } = input;
