@@ -1010,7 +1010,8 @@ describeWith(redisUrl).each(backends())('rollcall/bullmq on a real Redis and a r
   });
 
   it('when the look-back has read and recorded failed jobs with large data, then the Worker keeps none of them while it goes on running', async () => {
-    const queue = newQueue() as Queue<TestJobData & { pad: string }>;
+    const queue = new Queue<TestJobData & { pad: string }>(`q-${randomBytes(4).toString('hex')}`, { connection, prefix });
+    queues.push(queue);
     const pad = 'x'.repeat(200_000); // ~40 MB of job data over the 200 failed jobs, as each is read back
     const crashed = new Worker<TestJobData>(queue.name, async (job) => Promise.reject(new UnrecoverableError(`job ${job.data.n} gave up`)), {
       connection,
