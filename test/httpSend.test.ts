@@ -421,6 +421,34 @@ describe("the client's default way of sending (httpSend)", () => {
     }
   });
 
+  it('when something other than rollcall streams an answer longer than a string holds (600 MiB), then the call fails with ERR_ANSWER_TOO_LARGE, once, and the process goes on', async () => {
+    const mib = Buffer.alloc(1 << 20, 0x61);
+    let requests = 0;
+    const srv = http.createServer((_req, res) => {
+      requests += 1;
+      res.writeHead(200, { 'content-type': 'application/json' });
+      let sent = 0;
+      const pump = () => {
+        while (sent < 600) {
+          sent += 1;
+          if (!res.write(mib)) return void res.once('drain', pump);
+        }
+        res.end();
+      };
+      res.on('close', () => (sent = 600));
+      pump();
+    });
+    await new Promise<void>((resolve) => srv.listen(0, '127.0.0.1', resolve));
+    try {
+      const client = new RollcallClient({ baseUrl: `http://127.0.0.1:${(srv.address() as AddressInfo).port}` });
+      await expect(withRetries(() => client.status(A_BATCH.id))).rejects.toMatchObject({ code: 'ERR_ANSWER_TOO_LARGE' });
+      expect(requests).toBe(1); // not sent again: no retry makes it rollcall
+    } finally {
+      srv.closeAllConnections();
+      await new Promise((resolve) => srv.close(resolve));
+    }
+  });
+
   it('when connectTimeoutMs is Infinity, then a connection may take as long as the request may; 0 or less is refused at once', async () => {
     const blackhole = await unopenablePort();
     try {

@@ -48,6 +48,17 @@ const KEEPS_METHOD = new Set([307, 308]);
 const TO_GET = new Set([301, 302, 303]);
 
 /**
+ * The longest answer read, in characters: far above any rollcall sends (an add of 10,000,000 items in
+ * groups of 8 lists 1.25M groups, ~73M characters), and below V8's longest string (~512 Mi characters), past
+ * which appending the next chunk threw inside the socket's data listener and ended the process. Only
+ * something else answers this much (a wrong `baseUrl`, a proxy streaming a file).
+ */
+export const MAX_ANSWER_CHARS = 2 ** 28;
+
+/** The code of the error for an answer longer than MAX_ANSWER_CHARS; not sent again (retry.ts). */
+export const ANSWER_TOO_LARGE = 'ERR_ANSWER_TOO_LARGE';
+
+/**
  * One pool for every client in the process, as fetch has one: a program that makes a client per
  * job keeps a handful of connections, not one per client.
  */
@@ -105,7 +116,11 @@ function send(url: URL, request: HttpRequest, attempt: Attempt): Promise<HttpAns
       }
       res.setEncoding('utf8');
       let text = '';
-      res.on('data', (chunk: string) => (text += chunk));
+      res.on('data', (chunk: string) => {
+        if (text.length + chunk.length <= MAX_ANSWER_CHARS) return void (text += chunk);
+        text = '';
+        res.destroy(answerTooLarge(url));
+      });
       res.on('error', reject);
       res.on('end', () => resolve({ ok: status >= 200 && status < 300, status, text: () => Promise.resolve(text), headers: headersOf(res) }));
     });
@@ -117,6 +132,12 @@ function send(url: URL, request: HttpRequest, attempt: Attempt): Promise<HttpAns
     });
     req.end(request.body);
   });
+}
+
+function answerTooLarge(url: URL): NodeJS.ErrnoException {
+  const error: NodeJS.ErrnoException = new Error(`the answer from ${url.origin} is longer than ${MAX_ANSWER_CHARS} characters: not rollcall's`);
+  error.code = ANSWER_TOO_LARGE;
+  return error;
 }
 
 /** An answer's headers as fetch reads them: by name, any case; a repeated header joined with ", ". */

@@ -6,10 +6,10 @@
 import type { AckResult, BatchView as Batch, ItemStatus, Rejection } from '../contract/responses';
 import { toExactText } from '../contract/text';
 import { type BatchOutcome, type BatchState, MAX_ACK_IDS } from '../contract/vocabulary';
-import { type HttpAnswer, type HttpRequest, type HttpSend, httpSend, type HttpSendOptions } from './httpSend';
+import { ANSWER_TOO_LARGE, type HttpAnswer, type HttpRequest, type HttpSend, httpSend, type HttpSendOptions, MAX_ANSWER_CHARS } from './httpSend';
 
 export type { AckResult, Batch, BatchOutcome, BatchState, HttpAnswer, HttpRequest, HttpSend, HttpSendOptions, ItemStatus, Rejection };
-export { httpSend };
+export { ANSWER_TOO_LARGE, httpSend, MAX_ANSWER_CHARS };
 
 /** One kept failure reason (GET /v1/batches/:batchId/failures). */
 export interface FailureReason {

@@ -1,4 +1,4 @@
-import { RollcallApiError } from '../client';
+import { ANSWER_TOO_LARGE, RollcallApiError } from '../client';
 
 /**
  * Tries, waiting 50 ms, 100 ms, … (capped at 2 s) between them, or as long as an answer's
@@ -53,11 +53,11 @@ const UNTRUSTED = new Set([
   'ERR_SSL_WRONG_VERSION_NUMBER',
 ]);
 
-/** Whether `error` or one of its causes (fetch wraps them) is a request Node would not send, or a service it cannot trust. */
+/** Whether `error` or one of its causes (fetch wraps them) is a request Node would not send, a service it cannot trust, or an answer no service of ours gives. */
 function unsendable(error: unknown): boolean {
   for (let at = error, depth = 0; typeof at === 'object' && at !== null && depth < 4; at = (at as { cause?: unknown }).cause, depth++) {
     const code = (at as { code?: unknown }).code;
-    if (typeof code === 'string' && (UNSENDABLE.has(code) || UNTRUSTED.has(code))) return true;
+    if (typeof code === 'string' && (UNSENDABLE.has(code) || UNTRUSTED.has(code) || code === ANSWER_TOO_LARGE)) return true;
   }
   return false;
 }
