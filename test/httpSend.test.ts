@@ -8,7 +8,11 @@ import path from 'node:path';
 import readline from 'node:readline';
 
 import { httpSend, retryAfterMs, RollcallApiError, RollcallClient } from '../src/client';
+import type { Channel } from 'amqplib';
+
 import { AckCoalescer } from '../src/integrations/ackCoalescer';
+import { rollcallConsumer } from '../src/integrations/amqp';
+import { rollcallProcessor } from '../src/integrations/bullmq';
 import { openBatch } from '../src/integrations/producer';
 import { withRetries } from '../src/integrations/retry';
 import { until } from './helpers/realTime';
@@ -311,6 +315,22 @@ describe("the client's default way of sending (httpSend)", () => {
       expect(Date.now() - started).toBeGreaterThanOrEqual(140); // 50 ms, then 100 ms between the tries
     } finally {
       await busy.close();
+    }
+  });
+
+  it('when a retry policy sets attempts to undefined, then the default 20 tries hold; a value no policy means is refused when the processor or consumer is made', async () => {
+    let tries = 0;
+    const refused = () => {
+      tries += 1;
+      return Promise.reject(Object.assign(new Error('connect ECONNREFUSED'), { code: 'ECONNREFUSED' }));
+    };
+    const acks = new AckCoalescer(new RollcallClient({ baseUrl: 'http://127.0.0.1:1', fetch: refused }), { retry: { attempts: undefined, firstDelayMs: 0 } });
+    await expect(acks.ack('b:g:0', 'succeeded')).rejects.toMatchObject({ code: 'ECONNREFUSED' });
+    expect(tries).toBe(20); // not sent again for good
+    const client = new RollcallClient({ baseUrl: 'http://127.0.0.1:1', fetch: refused });
+    for (const retry of [{ attempts: NaN }, { attempts: 0 }, { attempts: 2.5 }, { attempts: '3' as unknown as number }, { firstDelayMs: -1 }, { firstDelayMs: NaN }]) {
+      expect(() => rollcallProcessor(client, async () => 'ok', { retry })).toThrow(RangeError);
+      expect(() => rollcallConsumer(client, {} as unknown as Channel, async () => undefined, { retry })).toThrow(RangeError);
     }
   });
 

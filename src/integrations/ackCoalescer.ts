@@ -1,7 +1,7 @@
 import { AckOptions, MAX_IDS_PER_ACK, RollcallApiError, RollcallClient } from '../client';
 import { toExactText, truncateText } from '../contract/text';
 import { MAX_ERROR_LENGTH } from '../contract/vocabulary';
-import { DEFAULT_RETRY, RetryPolicy, withRetries } from './retry';
+import { RetryPolicy, retryPolicyOf, withRetries } from './retry';
 
 export type ItemOutcome = 'succeeded' | 'failed';
 
@@ -114,7 +114,7 @@ export class AckCoalescer {
   ) {
     this.maxDelayMs = options.maxDelayMs ?? DEFAULT_MAX_DELAY_MS;
     this.maxIds = Math.min(options.maxIdsPerCall ?? MAX_IDS_PER_ACK, MAX_IDS_PER_ACK);
-    this.retry = retryOf(options);
+    this.retry = retryPolicyOf(options.retry);
   }
 
   /** Acks one item; resolves once rollcall has committed it (`null`) or rejected it (the reason). */
@@ -211,11 +211,6 @@ export class AckCoalescer {
   }
 }
 
-/** The retry policy of the options, what is left out taken from the default. */
-function retryOf(options: AckCoalescingOptions): RetryPolicy {
-  return { ...DEFAULT_RETRY, ...options.retry };
-}
-
 /** The coalescers of each client, by their options: processors and consumers of one process share them. */
 const SHARED = new WeakMap<RollcallClient, Map<string, AckCoalescer>>();
 
@@ -229,7 +224,7 @@ export function sharedCoalescer(client: RollcallClient, options: AckCoalescingOp
   let byOptions = SHARED.get(client);
   if (!byOptions) SHARED.set(client, (byOptions = new Map()));
   // By value, defaults filled in: options that mean the same share one coalescer.
-  const retry = retryOf(options);
+  const retry = retryPolicyOf(options.retry);
   const key = JSON.stringify([
     options.maxDelayMs ?? DEFAULT_MAX_DELAY_MS,
     Math.min(options.maxIdsPerCall ?? MAX_IDS_PER_ACK, MAX_IDS_PER_ACK),

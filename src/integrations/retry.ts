@@ -13,6 +13,20 @@ export interface RetryPolicy {
 
 export const DEFAULT_RETRY: RetryPolicy = { attempts: 20, firstDelayMs: 50 };
 
+/**
+ * The policy `given` asks for, what it leaves out (or sets `undefined`) taken from the default. A
+ * value no policy means is refused at once: `attempts: NaN` compared false with every try, and a
+ * worker's acks against a service that was down were then sent again for good.
+ */
+export function retryPolicyOf(given: Partial<RetryPolicy> = {}): RetryPolicy {
+  const attempts = given.attempts ?? DEFAULT_RETRY.attempts;
+  const firstDelayMs = given.firstDelayMs ?? DEFAULT_RETRY.firstDelayMs;
+  if (!(attempts === Infinity || (Number.isSafeInteger(attempts) && attempts >= 1)))
+    throw new RangeError(`retry.attempts must be a whole number ≥ 1 (or Infinity), not ${String(attempts)}`);
+  if (!(Number.isFinite(firstDelayMs) && firstDelayMs >= 0)) throw new RangeError(`retry.firstDelayMs must be a number of milliseconds ≥ 0, not ${String(firstDelayMs)}`);
+  return { attempts, firstDelayMs };
+}
+
 /** The longest backoff between two tries; an answer's `Retry-After` may ask for more, up to MAX_RETRY_AFTER_MS. */
 const MAX_DELAY_MS = 2000;
 const MAX_RETRY_AFTER_MS = 30_000;
