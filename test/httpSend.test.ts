@@ -7,9 +7,9 @@ import os from 'node:os';
 import path from 'node:path';
 import readline from 'node:readline';
 
-import { httpSend, retryAfterMs, RollcallApiError, RollcallClient } from '../src/client';
 import type { Channel } from 'amqplib';
 
+import { httpSend, retryAfterMs, RollcallApiError, RollcallClient } from '../src/client';
 import { AckCoalescer } from '../src/integrations/ackCoalescer';
 import { rollcallConsumer } from '../src/integrations/amqp';
 import { rollcallProcessor } from '../src/integrations/bullmq';
@@ -328,7 +328,14 @@ describe("the client's default way of sending (httpSend)", () => {
     await expect(acks.ack('b:g:0', 'succeeded')).rejects.toMatchObject({ code: 'ECONNREFUSED' });
     expect(tries).toBe(20); // not sent again for good
     const client = new RollcallClient({ baseUrl: 'http://127.0.0.1:1', fetch: refused });
-    for (const retry of [{ attempts: NaN }, { attempts: 0 }, { attempts: 2.5 }, { attempts: '3' as unknown as number }, { firstDelayMs: -1 }, { firstDelayMs: NaN }]) {
+    for (const retry of [
+      { attempts: NaN },
+      { attempts: 0 },
+      { attempts: 2.5 },
+      { attempts: '3' as unknown as number },
+      { firstDelayMs: -1 },
+      { firstDelayMs: NaN },
+    ]) {
       expect(() => rollcallProcessor(client, async () => 'ok', { retry })).toThrow(RangeError);
       expect(() => rollcallConsumer(client, {} as unknown as Channel, async () => undefined, { retry })).toThrow(RangeError);
     }

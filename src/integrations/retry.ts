@@ -23,7 +23,8 @@ export function retryPolicyOf(given: Partial<RetryPolicy> = {}): RetryPolicy {
   const firstDelayMs = given.firstDelayMs ?? DEFAULT_RETRY.firstDelayMs;
   if (!(attempts === Infinity || (Number.isSafeInteger(attempts) && attempts >= 1)))
     throw new RangeError(`retry.attempts must be a whole number ≥ 1 (or Infinity), not ${String(attempts)}`);
-  if (!(Number.isFinite(firstDelayMs) && firstDelayMs >= 0)) throw new RangeError(`retry.firstDelayMs must be a number of milliseconds ≥ 0, not ${String(firstDelayMs)}`);
+  if (!(Number.isFinite(firstDelayMs) && firstDelayMs >= 0))
+    throw new RangeError(`retry.firstDelayMs must be a number of milliseconds ≥ 0, not ${String(firstDelayMs)}`);
   return { attempts, firstDelayMs };
 }
 
