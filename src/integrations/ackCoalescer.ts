@@ -17,6 +17,9 @@ const MAX_CALLS_IN_FLIGHT = 1;
 /** How long an ack waits for others by default (the contract's bound: ≤ 10 ms). */
 const DEFAULT_MAX_DELAY_MS = 10;
 
+/** How long a call size learnt from a 413 answer holds (AckCoalescer.callLimit). */
+const SIZE_LIMIT_MEMORY_MS = 60_000;
+
 /**
  * A failure reason as the API takes it: longer than MAX_ERROR_LENGTH is cut, not refused, and the
  * characters it refuses (U+0000, lone surrogates) become U+FFFD. A reason is for reading, and a call
@@ -100,10 +103,12 @@ export class AckCoalescer {
   private readonly maxIds: number;
   /**
    * The most ID characters a call carries: unbounded until the service refuses a call as too large
-   * (413), then the largest part it took. A service's BODY_LIMIT counts bytes, not IDs: one long ID
-   * among short ones must not teach it to take a handful of IDs a call.
+   * (413), then the largest part it took, for SIZE_LIMIT_MEMORY_MS. A service's BODY_LIMIT counts
+   * bytes, not IDs: one long ID among short ones must not teach it to take a handful of IDs a call.
    */
   private maxChars = Infinity;
+  /** When `maxChars` was last learnt (Date.now()). */
+  private maxCharsLearntAt = 0;
   private readonly retry: RetryPolicy;
   private inFlight = 0;
   private readonly settled = new Set<Promise<void>>();
@@ -131,7 +136,7 @@ export class AckCoalescer {
     const key = reason === undefined ? outcome : `${outcome}\u0000${reason}`;
     const chars = charsOfId(itemId);
     let entry = this.pending.get(key);
-    if (entry && entry.chars + chars > this.maxChars) {
+    if (entry && entry.chars + chars > this.callLimit()) {
       this.send(key, entry); // full for what the service takes: this ID opens the next call
       entry = undefined;
     }
@@ -147,6 +152,16 @@ export class AckCoalescer {
     const answer = entry.answer;
     if (entry.ids.length >= this.maxIds) this.send(key, entry);
     return answer;
+  }
+
+  /**
+   * The most ID characters a call may carry now. A learnt limit is forgotten after
+   * SIZE_LIMIT_MEMORY_MS: one replica briefly run with a small BODY_LIMIT must not keep every later
+   * call of the process small for good. If the limit still holds, one call a minute meets it again.
+   */
+  private callLimit(): number {
+    if (this.maxChars !== Infinity && Date.now() - this.maxCharsLearntAt > SIZE_LIMIT_MEMORY_MS) this.maxChars = Infinity;
+    return this.maxChars;
   }
 
   /**
@@ -177,7 +192,10 @@ export class AckCoalescer {
       const options: AckOptions = entry.error === undefined ? { outcome: entry.outcome } : { outcome: entry.outcome, error: entry.error };
       const { refusals, largestTaken, tooLarge } = await this.acked(entry.ids, entry.chars, options);
       // Refused for its size (not for one ID too large alone): later calls keep to what was taken.
-      if (tooLarge && largestTaken > 0) this.maxChars = Math.min(this.maxChars, largestTaken);
+      if (tooLarge && largestTaken > 0) {
+        this.maxChars = Math.min(this.maxChars, largestTaken);
+        this.maxCharsLearntAt = Date.now();
+      }
       entry.resolve(new Map(refusals.map((refusal) => [refusal.id, refusal.reason])));
     } catch (error) {
       entry.reject(error);

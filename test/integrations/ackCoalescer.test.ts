@@ -213,4 +213,54 @@ describe('the ack coalescer against a service whose BODY_LIMIT is below a full c
     // The 200 fit in one call (~230 do): the ID refused alone says nothing of how many fit.
     expect(sizes).toEqual([200]);
   });
+
+  it('when the service that refused a call as too large is replaced by one that takes it, then calls grow again a minute later', async () => {
+    const roomy = await startService(sqlite); // BODY_LIMIT 2mb: a full call fits
+    try {
+      const small = await batchWith(svc.client, 1000);
+      const large = await batchWith(roomy.client, 1000);
+      const send = httpSend();
+      let to = svc.url; // where the calls go: a deploy that replaces the service behind one address
+      const sizes: Array<[number, number]> = [];
+      const acks = new AckCoalescer(
+        new RollcallClient({
+          baseUrl: svc.url,
+          fetch: async (url, request) => {
+            const answer = await send(url.replace(svc.url, to), request);
+            sizes.push([(JSON.parse(String(request.body)) as { ids: string[] }).ids.length, answer.status]);
+            return answer;
+          },
+        }),
+      );
+      const ackAll = async (ids: string[]) => expect(await Promise.all(ids.map((itemId) => acks.ack(itemId, 'succeeded')))).toEqual(ids.map(() => null));
+      await ackAll(small.ids);
+      expect(sizes.some(([, status]) => status === 413)).toBe(true);
+      to = roomy.url;
+      sizes.length = 0;
+      await ackAll(large.ids.slice(0, 500)); // within the minute: still the size learnt
+      expect(Math.max(...sizes.map(([ids]) => ids))).toBeLessThan(300);
+      jest.useFakeTimers({
+        doNotFake: [
+          'nextTick',
+          'setImmediate',
+          'clearImmediate',
+          'queueMicrotask',
+          'hrtime',
+          'performance',
+          'setTimeout',
+          'clearTimeout',
+          'setInterval',
+          'clearInterval',
+        ],
+      });
+      jest.setSystemTime(Date.now() + 61_000);
+      sizes.length = 0;
+      await ackAll(large.ids.slice(500));
+      expect(sizes).toEqual([[500, 200]]); // one call of all 500, taken
+      expect(await roomy.client.status(large.id)).toMatchObject({ succeeded: 1000, pending: 0 });
+    } finally {
+      jest.useRealTimers();
+      await roomy.stop();
+    }
+  });
 });
