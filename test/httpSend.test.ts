@@ -31,7 +31,7 @@ interface ServerOptions {
   body?: unknown;
 }
 
-/** A server that answers `{"n": <request number>}`, counting connections and keeping what the last request carried. */
+/** A server that answers `{"n": <request number>}` (as a page of no batches; a delete 204), counting connections and keeping what the last request carried. */
 /** An answer with what the client reads of a batch. */
 const A_BATCH = { id: '0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b', state: 'open' };
 
@@ -60,7 +60,8 @@ async function server(options: ServerOptions = {}) {
         return res
           .writeHead(429, { 'retry-after': options.busyFor.retryAfter, 'content-type': 'application/json' })
           .end(JSON.stringify({ error: { code: 'rate_limited', message: 'slow down' } }));
-      res.setHeader('content-type', 'application/json').end(JSON.stringify(options.body ?? { n: seen.requests }));
+      if (req.method === 'DELETE' && !options.body) return res.writeHead(204).end();
+      res.setHeader('content-type', 'application/json').end(JSON.stringify(options.body ?? { n: seen.requests, batches: [], nextCursor: null }));
     };
     req.on('end', () => setTimeout(answer, options.answerAfterMs ?? 0).unref());
   });
@@ -101,9 +102,9 @@ describe("the client's default way of sending (httpSend)", () => {
     try {
       for (let i = 1; i <= 3; i++) {
         const answer = await httpSend()(`${srv.url}/v1/batches`, { method: 'GET', headers: {} });
-        expect({ ok: answer.ok, status: answer.status, body: JSON.parse(await answer.text()) }).toEqual({ ok: true, status: 200, body: { n: i } });
+        expect({ ok: answer.ok, status: answer.status, body: JSON.parse(await answer.text()) }).toMatchObject({ ok: true, status: 200, body: { n: i } });
       }
-      expect(await new RollcallClient({ baseUrl: srv.url }).list()).toEqual({ n: 4 });
+      expect(await new RollcallClient({ baseUrl: srv.url }).list()).toMatchObject({ n: 4 });
       expect(srv.seen).toEqual({ requests: 4, connections: 1 });
     } finally {
       await srv.close();
@@ -114,8 +115,8 @@ describe("the client's default way of sending (httpSend)", () => {
     const srv = await server({ dropSecondRequestOnAConnection: true });
     try {
       const client = new RollcallClient({ baseUrl: srv.url });
-      expect(await client.list()).toEqual({ n: 1 });
-      expect(await client.list()).toEqual({ n: 3 }); // the dropped request was the 2nd
+      expect(await client.list()).toMatchObject({ n: 1 });
+      expect(await client.list()).toMatchObject({ n: 3 }); // the dropped request was the 2nd
       expect(srv.seen).toEqual({ requests: 3, connections: 2 });
     } finally {
       await srv.close();
@@ -215,6 +216,15 @@ describe("the client's default way of sending (httpSend)", () => {
     const short = answering({ '/v1/batches': A_BATCH, [batchPath]: { batchId: A_BATCH.id, total: 2, groups: [{ id: 'g', size: 2 }] } });
     await expect(openBatch(short, { count: 3, enqueue })).rejects.toMatchObject({ code: 'add_failed', cause: { code: 'invalid_response' } });
     expect(enqueue).not.toHaveBeenCalled();
+  });
+
+  it("when a delete, a listing, an item or a failure page is answered 200 with a JSON object that is not rollcall's (a wrong baseUrl answering {}), then it is invalid_response, not a delete reported done or a page without batches", async () => {
+    const client = new RollcallClient({ baseUrl: 'http://127.0.0.1:9', fetch: async () => ({ ok: true, status: 200, text: async () => '{"deleted":true}' }) });
+    const invalid = { status: 200, code: 'invalid_response' };
+    await expect(client.delete(A_BATCH.id)).rejects.toMatchObject(invalid);
+    await expect(client.list()).rejects.toMatchObject(invalid);
+    await expect(client.item(`${A_BATCH.id}:0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5c:0`)).rejects.toMatchObject(invalid);
+    await expect(client.failures(A_BATCH.id)).rejects.toMatchObject(invalid);
   });
 
   it.each([0, -1, NaN])(
@@ -379,7 +389,7 @@ describe("the client's default way of sending (httpSend)", () => {
     const srv = await server({ answerAfterMs: 4500 });
     try {
       const answer = await httpSend()(`${srv.url}/v1/batches/x/wait?timeout=5`, { method: 'GET', headers: {} });
-      expect(JSON.parse(await answer.text())).toEqual({ n: 1 });
+      expect(JSON.parse(await answer.text())).toMatchObject({ n: 1 });
     } finally {
       await srv.close();
     }
@@ -526,7 +536,7 @@ describe("the client's default way of sending (httpSend)", () => {
         headers: { 'content-type': 'application/json', authorization: 'Bearer secret' },
         body,
       });
-      expect({ status: answer.status, body: JSON.parse(await answer.text()) }).toEqual({ status: 200, body: { n: 1 } });
+      expect({ status: answer.status, body: JSON.parse(await answer.text()) }).toMatchObject({ status: 200, body: { n: 1 } });
       expect(proxy.last.headers.authorization).toBe('Bearer secret');
       expect({ method: target.last.method, body: JSON.parse(target.last.body), authorization: target.last.headers.authorization }).toEqual({
         method: 'POST',

@@ -58,6 +58,15 @@ const isAckResult: AnswerShape = ({ acked, duplicates, rejected, completed }) =>
 /** A batch: its ID and its state. */
 const isBatch: AnswerShape = ({ id, state }) => typeof id === 'string' && typeof state === 'string';
 
+/** A page of batches: the batches and where the next page starts. */
+const isBatchPage: AnswerShape = ({ batches, nextCursor }) => Array.isArray(batches) && (nextCursor === null || typeof nextCursor === 'string');
+
+/** A page of failure reasons. */
+const isFailurePage: AnswerShape = ({ failures, nextCursor }) => Array.isArray(failures) && (nextCursor === null || typeof nextCursor === 'string');
+
+/** An item's state and its batch's. */
+const isItemStatus: AnswerShape = ({ id, state, batchState }) => typeof id === 'string' && typeof state === 'string' && typeof batchState === 'string';
+
 /** An add's answer for `count` items: its batch and groups of that many items in all. */
 const isAddedFor =
   (count: number): AnswerShape =>
@@ -205,12 +214,12 @@ export class RollcallClient {
 
   /** One item's state and its batch's state (ask before costly work: a cancelled batch needs none). */
   item(itemId: string): Promise<ItemStatus> {
-    return this.request('GET', `/v1/items/${pathPart(itemId)}`);
+    return this.request('GET', `/v1/items/${pathPart(itemId)}`, undefined, { shape: isItemStatus });
   }
 
   /** A page of a batch's kept failure reasons, oldest first. */
   failures(batchId: string, query: { limit?: number; cursor?: string } = {}): Promise<FailurePage> {
-    return this.request('GET', `/v1/batches/${pathPart(batchId)}/failures${queryString(query)}`);
+    return this.request('GET', `/v1/batches/${pathPart(batchId)}/failures${queryString(query)}`, undefined, { shape: isFailurePage });
   }
 
   async addItems(batchId: string, count: number, options: { idempotencyKey?: string } = {}): Promise<AddedItems> {
@@ -240,7 +249,7 @@ export class RollcallClient {
   list(
     query: { state?: BatchState; userKey?: string; parent?: string; limit?: number; cursor?: string } = {},
   ): Promise<{ batches: Batch[]; nextCursor: string | null }> {
-    return this.request('GET', `/v1/batches${queryString(query)}`);
+    return this.request('GET', `/v1/batches${queryString(query)}`, undefined, { shape: isBatchPage });
   }
 
   /**
@@ -326,9 +335,13 @@ export class RollcallClient {
       const retryAfter = retryAfterMs(res.headers?.get('retry-after'));
       throw new RollcallApiError(res.status, error?.code ?? 'http_error', error?.message ?? `HTTP ${res.status}`, retryAfter);
     }
-    // Only a delete is answered 204 by rollcall: any other call answered so (a proxy, a wrong baseUrl)
-    // is no answer, and must not reach its caller as `undefined` (an ack read it as a network error, retried).
-    if (res.status === 204 && method === 'DELETE') return undefined as T;
+    // Only a delete is answered 204 by rollcall, and always so: any other call answered so (a proxy, a
+    // wrong baseUrl) is no answer, and must not reach its caller as `undefined` (an ack read it as a
+    // network error, retried); nor must a delete answered with a body, which no deleted batch gives.
+    if (method === 'DELETE') {
+      if (res.status === 204) return undefined as T;
+      throw new RollcallApiError(res.status, 'invalid_response', `the answer to ${method} ${path} is not rollcall's 204: ${JSON.stringify(text.slice(0, 100))}`);
+    }
     let answer: unknown;
     try {
       answer = JSON.parse(text);
