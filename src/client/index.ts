@@ -340,7 +340,11 @@ export class RollcallClient {
     // network error, retried); nor must a delete answered with a body, which no deleted batch gives.
     if (method === 'DELETE') {
       if (res.status === 204) return undefined as T;
-      throw new RollcallApiError(res.status, 'invalid_response', `the answer to ${method} ${path} is not rollcall's 204: ${JSON.stringify(text.slice(0, 100))}`);
+      throw new RollcallApiError(
+        res.status,
+        'invalid_response',
+        `the answer to ${method} ${path} is not rollcall's 204: ${JSON.stringify(text.slice(0, 100))}`,
+      );
     }
     let answer: unknown;
     try {
