@@ -349,6 +349,8 @@ describe("the client's default way of sending (httpSend)", () => {
       expect(() => rollcallProcessor(client, async () => 'ok', { retry })).toThrow(RangeError);
       expect(() => rollcallConsumer(client, {} as unknown as Channel, async () => undefined, { retry })).toThrow(RangeError);
     }
+    // A JavaScript caller's `retry: null` is the default policy, as before.
+    expect(() => rollcallProcessor(client, async () => 'ok', { retry: null as unknown as undefined })).not.toThrow();
   });
 
   it('when the service answers 429 with Retry-After, then the error says how long, and the integrations wait that long before sending again', async () => {

@@ -241,7 +241,10 @@ async function recoverFailures(worker: WatchableWorker, since: number, stopped: 
  * the abort listener goes as soon as `work` settles, and nothing is kept.
  */
 function unlessStopped<T>(work: Promise<T>, stopped: AbortSignal): Promise<T> {
-  if (stopped.aborted) return Promise.reject(stopped.reason);
+  if (stopped.aborted) {
+    work.catch(() => undefined); // no one waits for it now: its late failure (a closed connection) is no unhandled rejection
+    return Promise.reject(stopped.reason);
+  }
   return new Promise<T>((resolve, reject) => {
     const onAbort = () => reject(stopped.reason);
     stopped.addEventListener('abort', onAbort, { once: true });

@@ -18,9 +18,9 @@ export const DEFAULT_RETRY: RetryPolicy = { attempts: 20, firstDelayMs: 50 };
  * value no policy means is refused at once: `attempts: NaN` compared false with every try, and a
  * worker's acks against a service that was down were then sent again for good.
  */
-export function retryPolicyOf(given: Partial<RetryPolicy> = {}): RetryPolicy {
-  const attempts = given.attempts ?? DEFAULT_RETRY.attempts;
-  const firstDelayMs = given.firstDelayMs ?? DEFAULT_RETRY.firstDelayMs;
+export function retryPolicyOf(given?: Partial<RetryPolicy> | null): RetryPolicy {
+  const attempts = given?.attempts ?? DEFAULT_RETRY.attempts;
+  const firstDelayMs = given?.firstDelayMs ?? DEFAULT_RETRY.firstDelayMs;
   if (!(attempts === Infinity || (Number.isSafeInteger(attempts) && attempts >= 1)))
     throw new RangeError(`retry.attempts must be a whole number ≥ 1 (or Infinity), not ${String(attempts)}`);
   if (!(Number.isFinite(firstDelayMs) && firstDelayMs >= 0))
