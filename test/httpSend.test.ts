@@ -10,11 +10,11 @@ import readline from 'node:readline';
 import type { Channel } from 'amqplib';
 
 import { httpSend, retryAfterMs, RollcallApiError, RollcallClient } from '../src/client';
+import { withRetries } from '../src/client/retry';
 import { AckCoalescer } from '../src/integrations/ackCoalescer';
 import { rollcallConsumer } from '../src/integrations/amqp';
 import { rollcallProcessor } from '../src/integrations/bullmq';
 import { openBatch } from '../src/integrations/producer';
-import { withRetries } from '../src/integrations/retry';
 import { until } from './helpers/realTime';
 
 interface ServerOptions {
@@ -27,6 +27,10 @@ interface ServerOptions {
   redirectTo?: { status: number; location: string };
   /** Answer 429 with this `Retry-After` for `ms` after the first request, as a busy service or a rate limiter would. */
   busyFor?: { ms: number; retryAfter: string };
+  /** Answer the first `count` requests with this status and error code (`Infinity`: all of them). */
+  failFirst?: { count: number; status: number; code: string };
+  /** Answer the first requests with these, one each, in order: a status, and a body (an error's when none). */
+  answers?: Array<{ status: number; body?: unknown }>;
   /** The body of every other answer (default `{"n": <request number>}`). */
   body?: unknown;
 }
@@ -60,6 +64,15 @@ async function server(options: ServerOptions = {}) {
         return res
           .writeHead(429, { 'retry-after': options.busyFor.retryAfter, 'content-type': 'application/json' })
           .end(JSON.stringify({ error: { code: 'rate_limited', message: 'slow down' } }));
+      const scripted = options.answers?.[seen.requests - 1];
+      if (scripted)
+        return res
+          .writeHead(scripted.status, { 'content-type': 'application/json' })
+          .end(JSON.stringify(scripted.body ?? { error: { code: 'unavailable', message: 'not now' } }));
+      if (options.failFirst && seen.requests <= options.failFirst.count)
+        return res
+          .writeHead(options.failFirst.status, { 'content-type': 'application/json' })
+          .end(JSON.stringify({ error: { code: options.failFirst.code, message: 'not now' } }));
       if (req.method === 'DELETE' && !options.body) return res.writeHead(204).end();
       res.setHeader('content-type', 'application/json').end(JSON.stringify(options.body ?? { n: seen.requests, batches: [], nextCursor: null }));
     };
@@ -422,6 +435,55 @@ describe("the client's default way of sending (httpSend)", () => {
       await srv.close();
     }
   }, 100_000);
+
+  it('when a wait is answered 503 or 502 (a restart, a proxy), then waitForCompletion asks again and returns the batch; a good answer starts the count again', async () => {
+    const sealed = { status: 200, body: { ...A_BATCH, state: 'sealed' } };
+    const srv = await server({
+      answers: [{ status: 503 }, { status: 502 }, sealed, { status: 503 }, { status: 502 }],
+      body: { ...A_BATCH, state: 'complete' },
+    });
+    try {
+      const client = new RollcallClient({ baseUrl: srv.url });
+      // Four failures in all, but never three in a row: the wait goes on.
+      const done = await client.waitForCompletion(A_BATCH.id, { timeoutMs: 10_000, retry: { attempts: 3, firstDelayMs: 10 } });
+      expect(done.state).toBe('complete');
+      expect(srv.seen.requests).toBe(6);
+    } finally {
+      await srv.close();
+    }
+  });
+
+  it('when a wait is answered with an error a retry cannot change (404), then waitForCompletion throws it at once, asked once', async () => {
+    const srv = await server({ failFirst: { count: Infinity, status: 404, code: 'batch_not_found' } });
+    try {
+      const client = new RollcallClient({ baseUrl: srv.url });
+      await expect(client.waitForCompletion(A_BATCH.id, { timeoutMs: 10_000 })).rejects.toMatchObject({ status: 404, code: 'batch_not_found' });
+      expect(srv.seen.requests).toBe(1);
+    } finally {
+      await srv.close();
+    }
+  });
+
+  it('when the service stays unavailable, then waitForCompletion throws the last 503 once its tries are spent, or once its time is up, whichever comes first', async () => {
+    const srv = await server({ failFirst: { count: Infinity, status: 503, code: 'database_unavailable' } });
+    try {
+      const client = new RollcallClient({ baseUrl: srv.url });
+      await expect(client.waitForCompletion(A_BATCH.id, { timeoutMs: 60_000, retry: { attempts: 4, firstDelayMs: 10 } })).rejects.toMatchObject({
+        status: 503,
+      });
+      expect(srv.seen.requests).toBe(4);
+      srv.seen.requests = 0;
+      const started = Date.now();
+      // The default tries (20, ~29 s) outlast a 700 ms wait: the time limit ends it, a last time asked at the deadline.
+      await expect(client.waitForCompletion(A_BATCH.id, { timeoutMs: 700 })).rejects.toMatchObject({ status: 503 });
+      expect(Date.now() - started).toBeGreaterThanOrEqual(700);
+      expect(Date.now() - started).toBeLessThan(3000);
+      expect(srv.seen.requests).toBeGreaterThan(2);
+      await expect(client.waitForCompletion(A_BATCH.id, { retry: { attempts: 0 } })).rejects.toThrow(RangeError);
+    } finally {
+      await srv.close();
+    }
+  });
 
   it('when ack() is given one ID as a string, then it refuses it (its characters went out as IDs, nothing acked)', async () => {
     const srv = await server();

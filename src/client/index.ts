@@ -6,10 +6,12 @@
 import type { AckResult, BatchView as Batch, ItemStatus, Rejection } from '../contract/responses';
 import { toExactText } from '../contract/text';
 import { type BatchOutcome, type BatchState, MAX_ACK_IDS } from '../contract/vocabulary';
+import { retryAfterMs, RollcallApiError } from './apiError';
 import { ANSWER_TOO_LARGE, type HttpAnswer, type HttpRequest, type HttpSend, httpSend, type HttpSendOptions, MAX_ANSWER_CHARS } from './httpSend';
+import { isTimeLimit, isTransient, retryDelayMs, type RetryPolicy, retryPolicyOf } from './retry';
 
-export type { AckResult, Batch, BatchOutcome, BatchState, HttpAnswer, HttpRequest, HttpSend, HttpSendOptions, ItemStatus, Rejection };
-export { ANSWER_TOO_LARGE, httpSend, MAX_ANSWER_CHARS };
+export type { AckResult, Batch, BatchOutcome, BatchState, HttpAnswer, HttpRequest, HttpSend, HttpSendOptions, ItemStatus, Rejection, RetryPolicy };
+export { ANSWER_TOO_LARGE, httpSend, MAX_ANSWER_CHARS, retryAfterMs, RollcallApiError };
 
 /** One kept failure reason (GET /v1/batches/:batchId/failures). */
 export interface FailureReason {
@@ -75,45 +77,6 @@ const isAddedFor =
     Array.isArray(groups) &&
     groups.every((group: Partial<Group> | null) => typeof group?.id === 'string' && Number.isSafeInteger(group.size)) &&
     (groups as Group[]).reduce((sum, group) => sum + group.size, 0) === count;
-
-/** An error answer of the API, with its stable code (`batch_not_found`, `batch_not_open`, …). */
-export class RollcallApiError extends Error {
-  constructor(
-    readonly status: number,
-    readonly code: string,
-    message: string,
-    /** How long the answer's `Retry-After` asked to wait before sending again, when it had one. */
-    readonly retryAfterMs?: number,
-  ) {
-    super(message);
-    this.name = new.target.name;
-  }
-}
-
-/** HTTP's three date forms (RFC 9110): IMF-fixdate, RFC 850 and asctime (which is GMT without saying so). */
-const HTTP_DATES: ReadonlyArray<[RegExp, string]> = [
-  [/^[A-Z][a-z]{2}, \d{2} [A-Z][a-z]{2} \d{4} \d{2}:\d{2}:\d{2} GMT/, ''],
-  [/^[A-Z][a-z]+, \d{2}-[A-Z][a-z]{2}-\d{2} \d{2}:\d{2}:\d{2} GMT/, ''],
-  [/^[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d{2}:\d{2}:\d{2} \d{4}/, ' GMT'],
-];
-
-/**
- * A `Retry-After` value (seconds, or an HTTP date) in milliseconds from now; nothing when unreadable.
- * Of a header sent twice (a proxy's and the service's, joined with ", ") the first counts. Not
- * whatever `Date.parse` reads: it took `1.5` for a day in 2001, so "retry now".
- */
-export function retryAfterMs(value: string | null | undefined, now = Date.now()): number | undefined {
-  if (!value) return undefined;
-  const text = value.trim();
-  const seconds = /^(\d+)\s*(?:,|$)/.exec(text);
-  if (seconds) return Number(seconds[1]) * 1000;
-  for (const [form, zone] of HTTP_DATES) {
-    const date = form.exec(text);
-    const at = date ? Date.parse(date[0] + zone) : NaN; // a date of that shape may still be none (32 Jan)
-    if (!Number.isNaN(at)) return Math.max(0, at - now);
-  }
-  return undefined;
-}
 
 /**
  * `ack()` of more IDs than one call takes failed after some of its calls were answered: `answered`
@@ -297,20 +260,43 @@ export class RollcallClient {
   /**
    * Resolves with the batch once it is complete or cancelled, or with its state when `timeoutMs`
    * (default 60 s; `Infinity` waits as long as it takes) has passed.
+   *
+   * A wait outlives a deploy: an answer that may change when asked again (a `503` while the service
+   * restarts or its database is away, `502`/`504` from a proxy, `429`, a refused or dropped
+   * connection) is asked again after `retry`'s backoff (as the integrations' acks are; by default 20
+   * tries, ~29 s), within `timeoutMs`; a good answer starts the count again. It throws the last such
+   * error once the tries are spent or no time is left, and any other error at once (`404
+   * batch_not_found`, `401`). A `/wait` the service does not answer within its own time plus the
+   * client's `timeoutMs` is not asked again: a service that has stopped answering would hold the
+   * caller for that long at every try.
    */
-  async waitForCompletion(batchId: string, options: { timeoutMs?: number } = {}): Promise<Batch> {
+  async waitForCompletion(batchId: string, options: { timeoutMs?: number; retry?: Partial<RetryPolicy> } = {}): Promise<Batch> {
     const limit = options.timeoutMs ?? 60_000;
+    const retry = retryPolicyOf(options.retry);
     const deadline = Date.now() + (Number.isNaN(limit) ? 0 : limit);
-    for (;;) {
-      const left = Math.max(0, deadline - Date.now());
-      const seconds = Math.min(60, left / 1000);
-      // Each request waits at most `seconds` at the service: beyond that and timeoutMs it is not answering.
-      const batch = await this.request<Batch>('GET', `/v1/batches/${pathPart(batchId)}/wait?timeout=${seconds.toFixed(3)}`, undefined, {
-        shape: isBatch,
-        extraTimeoutMs: seconds * 1000,
-      });
+    for (let failures = 0; ;) {
+      let batch: Batch;
+      try {
+        batch = await this.waitOnce(batchId, Math.max(0, deadline - Date.now()));
+      } catch (error) {
+        failures += 1;
+        if (failures >= retry.attempts || !isTransient(error) || isTimeLimit(error) || Date.now() >= deadline) throw error;
+        await new Promise((resolve) => setTimeout(resolve, Math.min(retryDelayMs(retry, failures, error), timerMs(deadline - Date.now()))));
+        continue;
+      }
+      failures = 0;
       if (batch.state === 'complete' || batch.state === 'cancelled' || Date.now() >= deadline) return batch;
     }
+  }
+
+  /** One `/wait` request, of at most 60 s at the service (its limit) and `leftMs`. */
+  private waitOnce(batchId: string, leftMs: number): Promise<Batch> {
+    const seconds = Math.min(60, leftMs / 1000);
+    // The request waits at most `seconds` at the service: beyond that and timeoutMs it is not answering.
+    return this.request<Batch>('GET', `/v1/batches/${pathPart(batchId)}/wait?timeout=${seconds.toFixed(3)}`, undefined, {
+      shape: isBatch,
+      extraTimeoutMs: seconds * 1000,
+    });
   }
 
   private async request<T>(

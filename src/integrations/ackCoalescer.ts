@@ -1,7 +1,7 @@
 import { AckOptions, MAX_IDS_PER_ACK, RollcallApiError, RollcallClient } from '../client';
+import { RetryPolicy, retryPolicyOf, withRetries } from '../client/retry';
 import { toExactText, truncateText } from '../contract/text';
 import { MAX_ERROR_LENGTH } from '../contract/vocabulary';
-import { RetryPolicy, retryPolicyOf, withRetries } from './retry';
 
 export type ItemOutcome = 'succeeded' | 'failed';
 

@@ -6,10 +6,10 @@
 import type { ConsumeMessage } from 'amqplib';
 
 import type { RollcallClient } from '../client';
+import { isTransient } from '../client/retry';
 import { AckCoalescingOptions, Rejected, sharedCoalescer } from './ackCoalescer';
 import { CancelCheckOptions, sharedCancelledBatches } from './cancelledBatches';
 import { asError, failureMessageOf, RollcallIntegrationError } from './errors';
-import { isTransient } from './retry';
 
 /** What the integrations throw or report, with a stable `code`: `instanceof` it to tell them. */
 export { type IntegrationErrorCode, RollcallIntegrationError } from './errors';

@@ -5,8 +5,8 @@
 import { randomUUID } from 'node:crypto';
 
 import type { Batch, RollcallClient } from '../client';
+import { withRetries } from '../client/retry';
 import { IntegrationErrorCode, RollcallIntegrationError } from './errors';
-import { withRetries } from './retry';
 
 /** What the integrations throw or report, with a stable `code`: `instanceof` it to tell them. */
 export { type IntegrationErrorCode, RollcallIntegrationError } from './errors';

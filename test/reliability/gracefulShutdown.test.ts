@@ -1,4 +1,6 @@
+import { RollcallClient } from '../../src/client';
 import { backends, isPostgresBackend, processEnv, TestDatabase } from '../helpers/backends';
+import { freePorts } from '../helpers/ports';
 import { call, spawnService } from '../helpers/processes';
 import { holdBatchRow, holdSqliteFile, otherConnections, untilLockWaited } from '../helpers/rowLocks';
 
@@ -57,6 +59,38 @@ describe.each(backends())('SIGTERM (%s)', (_name, backend) => {
       expect(code).toBe(0);
     } finally {
       await held?.release();
+      await service.stop();
+      await database.drop();
+    }
+  });
+
+  it('when the service is restarted (a deploy) while a client waits for a batch, then waitForCompletion rides out the restart and returns the batch complete', async () => {
+    const database = await backend.create();
+    const [port] = (await freePorts(1)) as [number];
+    const env = { ...processEnv(database), PORT: String(port) };
+    let service = await spawnService(env);
+    try {
+      const client = new RollcallClient({ baseUrl: service.url });
+      const batch = await client.open();
+      const added = await client.addItems(batch.id, 2);
+      await client.seal(batch.id);
+      const [first, second] = [...added.itemIds()] as [string, string];
+      await client.ack([first]);
+      const waiting = client.waitForCompletion(batch.id, { timeoutMs: 45_000 });
+      let settled = false;
+      void waiting.then(
+        () => (settled = true),
+        () => (settled = true),
+      );
+      await service.stop(); // SIGTERM answers the open wait ('sealed'); the client asks again, and is refused
+      await new Promise((resolve) => setTimeout(resolve, 500));
+      expect(settled).toBe(false);
+      service = await spawnService(env);
+      await client.ack([second]);
+      const done = await waiting;
+      expect(done.state).toBe('complete');
+      expect(done.id).toBe(batch.id);
+    } finally {
       await service.stop();
       await database.drop();
     }

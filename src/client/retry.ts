@@ -1,4 +1,5 @@
-import { ANSWER_TOO_LARGE, RollcallApiError } from '../client';
+import { RollcallApiError } from './apiError';
+import { ANSWER_TOO_LARGE } from './httpSend';
 
 /**
  * Tries, waiting 50 ms, 100 ms, … (capped at 2 s) between them, or as long as an answer's
@@ -88,8 +89,17 @@ export function isTransient(error: unknown): boolean {
   return !unsendable(error);
 }
 
+/**
+ * Whether a request ended at its own time limit (Node's http: an `AbortError`; fetch: a
+ * `TimeoutError`) rather than with an answer or a network error.
+ */
+export function isTimeLimit(error: unknown): boolean {
+  const name = (error as { name?: unknown } | null)?.name;
+  return name === 'AbortError' || name === 'TimeoutError';
+}
+
 /** How long to wait after the `attempt`-th try failed with `error`. */
-function retryDelayMs(policy: RetryPolicy, attempt: number, error: unknown): number {
+export function retryDelayMs(policy: RetryPolicy, attempt: number, error: unknown): number {
   const backoff = Math.min(MAX_DELAY_MS, policy.firstDelayMs * 2 ** (attempt - 1));
   const asked = error instanceof RollcallApiError ? (error.retryAfterMs ?? 0) : 0;
   return Math.max(backoff, Math.min(asked, MAX_RETRY_AFTER_MS));

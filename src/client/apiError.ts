@@ -1,0 +1,40 @@
+/** What the service answers when it refuses a call, as the client throws it; and when to ask again. */
+
+/** An error answer of the API, with its stable code (`batch_not_found`, `batch_not_open`, …). */
+export class RollcallApiError extends Error {
+  constructor(
+    readonly status: number,
+    readonly code: string,
+    message: string,
+    /** How long the answer's `Retry-After` asked to wait before sending again, when it had one. */
+    readonly retryAfterMs?: number,
+  ) {
+    super(message);
+    this.name = new.target.name;
+  }
+}
+
+/** HTTP's three date forms (RFC 9110): IMF-fixdate, RFC 850 and asctime (which is GMT without saying so). */
+const HTTP_DATES: ReadonlyArray<[RegExp, string]> = [
+  [/^[A-Z][a-z]{2}, \d{2} [A-Z][a-z]{2} \d{4} \d{2}:\d{2}:\d{2} GMT/, ''],
+  [/^[A-Z][a-z]+, \d{2}-[A-Z][a-z]{2}-\d{2} \d{2}:\d{2}:\d{2} GMT/, ''],
+  [/^[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d{2}:\d{2}:\d{2} \d{4}/, ' GMT'],
+];
+
+/**
+ * A `Retry-After` value (seconds, or an HTTP date) in milliseconds from now; nothing when unreadable.
+ * Of a header sent twice (a proxy's and the service's, joined with ", ") the first counts. Not
+ * whatever `Date.parse` reads: it took `1.5` for a day in 2001, so "retry now".
+ */
+export function retryAfterMs(value: string | null | undefined, now = Date.now()): number | undefined {
+  if (!value) return undefined;
+  const text = value.trim();
+  const seconds = /^(\d+)\s*(?:,|$)/.exec(text);
+  if (seconds) return Number(seconds[1]) * 1000;
+  for (const [form, zone] of HTTP_DATES) {
+    const date = form.exec(text);
+    const at = date ? Date.parse(date[0] + zone) : NaN; // a date of that shape may still be none (32 Jan)
+    if (!Number.isNaN(at)) return Math.max(0, at - now);
+  }
+  return undefined;
+}
