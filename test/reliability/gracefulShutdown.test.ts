@@ -69,6 +69,7 @@ describe.each(backends())('SIGTERM (%s)', (_name, backend) => {
     const [port] = (await freePorts(1)) as [number];
     const env = { ...processEnv(database), PORT: String(port) };
     let service = await spawnService(env);
+    let waiting: Promise<unknown> | undefined;
     try {
       const client = new RollcallClient({ baseUrl: service.url });
       const batch = await client.open();
@@ -76,9 +77,10 @@ describe.each(backends())('SIGTERM (%s)', (_name, backend) => {
       await client.seal(batch.id);
       const [first, second] = [...added.itemIds()] as [string, string];
       await client.ack([first]);
-      const waiting = client.waitForCompletion(batch.id, { timeoutMs: 45_000 });
+      const wait = client.waitForCompletion(batch.id, { timeoutMs: 45_000 });
+      waiting = wait;
       let settled = false;
-      void waiting.then(
+      void wait.then(
         () => (settled = true),
         () => (settled = true),
       );
@@ -87,11 +89,13 @@ describe.each(backends())('SIGTERM (%s)', (_name, backend) => {
       expect(settled).toBe(false);
       service = await spawnService(env);
       await client.ack([second]);
-      const done = await waiting;
+      const done = await wait;
       expect(done.state).toBe('complete');
       expect(done.id).toBe(batch.id);
     } finally {
       await service.stop();
+      // A failed expectation leaves the wait asking a stopped service: it must end before the test does.
+      await waiting?.catch(() => undefined);
       await database.drop();
     }
   });
