@@ -485,6 +485,37 @@ describe("the client's default way of sending (httpSend)", () => {
     }
   });
 
+  it("when a wait's signal aborts, then it ends at once with the signal's reason: mid-request, between tries, or before it starts (nothing sent)", async () => {
+    const slow = await server({ answerAfterMs: 10_000 });
+    const down = await server({ failFirst: { count: Infinity, status: 503, code: 'unavailable' } });
+    try {
+      const stop = new AbortController();
+      let started = Date.now();
+      setTimeout(() => stop.abort(new Error('the caller went away')), 200);
+      await expect(new RollcallClient({ baseUrl: slow.url }).waitForCompletion(A_BATCH.id, { timeoutMs: 30_000, signal: stop.signal })).rejects.toThrow(
+        'the caller went away',
+      );
+      expect(Date.now() - started).toBeLessThan(2000);
+      expect(slow.seen.requests).toBe(1);
+
+      const between = new AbortController();
+      started = Date.now();
+      setTimeout(() => between.abort(), 700);
+      const waiting = new RollcallClient({ baseUrl: down.url }).waitForCompletion(A_BATCH.id, { timeoutMs: 30_000, signal: between.signal });
+      await expect(waiting).rejects.toMatchObject({ name: 'AbortError' });
+      expect(Date.now() - started).toBeLessThan(2000);
+      const asked = down.seen.requests;
+      expect(asked).toBeGreaterThan(1);
+      await new Promise((resolve) => setTimeout(resolve, 1500));
+      expect(down.seen.requests).toBe(asked); // no try after the abort
+
+      await expect(new RollcallClient({ baseUrl: down.url }).waitForCompletion(A_BATCH.id, { signal: AbortSignal.abort('gone') })).rejects.toBe('gone');
+      expect(down.seen.requests).toBe(asked);
+    } finally {
+      await Promise.all([slow.close(), down.close()]);
+    }
+  });
+
   it('when ack() is given one ID as a string, then it refuses it (its characters went out as IDs, nothing acked)', async () => {
     const srv = await server();
     try {

@@ -153,6 +153,26 @@ function errorBody(text: string): unknown {
   }
 }
 
+/** The request's own time limit, and the caller's signal when it gave one. */
+function withCaller(limit: AbortSignal, caller: AbortSignal | undefined): AbortSignal {
+  return caller ? AbortSignal.any([limit, caller]) : limit;
+}
+
+/** Resolves after `ms`, or rejects with `signal`'s reason once it aborts. */
+function pause(ms: number, signal: AbortSignal | undefined): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const onAbort = () => {
+      clearTimeout(timer);
+      reject(signal?.reason);
+    };
+    const timer = setTimeout(() => {
+      signal?.removeEventListener('abort', onAbort);
+      resolve();
+    }, ms);
+    signal?.addEventListener('abort', onAbort, { once: true });
+  });
+}
+
 export class RollcallClient {
   private readonly baseUrl: string;
   private readonly send: HttpSend;
@@ -259,30 +279,33 @@ export class RollcallClient {
 
   /**
    * Resolves with the batch once it is complete or cancelled, or with its state when `timeoutMs`
-   * (default 60 s; `Infinity` waits as long as it takes) has passed.
+   * (default 60 s; `Infinity` waits as long as it takes) has passed. `signal` ends the wait early:
+   * it rejects with the signal's reason (as fetch does), its request cancelled.
    *
    * A wait outlives a deploy: an answer that may change when asked again (a `503` while the service
    * restarts or its database is away, `502`/`504` from a proxy, `429`, a refused or dropped
    * connection) is asked again after `retry`'s backoff (as the integrations' acks are; by default 20
    * tries in a row, ~29 s of pauses plus each try's own time), within `timeoutMs`; a good answer
-   * starts the count again. It throws the last such
-   * error once the tries are spent or no time is left, and any other error at once (`404
-   * batch_not_found`, `401`). A `/wait` the service does not answer within its own time plus the
-   * client's `timeoutMs` is not asked again: a service that has stopped answering would hold the
-   * caller for that long at every try.
+   * starts the count again. It throws the last such error once the tries are spent or no time is
+   * left, and any other error at once (`404 batch_not_found`, `401`). A `/wait` the service does not
+   * answer within its own time plus the client's `timeoutMs` is not asked again: a service that has
+   * stopped answering would hold the caller for that long at every try.
    */
-  async waitForCompletion(batchId: string, options: { timeoutMs?: number; retry?: Partial<RetryPolicy> } = {}): Promise<Batch> {
+  async waitForCompletion(batchId: string, options: { timeoutMs?: number; retry?: Partial<RetryPolicy>; signal?: AbortSignal } = {}): Promise<Batch> {
+    const { signal } = options;
     const limit = options.timeoutMs ?? 60_000;
     const retry = retryPolicyOf(options.retry);
     const deadline = Date.now() + (Number.isNaN(limit) ? 0 : limit);
     for (let failures = 0; ;) {
+      signal?.throwIfAborted();
       let batch: Batch;
       try {
-        batch = await this.waitOnce(batchId, Math.max(0, deadline - Date.now()));
+        batch = await this.waitOnce(batchId, Math.max(0, deadline - Date.now()), signal);
       } catch (error) {
+        signal?.throwIfAborted();
         failures += 1;
         if (failures >= retry.attempts || !isTransient(error) || isTimeLimit(error) || Date.now() >= deadline) throw error;
-        await new Promise((resolve) => setTimeout(resolve, Math.min(retryDelayMs(retry, failures, error), timerMs(deadline - Date.now()))));
+        await pause(Math.min(retryDelayMs(retry, failures, error), timerMs(deadline - Date.now())), signal);
         continue;
       }
       failures = 0;
@@ -291,12 +314,13 @@ export class RollcallClient {
   }
 
   /** One `/wait` request, of at most 60 s at the service (its limit) and `leftMs`. */
-  private waitOnce(batchId: string, leftMs: number): Promise<Batch> {
+  private waitOnce(batchId: string, leftMs: number, signal: AbortSignal | undefined): Promise<Batch> {
     const seconds = Math.min(60, leftMs / 1000);
     // The request waits at most `seconds` at the service: beyond that and timeoutMs it is not answering.
     return this.request<Batch>('GET', `/v1/batches/${pathPart(batchId)}/wait?timeout=${seconds.toFixed(3)}`, undefined, {
       shape: isBatch,
       extraTimeoutMs: seconds * 1000,
+      signal,
     });
   }
 
@@ -304,7 +328,12 @@ export class RollcallClient {
     method: string,
     path: string,
     body?: unknown,
-    { headers, shape, extraTimeoutMs = 0 }: { headers?: Record<string, string>; shape?: AnswerShape; extraTimeoutMs?: number } = {},
+    {
+      headers,
+      shape,
+      extraTimeoutMs = 0,
+      signal,
+    }: { headers?: Record<string, string>; shape?: AnswerShape; extraTimeoutMs?: number; signal?: AbortSignal } = {},
   ): Promise<T> {
     const res = await this.send(`${this.baseUrl}${path}`, {
       method,
@@ -314,7 +343,7 @@ export class RollcallClient {
         ...headers,
       },
       body: body === undefined ? undefined : JSON.stringify(body),
-      signal: AbortSignal.timeout(timerMs((this.options.timeoutMs ?? 30_000) + extraTimeoutMs)),
+      signal: withCaller(AbortSignal.timeout(timerMs((this.options.timeoutMs ?? 30_000) + extraTimeoutMs)), signal),
     });
     const text = await res.text();
     if (!res.ok) {
