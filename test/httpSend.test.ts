@@ -1,4 +1,5 @@
 import { ChildProcess, execFileSync, spawn } from 'node:child_process';
+import { getEventListeners } from 'node:events';
 import fs from 'node:fs';
 import http from 'node:http';
 import https from 'node:https';
@@ -485,34 +486,53 @@ describe("the client's default way of sending (httpSend)", () => {
     }
   });
 
-  it("when a wait's signal aborts, then it ends at once with the signal's reason: mid-request, between tries, or before it starts (nothing sent)", async () => {
+  it("when a wait's signal aborts, then it ends at once with the signal's reason: mid-request, in a pause between tries, through a fetch that ignores signals, or before it starts (nothing sent)", async () => {
     const slow = await server({ answerAfterMs: 10_000 });
     const down = await server({ failFirst: { count: Infinity, status: 503, code: 'unavailable' } });
-    try {
+    const abortedWithin = async (wait: (signal: AbortSignal) => Promise<unknown>, afterMs: number) => {
       const stop = new AbortController();
-      let started = Date.now();
-      setTimeout(() => stop.abort(new Error('the caller went away')), 200);
-      await expect(new RollcallClient({ baseUrl: slow.url }).waitForCompletion(A_BATCH.id, { timeoutMs: 30_000, signal: stop.signal })).rejects.toThrow(
-        'the caller went away',
-      );
-      expect(Date.now() - started).toBeLessThan(2000);
+      const reason = new Error('the caller went away');
+      const started = Date.now();
+      setTimeout(() => stop.abort(reason), afterMs);
+      await expect(wait(stop.signal)).rejects.toBe(reason);
+      return Date.now() - started;
+    };
+    try {
+      const slowClient = new RollcallClient({ baseUrl: slow.url });
+      expect(await abortedWithin((signal) => slowClient.waitForCompletion(A_BATCH.id, { timeoutMs: 30_000, signal }), 200)).toBeLessThan(2000);
       expect(slow.seen.requests).toBe(1);
 
-      const between = new AbortController();
-      started = Date.now();
-      setTimeout(() => between.abort(), 700);
-      const waiting = new RollcallClient({ baseUrl: down.url }).waitForCompletion(A_BATCH.id, { timeoutMs: 30_000, signal: between.signal });
-      await expect(waiting).rejects.toMatchObject({ name: 'AbortError' });
-      expect(Date.now() - started).toBeLessThan(2000);
-      const asked = down.seen.requests;
-      expect(asked).toBeGreaterThan(1);
-      await new Promise((resolve) => setTimeout(resolve, 1500));
-      expect(down.seen.requests).toBe(asked); // no try after the abort
+      // The first 503 is followed by a pause of 2 s (the backoff's cap): the abort ends the pause, and nothing is sent after it.
+      const downClient = new RollcallClient({ baseUrl: down.url });
+      const waited = await abortedWithin(
+        (signal) => downClient.waitForCompletion(A_BATCH.id, { timeoutMs: 30_000, retry: { firstDelayMs: 5000 }, signal }),
+        300,
+      );
+      expect(waited).toBeLessThan(1500);
+      expect(down.seen.requests).toBe(1);
 
-      await expect(new RollcallClient({ baseUrl: down.url }).waitForCompletion(A_BATCH.id, { signal: AbortSignal.abort('gone') })).rejects.toBe('gone');
-      expect(down.seen.requests).toBe(asked);
+      // A fetch of the caller's that does not pass the signal on: the wait still ends at the abort.
+      const send = httpSend();
+      const deaf = new RollcallClient({ baseUrl: slow.url, fetch: (url, request) => send(url, { ...request, signal: undefined }) });
+      expect(await abortedWithin((signal) => deaf.waitForCompletion(A_BATCH.id, { timeoutMs: 30_000, signal }), 200)).toBeLessThan(2000);
+
+      await expect(downClient.waitForCompletion(A_BATCH.id, { signal: AbortSignal.abort('gone') })).rejects.toBe('gone');
+      expect(down.seen.requests).toBe(1);
     } finally {
       await Promise.all([slow.close(), down.close()]);
+    }
+  });
+
+  it('when one signal serves many waits, then none leaves a listener on it', async () => {
+    const srv = await server({ body: { ...A_BATCH, state: 'complete' }, failFirst: { count: 3, status: 503, code: 'unavailable' } });
+    try {
+      const client = new RollcallClient({ baseUrl: srv.url });
+      const shared = new AbortController();
+      for (let i = 0; i < 50; i++) await client.waitForCompletion(A_BATCH.id, { signal: shared.signal, retry: { firstDelayMs: 1 } });
+      expect(srv.seen.requests).toBe(53); // the first wait rode out three 503s (pauses included)
+      expect(getEventListeners(shared.signal, 'abort')).toHaveLength(0);
+    } finally {
+      await srv.close();
     }
   });
 

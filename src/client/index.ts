@@ -6,6 +6,7 @@
 import type { AckResult, BatchView as Batch, ItemStatus, Rejection } from '../contract/responses';
 import { toExactText } from '../contract/text';
 import { type BatchOutcome, type BatchState, MAX_ACK_IDS } from '../contract/vocabulary';
+import { linkedSignal, pause, unlessAborted } from './abortable';
 import { retryAfterMs, RollcallApiError } from './apiError';
 import { ANSWER_TOO_LARGE, type HttpAnswer, type HttpRequest, type HttpSend, httpSend, type HttpSendOptions, MAX_ANSWER_CHARS } from './httpSend';
 import { isTimeLimit, isTransient, retryDelayMs, type RetryPolicy, retryPolicyOf } from './retry';
@@ -151,26 +152,6 @@ function errorBody(text: string): unknown {
   } catch {
     return undefined;
   }
-}
-
-/** The request's own time limit, and the caller's signal when it gave one. */
-function withCaller(limit: AbortSignal, caller: AbortSignal | undefined): AbortSignal {
-  return caller ? AbortSignal.any([limit, caller]) : limit;
-}
-
-/** Resolves after `ms`, or rejects with `signal`'s reason once it aborts. */
-function pause(ms: number, signal: AbortSignal | undefined): Promise<void> {
-  return new Promise((resolve, reject) => {
-    const onAbort = () => {
-      clearTimeout(timer);
-      reject(signal?.reason);
-    };
-    const timer = setTimeout(() => {
-      signal?.removeEventListener('abort', onAbort);
-      resolve();
-    }, ms);
-    signal?.addEventListener('abort', onAbort, { once: true });
-  });
 }
 
 export class RollcallClient {
@@ -324,6 +305,26 @@ export class RollcallClient {
     });
   }
 
+  /**
+   * Sends a request and reads its answer, within `limitMs` and, when the caller gave one, until its
+   * signal aborts: then the call ends with the signal's reason at once, even through a `fetch` of
+   * the caller's that does not heed the signal (its request is left to end on its own).
+   */
+  private async exchange(url: string, request: Omit<HttpRequest, 'signal'>, limitMs: number, caller?: AbortSignal): Promise<{ res: HttpAnswer; text: string }> {
+    const limit = AbortSignal.timeout(timerMs(limitMs));
+    const read = async (signal: AbortSignal) => {
+      const res = await this.send(url, { ...request, signal });
+      return { res, text: await res.text() };
+    };
+    if (!caller) return read(limit);
+    const linked = linkedSignal(limit, caller);
+    try {
+      return await unlessAborted(read(linked.signal), caller);
+    } finally {
+      linked.release();
+    }
+  }
+
   private async request<T>(
     method: string,
     path: string,
@@ -335,17 +336,20 @@ export class RollcallClient {
       signal,
     }: { headers?: Record<string, string>; shape?: AnswerShape; extraTimeoutMs?: number; signal?: AbortSignal } = {},
   ): Promise<T> {
-    const res = await this.send(`${this.baseUrl}${path}`, {
-      method,
-      headers: {
-        ...(body === undefined ? {} : { 'content-type': 'application/json' }),
-        ...(this.options.token ? { authorization: `Bearer ${this.options.token}` } : {}),
-        ...headers,
+    const { res, text } = await this.exchange(
+      `${this.baseUrl}${path}`,
+      {
+        method,
+        headers: {
+          ...(body === undefined ? {} : { 'content-type': 'application/json' }),
+          ...(this.options.token ? { authorization: `Bearer ${this.options.token}` } : {}),
+          ...headers,
+        },
+        body: body === undefined ? undefined : JSON.stringify(body),
       },
-      body: body === undefined ? undefined : JSON.stringify(body),
-      signal: withCaller(AbortSignal.timeout(timerMs((this.options.timeoutMs ?? 30_000) + extraTimeoutMs)), signal),
-    });
-    const text = await res.text();
+      (this.options.timeoutMs ?? 30_000) + extraTimeoutMs,
+      signal,
+    );
     if (!res.ok) {
       const error = (errorBody(text) as { error?: { code?: string; message?: string } } | undefined)?.error;
       const retryAfter = retryAfterMs(res.headers?.get('retry-after'));

@@ -8,6 +8,7 @@
 import { Job, Queue, type QueueOptions } from 'bullmq';
 
 import type { RollcallClient } from '../client';
+import { unlessAborted } from '../client/abortable';
 import { AckCoalescingOptions, Rejected, sharedCoalescer } from './ackCoalescer';
 import { FailedSet, recentFailuresOf } from './bullmqRecentFailures';
 import { asError, failureMessageOf, RollcallIntegrationError } from './errors';
@@ -211,7 +212,7 @@ async function recoverFailures(worker: WatchableWorker, since: number, stopped: 
   const options = { connection: worker.opts.connection, prefix: worker.opts.prefix, skipMetasUpdate: true } as QueueOptions;
   const queue = new Queue(worker.name, options, (worker as { backendFactory?: never }).backendFactory);
   queue.on('error', () => undefined); // a lost connection also fails the read below, which reports it
-  const untilStopped = <T>(work: Promise<T>): Promise<T> => unlessStopped(work, stopped);
+  const untilStopped = <T>(work: Promise<T>): Promise<T> => unlessAborted(work, stopped);
   let recovered = 0;
   try {
     const failedSet: FailedSet<Job> = {
@@ -232,24 +233,6 @@ async function recoverFailures(worker: WatchableWorker, since: number, stopped: 
   } finally {
     await closeLookBackQueue(queue, worker.opts.connection, stopped, untilStopped);
   }
-}
-
-/**
- * `work`'s outcome, or the stop's reason once `stopped` aborts first. Not a race against one promise
- * kept for the watch's life: each race would stay among that promise's reactions, holding its
- * result (a page of failed jobs, their data with them) until the watch stops, weeks later. Here
- * the abort listener goes as soon as `work` settles, and nothing is kept.
- */
-function unlessStopped<T>(work: Promise<T>, stopped: AbortSignal): Promise<T> {
-  if (stopped.aborted) {
-    work.catch(() => undefined); // no one waits for it now: its late failure (a closed connection) is no unhandled rejection
-    return Promise.reject(stopped.reason);
-  }
-  return new Promise<T>((resolve, reject) => {
-    const onAbort = () => reject(stopped.reason);
-    stopped.addEventListener('abort', onAbort, { once: true });
-    work.then(resolve, reject).finally(() => stopped.removeEventListener('abort', onAbort));
-  });
 }
 
 /** Method names of a Redis client (ioredis, node-redis, Valkey GLIDE) that options never carry. */
