@@ -523,6 +523,8 @@ describe("the client's default way of sending (httpSend)", () => {
     }
   });
 
+  // A guard on the client's own listeners (linkedSignal, unlessAborted, pause): AbortSignal.any, used
+  // before, holds its links by WeakRef, which no listener count shows.
   it('when one signal serves many waits, then none leaves a listener on it', async () => {
     const srv = await server({ body: { ...A_BATCH, state: 'complete' }, failFirst: { count: 3, status: 503, code: 'unavailable' } });
     try {
