@@ -411,13 +411,21 @@ describe("the client's default way of sending (httpSend)", () => {
     }
   }, 15_000);
 
-  it('when the server does not answer within the time limit, then the request fails with the abort', async () => {
+  it('when the server does not answer within the time limit, then the request fails with the abort, even through a fetch that ignores signals', async () => {
     const srv = await server({ answerAfterMs: 10_000 });
     try {
       const client = new RollcallClient({ baseUrl: srv.url, timeoutMs: 100 });
       const started = Date.now();
       await expect(client.list()).rejects.toMatchObject({ name: 'AbortError' });
       expect(Date.now() - started).toBeLessThan(5000);
+
+      // A fetch of the caller's that does not pass the signal on: the time limit still ends the call
+      // (an ack sent so to a service that never answers held its jobs until the answer came).
+      const send = httpSend();
+      const deaf = new RollcallClient({ baseUrl: srv.url, timeoutMs: 100, fetch: (url, request) => send(url, { ...request, signal: undefined }) });
+      const deafStarted = Date.now();
+      await expect(deaf.ack(['x:y:0'])).rejects.toMatchObject({ name: 'AbortError', cause: { name: 'TimeoutError' } });
+      expect(Date.now() - deafStarted).toBeLessThan(2000);
     } finally {
       await srv.close();
     }

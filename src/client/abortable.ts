@@ -7,16 +7,25 @@
  * data with them) until the signal aborts, weeks later. Here the abort listener goes as soon as
  * `work` settles, and nothing is kept.
  */
-export function unlessAborted<T>(work: Promise<T>, signal: AbortSignal): Promise<T> {
+export function unlessAborted<T>(work: Promise<T>, signal: AbortSignal, errorOf: (reason: unknown) => unknown = (reason) => reason): Promise<T> {
   if (signal.aborted) {
     work.catch(() => undefined); // no one waits for it now: its late failure (a closed connection) is no unhandled rejection
-    return Promise.reject(signal.reason);
+    return Promise.reject(errorOf(signal.reason));
   }
   return new Promise<T>((resolve, reject) => {
-    const onAbort = () => reject(signal.reason);
+    const onAbort = () => reject(errorOf(signal.reason));
     signal.addEventListener('abort', onAbort, { once: true });
     work.then(resolve, reject).finally(() => signal.removeEventListener('abort', onAbort));
   });
+}
+
+/**
+ * A request's end at its time limit, as Node's http reports it (and `httpSend` with it): an
+ * `AbortError` whose `cause` is the limit signal's reason. One error for the limit, however the
+ * request was sent.
+ */
+export function timeLimitError(reason: unknown): Error {
+  return Object.assign(new Error('The operation was aborted', { cause: reason }), { name: 'AbortError', code: 'ABORT_ERR' });
 }
 
 /**

@@ -6,7 +6,7 @@
 import type { AckResult, BatchView as Batch, ItemStatus, Rejection } from '../contract/responses';
 import { toExactText } from '../contract/text';
 import { type BatchOutcome, type BatchState, MAX_ACK_IDS } from '../contract/vocabulary';
-import { linkedSignal, pause, unlessAborted } from './abortable';
+import { linkedSignal, pause, timeLimitError, unlessAborted } from './abortable';
 import { retryAfterMs, RollcallApiError } from './apiError';
 import { ANSWER_TOO_LARGE, type HttpAnswer, type HttpRequest, type HttpSend, httpSend, type HttpSendOptions, MAX_ANSWER_CHARS } from './httpSend';
 import { isTimeLimit, isTransient, retryDelayMs, type RetryPolicy, retryPolicyOf } from './retry';
@@ -307,8 +307,10 @@ export class RollcallClient {
 
   /**
    * Sends a request and reads its answer, within `limitMs` and, when the caller gave one, until its
-   * signal aborts: then the call ends with the signal's reason at once, even through a `fetch` of
-   * the caller's that does not heed the signal (its request is left to end on its own).
+   * signal aborts. Either ends the call at once, even through a `fetch` of the caller's that does not
+   * heed the signal (its request is left to end on its own): the time limit with an `AbortError`, as
+   * Node's http reports it, the caller's signal with its reason. Otherwise an ack sent through such a
+   * fetch to a service that never answers would hold its jobs for good.
    */
   private async exchange(url: string, request: Omit<HttpRequest, 'signal'>, limitMs: number, caller?: AbortSignal): Promise<{ res: HttpAnswer; text: string }> {
     const limit = AbortSignal.timeout(timerMs(limitMs));
@@ -316,10 +318,10 @@ export class RollcallClient {
       const res = await this.send(url, { ...request, signal });
       return { res, text: await res.text() };
     };
-    if (!caller) return read(limit);
+    if (!caller) return unlessAborted(read(limit), limit, timeLimitError);
     const linked = linkedSignal(limit, caller);
     try {
-      return await unlessAborted(read(linked.signal), caller);
+      return await unlessAborted(unlessAborted(read(linked.signal), limit, timeLimitError), caller);
     } finally {
       linked.release();
     }
