@@ -426,6 +426,10 @@ describe("the client's default way of sending (httpSend)", () => {
       const deafStarted = Date.now();
       await expect(deaf.ack(['x:y:0'])).rejects.toMatchObject({ name: 'AbortError', cause: { name: 'TimeoutError' } });
       expect(Date.now() - deafStarted).toBeLessThan(2000);
+      // The same with a caller's signal that does not abort: the limit (here 100 ms plus the /wait's 0.3 s) ends the wait.
+      const waitStarted = Date.now();
+      await expect(deaf.waitForCompletion(A_BATCH.id, { timeoutMs: 300, signal: new AbortController().signal })).rejects.toMatchObject({ name: 'AbortError' });
+      expect(Date.now() - waitStarted).toBeLessThan(2000);
     } finally {
       await srv.close();
     }

@@ -1,7 +1,7 @@
 /** Waiting that an AbortSignal can end: the client's waits, and the failure watch's look-back. */
 
 /**
- * `work`'s outcome, or the signal's reason once it aborts first (`work` is then left to settle on
+ * `work`'s outcome, or the signal's reason (as `errorOf` makes it an error) once it aborts first (`work` is then left to settle on
  * its own, its failure handled). Not a race against one promise kept for the signal's life: each
  * race would stay among that promise's reactions, holding its result (a page of failed jobs, their
  * data with them) until the signal aborts, weeks later. Here the abort listener goes as soon as

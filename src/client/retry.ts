@@ -90,8 +90,9 @@ export function isTransient(error: unknown): boolean {
 }
 
 /**
- * Whether a request ended at its own time limit (Node's http: an `AbortError`; fetch: a
- * `TimeoutError`) rather than with an answer or a network error.
+ * Whether a request ended at its own time limit (the client reports its own as an `AbortError`,
+ * however the request was sent; a `fetch` of the caller's may throw a `TimeoutError` of its own)
+ * rather than with an answer or a network error.
  */
 export function isTimeLimit(error: unknown): boolean {
   const name = (error as { name?: unknown } | null)?.name;
