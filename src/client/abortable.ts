@@ -1,11 +1,11 @@
 /** Waiting that an AbortSignal can end: the client's waits, and the failure watch's look-back. */
 
 /**
- * `work`'s outcome, or the signal's reason (as `errorOf` makes it an error) once it aborts first (`work` is then left to settle on
- * its own, its failure handled). Not a race against one promise kept for the signal's life: each
- * race would stay among that promise's reactions, holding its result (a page of failed jobs, their
- * data with them) until the signal aborts, weeks later. Here the abort listener goes as soon as
- * `work` settles, and nothing is kept.
+ * `work`'s outcome, or the signal's reason (as `errorOf` makes it an error) once it aborts first
+ * (`work` is then left to settle on its own, its failure handled). Not a race against one promise
+ * kept for the signal's life: each race would stay among that promise's reactions, holding its
+ * result (a page of failed jobs, their data with them) until the signal aborts, weeks later. Here
+ * the abort listener goes as soon as `work` settles, and nothing is kept.
  */
 export function unlessAborted<T>(work: Promise<T>, signal: AbortSignal, errorOf: (reason: unknown) => unknown = (reason) => reason): Promise<T> {
   if (signal.aborted) {
