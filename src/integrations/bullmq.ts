@@ -132,15 +132,16 @@ function workerOptionsOf(job: Job): { maxStartedAttempts?: number; lockDuration?
  * Whether the job's backoff stops BullMQ's retries of this failure: BullMQ computes the next delay
  * (its own strategies, `fixed`, `exponential`, …, or the Worker's custom one for another
  * `backoff.type`) and does not retry when it is -1 (job.ts `shouldRetryJob`): a custom strategy's
- * answer, or a built-in delay of -1 (`backoff: -1`). Computed here as BullMQ computes it. A strategy
- * that throws is left for BullMQ to meet.
+ * answer, or a built-in delay of -1 (`backoff: -1`). Computed here as BullMQ computes it, on the
+ * value BullMQ gives the strategy (`thrown`: what was thrown, not an Error made of it, since a
+ * strategy may tell the two apart). A strategy that throws is left for BullMQ to meet.
  */
-async function backoffStops(job: Job, error: Error, strategy: BackoffStrategy | undefined): Promise<boolean> {
+async function backoffStops(job: Job, thrown: unknown, strategy: BackoffStrategy | undefined): Promise<boolean> {
   if (job.opts.backoff === undefined) return false;
   const backoff = Backoffs.normalize(job.opts.backoff);
   if (!backoff) return false;
   try {
-    return Number(await Backoffs.calculate(backoff, job.attemptsMade + 1, error, job, strategy)) === -1;
+    return Number(await Backoffs.calculate(backoff, job.attemptsMade + 1, thrown as Error, job, strategy)) === -1;
   } catch {
     return false;
   }
@@ -255,11 +256,15 @@ export function rollcallProcessor<DataType = any, ResultType = any, NameType ext
     else if (rejected !== null) throw new RollcallJobError('ack_rejected', `${message} (and rollcall rejected the failure of item ${itemId}: ${rejected})`);
   };
 
-  /** Whether BullMQ will not run the job again after this failure, with the Worker's options as BullMQ reads them. */
-  const isLastFailure = async (job: Job<DataType, ResultType, NameType>, error: Error): Promise<boolean> => {
+  /**
+   * Whether BullMQ will not run the job again after this failure, with the Worker's options as BullMQ
+   * reads them. `error` is the failure as BullMQ judges it (asBullmqSeesIt); `thrown`, the value its
+   * backoff strategy is given: what the handler threw, or in a sandbox that same copy.
+   */
+  const isLastFailure = async (job: Job<DataType, ResultType, NameType>, error: Error, thrown: unknown): Promise<boolean> => {
     const worker = workerOptionsOf(job);
     if (isLastAttempt(job, error, options.maxStartedAttempts ?? worker.maxStartedAttempts)) return true;
-    return backoffStops(job, error, options.backoffStrategy ?? worker.settings?.backoffStrategy);
+    return backoffStops(job, thrown, options.backoffStrategy ?? worker.settings?.backoffStrategy);
   };
 
   const processor: RollcallBullmqProcessor<DataType, ResultType, NameType> = async (job, token, signal) => {
@@ -280,7 +285,8 @@ export function rollcallProcessor<DataType = any, ResultType = any, NameType ext
       // A sandboxed processor gets a plain object, not a Job of any copy of bullmq (child-processor.ts `wrapJob`).
       const sandboxed = Object.getPrototypeOf(job) === Object.prototype;
       const error = asBullmqSeesIt(thrown, sandboxed);
-      if (!steersBullmq(error) && (await isLastFailure(job, error)) && (await holdsLock(job, token, sandboxed))) {
+      const givenToBackoff = sandboxed ? error : thrown;
+      if (!steersBullmq(error) && (await isLastFailure(job, error, givenToBackoff)) && (await holdsLock(job, token, sandboxed))) {
         await ackLastFailure(job, itemId, failureMessageOf(error, thrown));
       }
       throw thrown;

@@ -265,6 +265,32 @@ describeWith(redisUrl).each(backends())('rollcall/bullmq on a real Redis and a r
     expect(failures).toEqual([0, 2, 4, 6, 8].map((k) => `stop: job ${k} cannot succeed`).sort());
   });
 
+  it('when a handler throws a value that is not an Error, then the backoff strategy is asked about that value, as BullMQ asks it', async () => {
+    const queue = newQueue();
+    const batch = await produce(queue, 6, { attempts: 3, backoff: { type: 'give-up-on-fatal' } });
+    // Written for Errors: BullMQ hands it the thrown string, which has no message, so it retries.
+    const backoffStrategy = (_attemptsMade: number, _type?: string, error?: Error) => (error?.message?.startsWith('fatal') ? -1 : 10);
+    const runs = new Map<number, number>();
+    workers.push(
+      processorOnly(
+        new Worker<TestJobData>(
+          queue.name,
+          rollcallProcessor(client, async (job: Job<TestJobData>) => {
+            runs.set(job.data.n, (runs.get(job.data.n) ?? 0) + 1);
+            // eslint-disable-next-line @typescript-eslint/only-throw-error -- what some code does, and what this test is about
+            if (job.attemptsMade === 0) throw `fatal: job ${job.data.n}, first attempt`;
+          }),
+          { connection, prefix, concurrency: 3, settings: { backoffStrategy } },
+        ),
+      ),
+    );
+    const done = await client.waitForCompletion(batch.id, { timeoutMs: 30_000 });
+    expect(done).toMatchObject({ state: 'complete', succeeded: 6, failed: 0, pending: 0 });
+    expect([...runs.values()]).toEqual([2, 2, 2, 2, 2, 2]);
+    await settled(queue, 6);
+    expect(await queue.getJobCounts('completed', 'failed')).toEqual({ completed: 6, failed: 0 });
+  });
+
   it('when only the Worker is given maxStartedAttempts or a backoff strategy that stops, then the processor reads them there and records the last failure', async () => {
     const stopping = newQueue();
     const started = newQueue();
