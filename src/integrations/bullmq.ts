@@ -3,6 +3,8 @@
  * rollcall item — `succeeded` after the handler, `failed` only when BullMQ will not run it again.
  * bullmq is an optional peer dependency: only this entry point needs it.
  */
+import { isMainThread } from 'node:worker_threads';
+
 import { Backoffs, BackoffStrategy, DelayedError, Job, UnrecoverableError, WaitingChildrenError, WaitingError } from 'bullmq';
 
 import type { RollcallClient } from '../client';
@@ -62,12 +64,22 @@ export class RollcallJobError extends UnrecoverableError {
 }
 
 /**
- * Throws, as BullMQ's `moveToCompleted` would, for a result it cannot store (a BigInt, a cycle):
- * checked before the `succeeded` ack, so rollcall does not record a success that BullMQ then fails
- * (and retries). Plain values cost a `typeof`; an object is serialised once more.
+ * Throws, as BullMQ would, for a result it cannot store (`moveToCompleted`: a BigInt, a cycle) or, in
+ * a sandbox on worker threads (`useWorkerThreads`), cannot pass from the thread to its Worker (its
+ * `postMessage` is a structured clone, which refuses a function or a symbol that JSON drops): checked
+ * before the `succeeded` ack, so rollcall does not record a success that BullMQ then fails (and
+ * retries). Plain values cost a `typeof`; an object is serialised once more.
  */
-function assertStorable(result: unknown): void {
+function assertStorable(result: unknown, sandboxed: boolean): void {
   if (typeof result === 'object' ? result !== null : typeof result === 'bigint') JSON.stringify(result);
+  if (!sandboxed || isMainThread) return;
+  try {
+    structuredClone(result);
+  } catch (refused) {
+    // An Error of our own: BullMQ copies only own properties from a sandbox, and a DOMException's
+    // message is not one, so the job would fail with an empty reason.
+    throw new Error(`the handler's result cannot leave the sandbox's worker thread: ${asError(refused).message}`, { cause: refused });
+  }
 }
 
 /**
@@ -276,14 +288,14 @@ export function rollcallProcessor<DataType = any, ResultType = any, NameType ext
     }
     const cancelledNow = cancelled.isCancelled(itemId);
     if (cancelledNow === true || (cancelledNow !== false && (await cancelledNow))) return undefined;
+    // A sandboxed processor gets a plain object, not a Job of any copy of bullmq (child-processor.ts `wrapJob`).
+    const sandboxed = Object.getPrototypeOf(job) === Object.prototype;
     let result: ResultType;
     try {
       result = await handler(job, token, signal);
-      assertStorable(result);
+      assertStorable(result, sandboxed);
     } catch (caught) {
       const thrown = failureOf(caught);
-      // A sandboxed processor gets a plain object, not a Job of any copy of bullmq (child-processor.ts `wrapJob`).
-      const sandboxed = Object.getPrototypeOf(job) === Object.prototype;
       const error = asBullmqSeesIt(thrown, sandboxed);
       const givenToBackoff = sandboxed ? error : thrown;
       if (!steersBullmq(error) && (await isLastFailure(job, error, givenToBackoff)) && (await holdsLock(job, token, sandboxed))) {
