@@ -23,14 +23,15 @@ export interface RollcallProcessorOptions<DataType, ResultType, NameType extends
   /** Where a job's item ID is. Default: `job.data.rollcallItemId`. */
   itemIdOf?: (job: Job<DataType, ResultType, NameType>) => string | undefined;
   /**
-   * The Worker's `maxStartedAttempts`: a job started that many times is not retried, so its failure
-   * is then the last one. Read from the Worker (`job.queue.opts`, where BullMQ reads it) when not
-   * given; give it for a sandboxed processor, whose jobs do not carry the Worker.
+   * The Worker's `maxStartedAttempts`, for a sandboxed processor, whose jobs do not carry the
+   * Worker: a job started that many times is not retried, so its failure is then the last one.
+   * Elsewhere the Worker's own (`job.queue.opts`, where BullMQ reads it) is read, and this is not
+   * used: BullMQ decides by the Worker's.
    */
   maxStartedAttempts?: number;
   /**
-   * The Worker's `settings.backoffStrategy`: a failure for which it returns -1 is not retried, so it
-   * is then the last. Read from the Worker as `maxStartedAttempts` is when not given.
+   * The Worker's `settings.backoffStrategy`, for a sandboxed processor, as `maxStartedAttempts`: a
+   * failure for which it returns -1 is not retried, so it is then the last.
    */
   backoffStrategy?: BackoffStrategy;
 }
@@ -131,13 +132,23 @@ function retriesStopAtMaxStarted(job: object): boolean {
   return stops;
 }
 
+interface WorkerOptions {
+  maxStartedAttempts?: number;
+  lockDuration?: number;
+  settings?: { backoffStrategy?: BackoffStrategy };
+}
+
 /**
  * The options of the Worker running `job`, as BullMQ's own retry decision reads them (job.ts
  * `shouldRetryJob`, bullmq 5 and 6: `this.queue.opts`, a property its typings mark protected);
- * none in a sandbox, whose jobs are plain objects.
+ * undefined in a sandbox, whose jobs are plain objects.
  */
-function workerOptionsOf(job: Job): { maxStartedAttempts?: number; lockDuration?: number; settings?: { backoffStrategy?: BackoffStrategy } } {
-  return (job as unknown as { queue?: { opts?: ReturnType<typeof workerOptionsOf> } }).queue?.opts ?? {};
+function carriedWorkerOptionsOf(job: Job): WorkerOptions | undefined {
+  return (job as unknown as { queue?: { opts?: WorkerOptions } }).queue?.opts;
+}
+
+function workerOptionsOf(job: Job): WorkerOptions {
+  return carriedWorkerOptionsOf(job) ?? {};
 }
 
 /**
@@ -274,9 +285,11 @@ export function rollcallProcessor<DataType = any, ResultType = any, NameType ext
    * backoff strategy is given: what the handler threw, or in a sandbox that same copy.
    */
   const isLastFailure = async (job: Job<DataType, ResultType, NameType>, error: Error, thrown: unknown): Promise<boolean> => {
-    const worker = workerOptionsOf(job);
-    if (isLastAttempt(job, error, options.maxStartedAttempts ?? worker.maxStartedAttempts)) return true;
-    return backoffStops(job, thrown, options.backoffStrategy ?? worker.settings?.backoffStrategy);
+    // The Worker's settings where the job carries them (BullMQ decides by those), else the options'.
+    const worker = carriedWorkerOptionsOf(job);
+    const maxStartedAttempts = worker ? worker.maxStartedAttempts : options.maxStartedAttempts;
+    if (isLastAttempt(job, error, maxStartedAttempts)) return true;
+    return backoffStops(job, thrown, worker ? worker.settings?.backoffStrategy : options.backoffStrategy);
   };
 
   const processor: RollcallBullmqProcessor<DataType, ResultType, NameType> = async (job, token, signal) => {

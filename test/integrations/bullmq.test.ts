@@ -312,6 +312,29 @@ describeWith(redisUrl).each(backends())('rollcall/bullmq on a real Redis and a r
     expect(await started.getJobCounts('failed')).toEqual({ failed: 4 });
   });
 
+  it("when the processor is given maxStartedAttempts or a backoff strategy that the Worker running it does not have, then the Worker's decide, as they decide for BullMQ", async () => {
+    const started = newQueue();
+    const stopping = newQueue();
+    const startedBatch = await produce(started, 4, { attempts: 2 });
+    const stoppingBatch = await produce(stopping, 4, { attempts: 2, backoff: { type: 'custom' } });
+    const flakyOnce = async (job: Job<TestJobData>) => {
+      if (job.attemptsMade === 0) throw new Error(`job ${job.data.n}, first attempt`);
+      return 'ok';
+    };
+    // Options meant for a sandbox, given to Workers that say otherwise: BullMQ retries each job once.
+    const processor = rollcallProcessor<TestJobData, string>(client, flakyOnce, { maxStartedAttempts: 1, backoffStrategy: () => -1 });
+    workers.push(
+      processorOnly(new Worker<TestJobData>(started.name, processor, { connection, prefix, concurrency: 4 })),
+      processorOnly(new Worker<TestJobData>(stopping.name, processor, { connection, prefix, concurrency: 4, settings: { backoffStrategy: () => 10 } })),
+    );
+    for (const batch of [startedBatch, stoppingBatch])
+      expect(await client.waitForCompletion(batch.id, { timeoutMs: 15_000 })).toMatchObject({ state: 'complete', succeeded: 4, failed: 0 });
+    await settled(started, 4);
+    await settled(stopping, 4);
+    expect(await started.getJobCounts('completed')).toEqual({ completed: 4 });
+    expect(await stopping.getJobCounts('completed')).toEqual({ completed: 4 });
+  });
+
   it("when a job's built-in backoff delay is -1, then BullMQ does not retry it and the processor records its first failure", async () => {
     const queue = newQueue();
     const batch = await produce(queue, 4, { attempts: 3, backoff: -1 });
