@@ -43,5 +43,11 @@ process.once(
     void worker
       .close()
       .then(stopWatch)
-      .then(() => process.exit(0)),
+      .then(
+        () => process.exit(0),
+        (error: unknown) => {
+          console.error(error);
+          process.exit(1);
+        },
+      ),
 );

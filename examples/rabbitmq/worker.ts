@@ -46,7 +46,10 @@ async function main(): Promise<void> {
       await consume.drain();
       await connection.close();
       process.exit(0);
-    })();
+    })().catch((error: unknown) => {
+      console.error(error); // a channel already closed: its unsettled messages go back to the queue
+      process.exit(1);
+    });
   });
 }
 
