@@ -5,7 +5,7 @@
  */
 import { isMainThread } from 'node:worker_threads';
 
-import { Backoffs, BackoffStrategy, DelayedError, Job, UnrecoverableError, WaitingChildrenError, WaitingError } from 'bullmq';
+import { Backoffs, BackoffStrategy, DelayedError, errorToJSON, Job, UnrecoverableError, WaitingChildrenError, WaitingError } from 'bullmq';
 
 import type { RollcallClient } from '../client';
 import { AckCoalescingOptions, Rejected, Rejections, sharedCoalescer } from './ackCoalescer';
@@ -67,15 +67,22 @@ export class RollcallJobError extends UnrecoverableError {
 /**
  * Throws, as BullMQ would, for a result it cannot store (`moveToCompleted`: a BigInt, a cycle) or, in
  * a sandbox on worker threads (`useWorkerThreads`), cannot pass from the thread to its Worker (its
- * `postMessage` is a structured clone, which refuses a function or a symbol that JSON drops): checked
- * before the `succeeded` ack, so rollcall does not record a success that BullMQ then fails (and
- * retries). Plain values cost a `typeof`; an object is serialised once more.
+ * `postMessage` is a structured clone, which refuses a function or a symbol that JSON drops, and
+ * drops the prototypes, so a class's `toJSON` no longer applies when the Worker stores the copy):
+ * checked before the `succeeded` ack, so rollcall does not record a success that BullMQ then fails
+ * (and retries). Plain values cost a `typeof`; an object is serialised once more (and, from a
+ * worker thread, cloned first).
  */
 function assertStorable(result: unknown, sandboxed: boolean): void {
-  if (typeof result === 'object' ? result !== null : typeof result === 'bigint') JSON.stringify(result);
-  if (!sandboxed || isMainThread) return;
+  const stored = sandboxed && !isMainThread ? acrossThreads(result) : result;
+  if (typeof stored === 'object' ? stored !== null : typeof stored === 'bigint') JSON.stringify(stored);
+}
+
+/** What the Worker gets of a result its sandbox's worker thread posts to it (a structured clone). */
+function acrossThreads(result: unknown): unknown {
+  if (typeof result !== 'object' && typeof result !== 'function' && typeof result !== 'symbol') return result;
   try {
-    structuredClone(result);
+    return structuredClone(result);
   } catch (refused) {
     // An Error of our own: BullMQ copies only own properties from a sandbox, and a DOMException's
     // message is not one, so the job would fail with an empty reason.
@@ -195,18 +202,24 @@ async function holdsLock(job: Job, token: string | undefined, sandboxed: boolean
 /**
  * What was thrown, as BullMQ's Worker will judge it. In the worker's own process BullMQ looks at
  * the thrown value itself, a plain object too (`{ name: 'UnrecoverableError', … }`). From a sandboxed
- * processor it gets the value's own properties copied onto a new Error (child-processor.ts,
- * `errorToJSON`): a class survives only as an own `name` (so a subclass of UnrecoverableError,
- * whose constructor names it after itself, is retried), and a value without a message becomes
- * `new Error(String(value))`.
+ * processor it gets the value's own properties, through JSON, copied onto a new Error
+ * (child-processor.ts and sandbox.ts, with BullMQ's own `errorToJSON`): a class survives only as an
+ * own `name` (so a subclass of UnrecoverableError, whose constructor names it after itself, is
+ * retried), a nested `cause` as a plain object, a Date as a string; and a value without a message
+ * becomes `new Error(String(value))`.
  */
 export function asBullmqSeesIt(thrown: unknown, sandboxed: boolean): Error {
   const value = typeof thrown === 'object' && thrown !== null ? (thrown as Record<string, unknown>) : null;
   if (!sandboxed) return value ? (value as unknown as Error) : asError(thrown);
   if (!value?.message) return new Error(String(thrown));
-  const copy = new Error();
-  for (const key of Object.getOwnPropertyNames(value)) Object.assign(copy, { [key]: value[key] });
-  return copy;
+  try {
+    return Object.assign(new Error(), errorToJSON(value));
+  } catch {
+    // A property JSON refuses (a BigInt): BullMQ's child cannot report such an error either.
+    const copy = new Error();
+    for (const key of Object.getOwnPropertyNames(value)) Object.assign(copy, { [key]: value[key] });
+    return copy;
+  }
 }
 
 /**

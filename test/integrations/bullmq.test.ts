@@ -505,7 +505,27 @@ describeWith(redisUrl).each(backends())('rollcall/bullmq on a real Redis and a r
     }
   });
 
-  it('when a sandbox on worker threads cannot hand a result to its Worker (a function in it), then no success is recorded: the jobs fail in rollcall as in BullMQ', async () => {
+  it("when a sandboxed handler's error has a cause, then the backoff strategy is asked about it as BullMQ's Worker gets it, through JSON, and a retried failure is not recorded", async () => {
+    const queue = newQueue();
+    const batch = await produce(queue, 6, { attempts: 3, backoff: { type: 'custom' } });
+    const child = spawn(process.execPath, ['--import', 'tsx', 'test/integrations/fixtures/bullmqWorker.ts'], {
+      cwd: ROOT,
+      env: { ...process.env, ROLLCALL_URL: svc.url, REDIS_URL: redisUrl, QUEUE: queue.name, PREFIX: prefix, SANDBOX: '1', SANDBOX_FILE: 'sandboxedCause.ts' },
+      stdio: 'ignore',
+    });
+    try {
+      const done = await client.waitForCompletion(batch.id, { timeoutMs: 30_000 });
+      expect(done).toMatchObject({ state: 'complete', succeeded: 6, failed: 0 });
+      await settled(queue, 6);
+      expect(await queue.getJobCounts('completed', 'failed')).toEqual({ completed: 6, failed: 0 });
+    } finally {
+      const exited = new Promise((resolve) => child.once('exit', resolve));
+      child.kill('SIGTERM');
+      await exited;
+    }
+  });
+
+  it('when a sandbox on worker threads cannot hand a result to its Worker (a function in it, a BigInt behind a toJSON), then no success is recorded: the jobs fail in rollcall as in BullMQ', async () => {
     const queue = newQueue();
     const batch = await produce(queue, 6, { attempts: 2 });
     const child = spawn(process.execPath, ['--import', 'tsx', 'test/integrations/fixtures/bullmqWorker.ts'], {
@@ -528,7 +548,10 @@ describeWith(redisUrl).each(backends())('rollcall/bullmq on a real Redis and a r
       await settled(queue, 6);
       expect(await queue.getJobCounts('completed', 'failed')).toEqual({ completed: 0, failed: 6 });
       const reasons = (await client.failures(batch.id, { limit: 100 })).failures.map((f) => f.error);
-      expect(reasons).toEqual(Array(6).fill(expect.stringMatching(/^the handler's result cannot leave the sandbox's worker thread: .*could not be cloned/)));
+      expect([...reasons].sort()).toEqual([
+        ...Array(3).fill(expect.stringMatching(/BigInt/)),
+        ...Array(3).fill(expect.stringMatching(/^the handler's result cannot leave the sandbox's worker thread: .*could not be cloned/)),
+      ]);
       expect((await queue.getFailed()).map((job) => job.failedReason).sort()).toEqual([...reasons].sort());
     } finally {
       const exited = new Promise((resolve) => child.once('exit', resolve));
