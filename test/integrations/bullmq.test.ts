@@ -63,6 +63,33 @@ describeWith(redisUrl).each(backends())('rollcall/bullmq on a real Redis and a r
     return worker;
   }
 
+  /** Waits for each batch to complete and for BullMQ to finish its queue; expects both to show all `count` jobs `outcome`. */
+  async function expectAllFinished(outcome: 'succeeded' | 'failed', count: number, ...pairs: Array<[Queue<TestJobData>, Batch]>): Promise<void> {
+    for (const [, batch] of pairs)
+      expect(await client.waitForCompletion(batch.id, { timeoutMs: 15_000 })).toMatchObject({ state: 'complete', [outcome]: count, pending: 0 });
+    const state = outcome === 'succeeded' ? 'completed' : 'failed';
+    for (const [queue] of pairs) {
+      await settled(queue, count);
+      expect(await queue.getJobCounts(state)).toEqual({ [state]: count });
+    }
+  }
+
+  /** Runs `work` while test/integrations/fixtures/bullmqWorker.ts works `queue` in a process of its own (`env`: its settings). */
+  async function withWorkerProcess(queue: Queue, env: Record<string, string>, work: () => Promise<void>): Promise<void> {
+    const child = spawn(process.execPath, ['--import', 'tsx', 'test/integrations/fixtures/bullmqWorker.ts'], {
+      cwd: ROOT,
+      env: { ...process.env, ROLLCALL_URL: svc.url, REDIS_URL: redisUrl, QUEUE: queue.name, PREFIX: prefix, ...env },
+      stdio: 'ignore', // its sandbox children warn of listeners on the pipes they share
+    });
+    try {
+      await work();
+    } finally {
+      const exited = new Promise((resolve) => child.once('exit', resolve));
+      child.kill('SIGTERM'); // the worker closes, and with it its sandbox child processes
+      await exited;
+    }
+  }
+
   function newQueue(): Queue<TestJobData> {
     const queue = new Queue<TestJobData>(`q-${randomBytes(4).toString('hex')}`, { connection, prefix });
     queues.push(queue);
@@ -304,12 +331,7 @@ describeWith(redisUrl).each(backends())('rollcall/bullmq on a real Redis and a r
       processorOnly(new Worker<TestJobData>(started.name, fail, { connection, prefix, concurrency: 4, maxStartedAttempts: 1 })),
     );
     // BullMQ runs each job once; the processor, not told the Worker's options, must see that too.
-    for (const batch of [stoppingBatch, startedBatch])
-      expect(await client.waitForCompletion(batch.id, { timeoutMs: 15_000 })).toMatchObject({ state: 'complete', failed: 4, pending: 0 });
-    await settled(stopping, 4);
-    await settled(started, 4);
-    expect(await stopping.getJobCounts('failed')).toEqual({ failed: 4 });
-    expect(await started.getJobCounts('failed')).toEqual({ failed: 4 });
+    await expectAllFinished('failed', 4, [stopping, stoppingBatch], [started, startedBatch]);
   });
 
   it("when the processor is given maxStartedAttempts or a backoff strategy that the Worker running it does not have, then the Worker's decide, as they decide for BullMQ", async () => {
@@ -327,12 +349,7 @@ describeWith(redisUrl).each(backends())('rollcall/bullmq on a real Redis and a r
       processorOnly(new Worker<TestJobData>(started.name, processor, { connection, prefix, concurrency: 4 })),
       processorOnly(new Worker<TestJobData>(stopping.name, processor, { connection, prefix, concurrency: 4, settings: { backoffStrategy: () => 10 } })),
     );
-    for (const batch of [startedBatch, stoppingBatch])
-      expect(await client.waitForCompletion(batch.id, { timeoutMs: 15_000 })).toMatchObject({ state: 'complete', succeeded: 4, failed: 0 });
-    await settled(started, 4);
-    await settled(stopping, 4);
-    expect(await started.getJobCounts('completed')).toEqual({ completed: 4 });
-    expect(await stopping.getJobCounts('completed')).toEqual({ completed: 4 });
+    await expectAllFinished('succeeded', 4, [started, startedBatch], [stopping, stoppingBatch]);
   });
 
   it("when a job's built-in backoff delay is -1, then BullMQ does not retry it and the processor records its first failure", async () => {
@@ -486,63 +503,31 @@ describeWith(redisUrl).each(backends())('rollcall/bullmq on a real Redis and a r
   it('when the processor runs sandboxed, then a subclass of UnrecoverableError (which BullMQ retries from a sandbox) is not recorded as failed', async () => {
     const queue = newQueue();
     const batch = await produce(queue, 30);
-    const child = spawn(process.execPath, ['--import', 'tsx', 'test/integrations/fixtures/bullmqWorker.ts'], {
-      cwd: ROOT,
-      env: { ...process.env, ROLLCALL_URL: svc.url, REDIS_URL: redisUrl, QUEUE: queue.name, PREFIX: prefix, SANDBOX: '1' },
-      stdio: 'ignore', // its sandbox children warn of listeners on the pipes they share
-    });
-    try {
+    await withWorkerProcess(queue, { SANDBOX: '1' }, async () => {
       const done = await client.waitForCompletion(batch.id, { timeoutMs: 30_000 });
       expect(done).toMatchObject({ state: 'complete', succeeded: 20, failed: 10 });
       await settled(queue, 30);
       expect(await queue.getJobCounts('completed', 'failed')).toEqual({ completed: 20, failed: 10 });
       const reasons = (await client.failures(batch.id, { limit: 100 })).failures.map((f) => f.error).sort();
       expect(reasons).toEqual(Array.from({ length: 10 }, (_, i) => `gone ${3 * i + 1}`).sort());
-    } finally {
-      const exited = new Promise((resolve) => child.once('exit', resolve));
-      child.kill('SIGTERM'); // the worker closes, and with it its sandbox child processes
-      await exited;
-    }
+    });
   });
 
   it("when a sandboxed handler's error has a cause, then the backoff strategy is asked about it as BullMQ's Worker gets it, through JSON, and a retried failure is not recorded", async () => {
     const queue = newQueue();
     const batch = await produce(queue, 6, { attempts: 3, backoff: { type: 'custom' } });
-    const child = spawn(process.execPath, ['--import', 'tsx', 'test/integrations/fixtures/bullmqWorker.ts'], {
-      cwd: ROOT,
-      env: { ...process.env, ROLLCALL_URL: svc.url, REDIS_URL: redisUrl, QUEUE: queue.name, PREFIX: prefix, SANDBOX: '1', SANDBOX_FILE: 'sandboxedCause.ts' },
-      stdio: 'ignore',
-    });
-    try {
+    await withWorkerProcess(queue, { SANDBOX: '1', SANDBOX_FILE: 'sandboxedCause.ts' }, async () => {
       const done = await client.waitForCompletion(batch.id, { timeoutMs: 30_000 });
       expect(done).toMatchObject({ state: 'complete', succeeded: 6, failed: 0 });
       await settled(queue, 6);
       expect(await queue.getJobCounts('completed', 'failed')).toEqual({ completed: 6, failed: 0 });
-    } finally {
-      const exited = new Promise((resolve) => child.once('exit', resolve));
-      child.kill('SIGTERM');
-      await exited;
-    }
+    });
   });
 
   it('when a sandbox on worker threads cannot hand a result to its Worker (a function in it, a BigInt behind a toJSON), then no success is recorded: the jobs fail in rollcall as in BullMQ', async () => {
     const queue = newQueue();
     const batch = await produce(queue, 6, { attempts: 2 });
-    const child = spawn(process.execPath, ['--import', 'tsx', 'test/integrations/fixtures/bullmqWorker.ts'], {
-      cwd: ROOT,
-      env: {
-        ...process.env,
-        ROLLCALL_URL: svc.url,
-        REDIS_URL: redisUrl,
-        QUEUE: queue.name,
-        PREFIX: prefix,
-        SANDBOX: '1',
-        SANDBOX_FILE: 'sandboxedUncloneable.ts',
-        SANDBOX_THREADS: '1',
-      },
-      stdio: 'ignore',
-    });
-    try {
+    await withWorkerProcess(queue, { SANDBOX: '1', SANDBOX_FILE: 'sandboxedUncloneable.ts', SANDBOX_THREADS: '1' }, async () => {
       const done = await client.waitForCompletion(batch.id, { timeoutMs: 30_000 });
       expect(done).toMatchObject({ state: 'complete', succeeded: 0, failed: 6 });
       await settled(queue, 6);
@@ -553,11 +538,7 @@ describeWith(redisUrl).each(backends())('rollcall/bullmq on a real Redis and a r
         ...Array(3).fill(expect.stringMatching(/^the handler's result cannot leave the sandbox's worker thread: .*could not be cloned/)),
       ]);
       expect((await queue.getFailed()).map((job) => job.failedReason).sort()).toEqual([...reasons].sort());
-    } finally {
-      const exited = new Promise((resolve) => child.once('exit', resolve));
-      child.kill('SIGTERM');
-      await exited;
-    }
+    });
   });
 
   it("when rollcall refuses a job's last failure (its batch was deleted), then the job's failure says so", async () => {
