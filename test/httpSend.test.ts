@@ -12,7 +12,7 @@ import type { Channel } from 'amqplib';
 
 import { httpSend, retryAfterMs, RollcallApiError, RollcallClient } from '../src/client';
 import { withRetries } from '../src/client/retry';
-import { AckCoalescer } from '../src/integrations/ackCoalescer';
+import { AckCoalescer, AckCoalescingOptions } from '../src/integrations/ackCoalescer';
 import { rollcallConsumer } from '../src/integrations/amqp';
 import { rollcallProcessor } from '../src/integrations/bullmq';
 import { openBatch } from '../src/integrations/producer';
@@ -342,29 +342,48 @@ describe("the client's default way of sending (httpSend)", () => {
     }
   });
 
-  it('when a retry policy sets attempts to undefined, then the default 20 tries hold; a value no policy means is refused when the processor or consumer is made', async () => {
+  it('when a retry policy sets attempts to undefined, then the tries end when retryForMs is spent; a value no option means is refused when the processor or consumer is made', async () => {
     let tries = 0;
     const refused = () => {
       tries += 1;
       return Promise.reject(Object.assign(new Error('connect ECONNREFUSED'), { code: 'ECONNREFUSED' }));
     };
-    const acks = new AckCoalescer(new RollcallClient({ baseUrl: 'http://127.0.0.1:1', fetch: refused }), { retry: { attempts: undefined, firstDelayMs: 0 } });
+    const acks = new AckCoalescer(new RollcallClient({ baseUrl: 'http://127.0.0.1:1', fetch: refused }), {
+      retry: { attempts: undefined, firstDelayMs: 10 },
+      retryForMs: 1000,
+    });
+    const started = Date.now();
     await expect(acks.ack('b:g:0', 'succeeded')).rejects.toMatchObject({ code: 'ECONNREFUSED' });
-    expect(tries).toBe(20); // not sent again for good
+    // Sent at 0, 10, 30, 70, 150, 310 and 630 ms; the next, 640 ms later, would start after 1 s.
+    expect({ tries, withinRetryFor: Date.now() - started < 1000 }).toEqual({ tries: 7, withinRetryFor: true });
     const client = new RollcallClient({ baseUrl: 'http://127.0.0.1:1', fetch: refused });
-    for (const retry of [
-      { attempts: NaN },
-      { attempts: 0 },
-      { attempts: 2.5 },
-      { attempts: '3' as unknown as number },
-      { firstDelayMs: -1 },
-      { firstDelayMs: NaN },
-    ]) {
-      expect(() => rollcallProcessor(client, async () => 'ok', { retry })).toThrow(RangeError);
-      expect(() => rollcallConsumer(client, {} as unknown as Channel, async () => undefined, { retry })).toThrow(RangeError);
+    const meaningless: AckCoalescingOptions[] = [
+      { retry: { attempts: NaN } },
+      { retry: { attempts: 0 } },
+      { retry: { attempts: 2.5 } },
+      { retry: { attempts: '3' as unknown as number } },
+      { retry: { firstDelayMs: -1 } },
+      { retry: { firstDelayMs: NaN } },
+      { retryForMs: NaN },
+      { retryForMs: -1 },
+      { retryForMs: '600000' as unknown as number },
+      { maxDelayMs: NaN },
+      { maxDelayMs: -1 },
+      { maxDelayMs: Infinity },
+      { maxIdsPerCall: NaN },
+      { maxIdsPerCall: 0 },
+      { maxIdsPerCall: 2.5 },
+    ];
+    for (const options of meaningless) {
+      expect(() => rollcallProcessor(client, async () => 'ok', options)).toThrow(RangeError);
+      expect(() => rollcallConsumer(client, {} as unknown as Channel, async () => undefined, options)).toThrow(RangeError);
     }
-    // A JavaScript caller's `retry: null` is the default policy, as before.
-    expect(() => rollcallProcessor(client, async () => 'ok', { retry: null as unknown as undefined })).not.toThrow();
+    // An unset environment variable's Number(undefined): not "every first failure is the last".
+    for (const maxDeliveries of [NaN, -1, 1.5])
+      expect(() => rollcallConsumer(client, {} as unknown as Channel, async () => undefined, { maxDeliveries })).toThrow(RangeError);
+    // A JavaScript caller's `retry: null` is the default policy, as before; no time limit is one too.
+    expect(() => rollcallProcessor(client, async () => 'ok', { retry: null as unknown as undefined, retryForMs: Infinity })).not.toThrow();
+    expect(() => rollcallConsumer(client, {} as unknown as Channel, async () => undefined, { maxDeliveries: 0, maxIdsPerCall: 20_000 })).not.toThrow();
   });
 
   it('when the service answers 429 with Retry-After, then the error says how long, and the integrations wait that long before sending again', async () => {

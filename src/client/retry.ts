@@ -15,13 +15,13 @@ export interface RetryPolicy {
 export const DEFAULT_RETRY: RetryPolicy = { attempts: 20, firstDelayMs: 50 };
 
 /**
- * The policy `given` asks for, what it leaves out (or sets `undefined`) taken from the default. A
+ * The policy `given` asks for, what it leaves out (or sets `undefined`) taken from `defaults`. A
  * value no policy means is refused at once: `attempts: NaN` compared false with every try, and a
  * worker's acks against a service that was down were then sent again for good.
  */
-export function retryPolicyOf(given?: Partial<RetryPolicy> | null): RetryPolicy {
-  const attempts = given?.attempts ?? DEFAULT_RETRY.attempts;
-  const firstDelayMs = given?.firstDelayMs ?? DEFAULT_RETRY.firstDelayMs;
+export function retryPolicyOf(given?: Partial<RetryPolicy> | null, defaults: RetryPolicy = DEFAULT_RETRY): RetryPolicy {
+  const attempts = given?.attempts ?? defaults.attempts;
+  const firstDelayMs = given?.firstDelayMs ?? defaults.firstDelayMs;
   if (!(attempts === Infinity || (Number.isSafeInteger(attempts) && attempts >= 1)))
     throw new RangeError(`retry.attempts must be a whole number ≥ 1 (or Infinity), not ${String(attempts)}`);
   if (!(Number.isFinite(firstDelayMs) && firstDelayMs >= 0))
@@ -107,16 +107,19 @@ export function retryDelayMs(policy: RetryPolicy, attempt: number, error: unknow
 }
 
 /**
- * Runs `call` until it succeeds, the error is not transient, or the attempts are spent. Only for
- * calls that are safe to repeat: acks (a repeat is a duplicate) and adds with an Idempotency-Key.
+ * Runs `call` until it succeeds, the error is not transient, the attempts are spent, or the next try
+ * would start after `until` (a `Date.now()` time; by default none). Only for calls that are safe to
+ * repeat: acks (a repeat is a duplicate) and adds with an Idempotency-Key.
  */
-export async function withRetries<T>(call: () => Promise<T>, policy: RetryPolicy = DEFAULT_RETRY): Promise<T> {
+export async function withRetries<T>(call: () => Promise<T>, policy: RetryPolicy = DEFAULT_RETRY, until = Infinity): Promise<T> {
   for (let attempt = 1; ; attempt++) {
     try {
       return await call();
     } catch (error) {
       if (attempt >= policy.attempts || !isTransient(error)) throw error;
-      await new Promise((resolve) => setTimeout(resolve, retryDelayMs(policy, attempt, error)));
+      const delayMs = retryDelayMs(policy, attempt, error);
+      if (Date.now() + delayMs > until) throw error;
+      await new Promise((resolve) => setTimeout(resolve, delayMs));
     }
   }
 }

@@ -1,5 +1,5 @@
 import { AckOptions, MAX_IDS_PER_ACK, RollcallApiError, RollcallClient } from '../client';
-import { RetryPolicy, retryPolicyOf, withRetries } from '../client/retry';
+import { DEFAULT_RETRY, RetryPolicy, retryPolicyOf, withRetries } from '../client/retry';
 import { toExactText, truncateText } from '../contract/text';
 import { MAX_ERROR_LENGTH } from '../contract/vocabulary';
 
@@ -16,6 +16,20 @@ const MAX_CALLS_IN_FLIGHT = 1;
 
 /** How long an ack waits for others by default (the contract's bound: ≤ 10 ms). */
 const DEFAULT_MAX_DELAY_MS = 10;
+
+/**
+ * How long a call that fails for a transient reason is sent again by default: a worker's jobs (or
+ * messages) wait through a rollcall outage this long, holding their slots (prefetch places), so the
+ * worker pauses instead of failing work that was done. Before, the tries ended after ~29 s: a BullMQ
+ * job then spent an attempt (its last: failed for good, though its handler had succeeded), and an
+ * AMQP message went back to the queue, its handler ran again, and before RabbitMQ 4.3 each return
+ * counted a delivery, until `x-delivery-limit` dropped it with its item pending. Below RabbitMQ's
+ * `consumer_timeout` (30 minutes by default), past which the broker closes the channel.
+ */
+const DEFAULT_RETRY_FOR_MS = 10 * 60_000;
+
+/** The integrations' tries: as many as `retryForMs` allows, with the client's backoff. */
+const INTEGRATION_RETRY: RetryPolicy = { attempts: Infinity, firstDelayMs: DEFAULT_RETRY.firstDelayMs };
 
 /** How long a call size learnt from a 413 answer holds (AckCoalescer.callLimit). */
 const SIZE_LIMIT_MEMORY_MS = 60_000;
@@ -34,8 +48,42 @@ export interface AckCoalescingOptions {
   maxDelayMs?: number;
   /** Most item IDs in one call (the API's limit is 10,000). Default 10,000. */
   maxIdsPerCall?: number;
-  /** How often a call that failed for a transient reason (network, 408, 429, 5xx) is sent again. */
+  /**
+   * How a call that failed for a transient reason (network, 408, 429, 5xx) is sent again: `attempts`
+   * (default: as many as `retryForMs` allows) and `firstDelayMs` (default 50; doubling, up to 2 s apart).
+   */
   retry?: Partial<RetryPolicy>;
+  /**
+   * How long such a call is sent again before its jobs are given up on (their ack fails): no new try
+   * starts later than this after its first. Default 10 minutes: a rollcall outage that long pauses
+   * the worker, and fails no work. Keep it below RabbitMQ's `consumer_timeout` (30 minutes by default).
+   */
+  retryForMs?: number;
+}
+
+/** The coalescing options, checked, with their defaults filled in. */
+interface CoalescingSettings {
+  maxDelayMs: number;
+  maxIds: number;
+  retry: RetryPolicy;
+  retryForMs: number;
+}
+
+/**
+ * The options' settings; a value none means is refused at once, as `retry`'s are: an unset
+ * environment variable's `Number(undefined)` (NaN) made `maxIdsPerCall` no limit at all, so calls
+ * above the API's 10,000 IDs were refused whole.
+ */
+function settingsOf(options: AckCoalescingOptions): CoalescingSettings {
+  const maxDelayMs = options.maxDelayMs ?? DEFAULT_MAX_DELAY_MS;
+  const maxIdsPerCall = options.maxIdsPerCall ?? MAX_IDS_PER_ACK;
+  const retryForMs = options.retryForMs ?? DEFAULT_RETRY_FOR_MS;
+  if (!(Number.isFinite(maxDelayMs) && maxDelayMs >= 0)) throw new RangeError(`maxDelayMs must be a number of milliseconds ≥ 0, not ${String(maxDelayMs)}`);
+  if (!(Number.isSafeInteger(maxIdsPerCall) && maxIdsPerCall >= 1))
+    throw new RangeError(`maxIdsPerCall must be a whole number ≥ 1, not ${String(maxIdsPerCall)}`);
+  if (!(typeof retryForMs === 'number' && retryForMs >= 0))
+    throw new RangeError(`retryForMs must be a number of milliseconds ≥ 0 (or Infinity), not ${String(retryForMs)}`);
+  return { maxDelayMs, maxIds: Math.min(maxIdsPerCall, MAX_IDS_PER_ACK), retry: retryPolicyOf(options.retry, INTEGRATION_RETRY), retryForMs };
 }
 
 /** What rollcall said about one item: `null` when recorded (or a duplicate), else the rejection reason. */
@@ -99,8 +147,7 @@ function charsOf(ids: string[]): number {
  */
 export class AckCoalescer {
   private readonly pending = new Map<string, Pending>();
-  private readonly maxDelayMs: number;
-  private readonly maxIds: number;
+  private readonly settings: CoalescingSettings;
   /**
    * The most ID characters a call carries: unbounded until the service refuses a call as too large
    * (413), then the largest part it took, for SIZE_LIMIT_MEMORY_MS. A service's BODY_LIMIT counts
@@ -109,7 +156,6 @@ export class AckCoalescer {
   private maxChars = Infinity;
   /** When `maxChars` was last learnt (Date.now()). */
   private maxCharsLearntAt = 0;
-  private readonly retry: RetryPolicy;
   private inFlight = 0;
   private readonly settled = new Set<Promise<void>>();
 
@@ -117,9 +163,7 @@ export class AckCoalescer {
     private readonly client: RollcallClient,
     options: AckCoalescingOptions = {},
   ) {
-    this.maxDelayMs = options.maxDelayMs ?? DEFAULT_MAX_DELAY_MS;
-    this.maxIds = Math.min(options.maxIdsPerCall ?? MAX_IDS_PER_ACK, MAX_IDS_PER_ACK);
-    this.retry = retryPolicyOf(options.retry);
+    this.settings = settingsOf(options);
   }
 
   /** Acks one item; resolves once rollcall has committed it (`null`) or rejected it (the reason). */
@@ -144,13 +188,13 @@ export class AckCoalescer {
       entry = pendingCall(outcome, reason);
       this.pending.set(key, entry);
       const first = entry;
-      first.timer = setTimeout(() => this.send(key, first), this.maxDelayMs);
+      first.timer = setTimeout(() => this.send(key, first), this.settings.maxDelayMs);
       if (this.inFlight < MAX_CALLS_IN_FLIGHT) setImmediate(() => this.send(key, first));
     }
     entry.ids.push(itemId);
     entry.chars += chars;
     const answer = entry.answer;
-    if (entry.ids.length >= this.maxIds) this.send(key, entry);
+    if (entry.ids.length >= this.settings.maxIds) this.send(key, entry);
     return answer;
   }
 
@@ -190,7 +234,8 @@ export class AckCoalescer {
   private async call(entry: Pending): Promise<void> {
     try {
       const options: AckOptions = entry.error === undefined ? { outcome: entry.outcome } : { outcome: entry.outcome, error: entry.error };
-      const { refusals, largestTaken, tooLarge } = await this.acked(entry.ids, entry.chars, options);
+      const until = Date.now() + this.settings.retryForMs;
+      const { refusals, largestTaken, tooLarge } = await this.acked(entry.ids, entry.chars, options, until);
       // Refused for its size (not for one ID too large alone): later calls keep to what was taken.
       if (tooLarge && largestTaken > 0) {
         this.maxChars = Math.min(this.maxChars, largestTaken);
@@ -209,16 +254,21 @@ export class AckCoalescer {
    * fails, the others do not. `largestTaken` is the most ID characters of a part that was taken
    * whole; `tooLarge` says a part was refused that held no such ID (its size was the cause).
    */
-  private async acked(ids: string[], chars: number, options: AckOptions): Promise<{ refusals: Refusal[]; largestTaken: number; tooLarge: boolean }> {
+  private async acked(
+    ids: string[],
+    chars: number,
+    options: AckOptions,
+    until: number,
+  ): Promise<{ refusals: Refusal[]; largestTaken: number; tooLarge: boolean }> {
     try {
-      const { rejected } = await withRetries(() => this.client.ack(ids, options), this.retry);
+      const { rejected } = await withRetries(() => this.client.ack(ids, options), this.settings.retry, until);
       return { refusals: rejected, largestTaken: chars, tooLarge: false };
     } catch (error) {
       if (!(error instanceof RollcallApiError && error.status === 413)) throw error;
       if (ids.length === 1) return { refusals: [{ id: ids[0] as string, reason: PAYLOAD_TOO_LARGE }], largestTaken: 0, tooLarge: false };
       const halves = [ids.slice(0, Math.ceil(ids.length / 2)), ids.slice(Math.ceil(ids.length / 2))];
-      const first = await this.acked(halves[0]!, charsOf(halves[0]!), options);
-      const second = await this.acked(halves[1]!, charsOf(halves[1]!), options);
+      const first = await this.acked(halves[0]!, charsOf(halves[0]!), options, until);
+      const second = await this.acked(halves[1]!, charsOf(halves[1]!), options, until);
       const refusals = [...first.refusals, ...second.refusals];
       return {
         refusals,
@@ -241,14 +291,10 @@ const SHARED = new WeakMap<RollcallClient, Map<string, AckCoalescer>>();
 export function sharedCoalescer(client: RollcallClient, options: AckCoalescingOptions = {}): AckCoalescer {
   let byOptions = SHARED.get(client);
   if (!byOptions) SHARED.set(client, (byOptions = new Map()));
-  // By value, defaults filled in: options that mean the same share one coalescer.
-  const retry = retryPolicyOf(options.retry);
-  const key = JSON.stringify([
-    options.maxDelayMs ?? DEFAULT_MAX_DELAY_MS,
-    Math.min(options.maxIdsPerCall ?? MAX_IDS_PER_ACK, MAX_IDS_PER_ACK),
-    retry.attempts,
-    retry.firstDelayMs,
-  ]);
+  // By value, defaults filled in: options that mean the same share one coalescer. (JSON writes
+  // Infinity as null: no finite value is written so.)
+  const { maxDelayMs, maxIds, retry, retryForMs } = settingsOf(options);
+  const key = JSON.stringify([maxDelayMs, maxIds, retry.attempts, retry.firstDelayMs, retryForMs]);
   let coalescer = byOptions.get(key);
   if (!coalescer) byOptions.set(key, (coalescer = new AckCoalescer(client, options)));
   return coalescer;

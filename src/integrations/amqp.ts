@@ -47,7 +47,9 @@ export interface RollcallConsumerOptions extends AckCoalescingOptions, CancelChe
   maxDeliveries?: number;
   /**
    * Told what a consume callback cannot throw to anyone: an ack rollcall rejected (`ack_rejected`;
-   * the message is acked, no retry can fix it), an ack call that failed after its retries or was
+   * the message is nacked without requeue, so it is dead-lettered where the queue has a dead-letter
+   * exchange: a rerun would be refused again, but a replay after a fix, such as the right tenant's
+   * token, is not), an ack call that failed after its retries or was
    * refused with a `4xx` (the message is requeued: see `record`), a message without an item ID (`missing_item_id`; nacked without requeue,
    * so it is dead-lettered where the queue has a dead-letter exchange), a message the channel could
    * not ack or return for another reason than being closed (`settle_failed`: it stays unacked until
@@ -103,6 +105,18 @@ export function previousDeliveries(message: ConsumeMessage): number {
   return Number.isFinite(count) && count > 0 ? count : 0;
 }
 
+/**
+ * `options.maxDeliveries`, checked: a value no count reaches or passes as meant is refused when the
+ * consumer is made. `Number(process.env.MAX_DELIVERIES)` with the variable unset is NaN, below
+ * which no count is: every first failure was recorded as final, silently.
+ */
+function maxDeliveriesOf(options: RollcallConsumerOptions): number {
+  const maxDeliveries = options.maxDeliveries ?? 3;
+  if (!(Number.isSafeInteger(maxDeliveries) && maxDeliveries >= 0))
+    throw new RangeError(`maxDeliveries must be a whole number ≥ 0, not ${String(maxDeliveries)}`);
+  return maxDeliveries;
+}
+
 /** What rollcallConsumer returns: amqplib's consume callback, and a way to let its messages finish. */
 export interface RollcallConsumeCallback {
   (message: ConsumeMessage | null): void;
@@ -139,7 +153,7 @@ export function rollcallConsumer(
   const acks = sharedCoalescer(client, options);
   const cancelled = sharedCancelledBatches(client, options);
   const itemIdOf = options.itemIdOf ?? defaultItemIdOf;
-  const maxDeliveries = options.maxDeliveries ?? 3;
+  const maxDeliveries = maxDeliveriesOf(options);
   const report = (error: Error, message: ConsumeMessage) => callQuietly(() => options.onError?.(error, message));
   /** Messages settled here: each is settled once, and one that an unforeseen error left is settled too. */
   const settledMessages = new WeakSet<ConsumeMessage>();
@@ -187,9 +201,14 @@ export function rollcallConsumer(
       report(asError(ackError), message);
       return settleMessage(message, isTransient(ackError) ? 'requeue' : 'retry');
     }
-    if (rejected === 'batch_cancelled') cancelled.learnCancelled(itemId);
-    else if (rejected !== null) report(new RollcallIntegrationError('ack_rejected', `rollcall rejected item ${itemId}: ${rejected}`), message);
-    settleMessage(message, 'ack');
+    if (rejected === null || rejected === 'batch_cancelled') {
+      if (rejected !== null) cancelled.learnCancelled(itemId);
+      return settleMessage(message, 'ack');
+    }
+    // Not acked: dead-lettered where the queue has a dead-letter exchange, for a replay once what
+    // made rollcall refuse it is fixed (a token of another tenant sees every batch as unknown_batch).
+    report(new RollcallIntegrationError('ack_rejected', `rollcall rejected item ${itemId}: ${rejected}`), message);
+    settleMessage(message, 'drop');
   };
 
   const consume = async (message: ConsumeMessage) => {

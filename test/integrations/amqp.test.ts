@@ -1,5 +1,5 @@
 import { spawn } from 'node:child_process';
-import { randomBytes } from 'node:crypto';
+import { randomBytes, randomUUID } from 'node:crypto';
 import path from 'node:path';
 import readline from 'node:readline';
 import vm from 'node:vm';
@@ -409,6 +409,33 @@ describeWith(amqpUrl).each(backends())('rollcall/amqp on a real RabbitMQ quorum 
     await other.close();
     await until(() => cancelledCalls > 0);
     expect(cancelledCalls).toBe(1);
+  });
+
+  it("when rollcall rejects a message's ack (unknown_batch: a token of another tenant sees every batch so), then the message is dead-lettered, and replayed from there it is recorded", async () => {
+    const client = new RollcallClient({ baseUrl: svc.url });
+    const deadLetters = `rollcall-test-dead-${randomBytes(4).toString('hex')}`;
+    const setup = await admin.createChannel();
+    await setup.assertQueue(deadLetters, { durable: true, arguments: { 'x-queue-type': 'quorum' } });
+    const { queue, batch } = await produce(client, 5, { 'x-dead-letter-exchange': '', 'x-dead-letter-routing-key': deadLetters });
+    const codes: string[] = [];
+    const channel = await (await connect()).createChannel();
+    const elsewhere = rollcallConsumer(client, channel, () => undefined, {
+      // The same group and index in a batch this tenant does not have.
+      itemIdOf: (message) => String(message.properties.headers?.['x-rollcall-item-id']).replace(batch.id, randomUUID()),
+      onError: (error) => codes.push((error as { code?: string }).code ?? error.message),
+    });
+    const { consumerTag } = await channel.consume(queue, elsewhere);
+    await until(async () => (await setup.checkQueue(deadLetters)).messageCount === 5, 10_000);
+    await channel.cancel(consumerTag);
+    await elsewhere.drain();
+    expect(codes).toEqual(Array(5).fill('ack_rejected'));
+    const replay = rollcallConsumer(client, channel, () => undefined);
+    await channel.consume(deadLetters, replay);
+    expect(await client.waitForCompletion(batch.id, { timeoutMs: 10_000 })).toMatchObject({ state: 'complete', succeeded: 5, pending: 0 });
+    await replay.drain();
+    await setup.deleteQueue(deadLetters);
+    await setup.close();
+    await drained(queue);
   });
 
   it('when a batch is cancelled before its messages are consumed, then none of them runs and all are acked', async () => {

@@ -304,7 +304,6 @@ describeWith(redisUrl).each(backends())('rollcall/bullmq on a real Redis and a r
           queue.name,
           rollcallProcessor(client, async (job: Job<TestJobData>) => {
             runs.set(job.data.n, (runs.get(job.data.n) ?? 0) + 1);
-            // eslint-disable-next-line @typescript-eslint/only-throw-error -- what some code does, and what this test is about
             if (job.attemptsMade === 0) throw `fatal: job ${job.data.n}, first attempt`;
           }),
           { connection, prefix, concurrency: 3, settings: { backoffStrategy } },
