@@ -15,6 +15,7 @@ import { withRetries } from '../src/client/retry';
 import { AckCoalescer, AckCoalescingOptions } from '../src/integrations/ackCoalescer';
 import { rollcallConsumer } from '../src/integrations/amqp';
 import { rollcallProcessor } from '../src/integrations/bullmq';
+import type { CancelCheckOptions } from '../src/integrations/cancelledBatches';
 import { openBatch } from '../src/integrations/producer';
 import { until } from './helpers/realTime';
 
@@ -354,10 +355,10 @@ describe("the client's default way of sending (httpSend)", () => {
     });
     const started = Date.now();
     await expect(acks.ack('b:g:0', 'succeeded')).rejects.toMatchObject({ code: 'ECONNREFUSED' });
-    // Sent at 0, 10, 30, 70, 150, 310 and 630 ms; the next, 640 ms later, would start after 1 s.
-    expect({ tries, withinRetryFor: Date.now() - started < 1000 }).toEqual({ tries: 7, withinRetryFor: true });
+    // Sent at 0, 10, 30, 70, 150, 310 and 630 ms, and a last time at 1 s: the next wait, 640 ms, is cut there.
+    expect({ tries, withinRetryFor: Date.now() - started < 1500 }).toEqual({ tries: 8, withinRetryFor: true });
     const client = new RollcallClient({ baseUrl: 'http://127.0.0.1:1', fetch: refused });
-    const meaningless: AckCoalescingOptions[] = [
+    const meaningless: Array<AckCoalescingOptions & CancelCheckOptions> = [
       { retry: { attempts: NaN } },
       { retry: { attempts: 0 } },
       { retry: { attempts: 2.5 } },
@@ -373,6 +374,8 @@ describe("the client's default way of sending (httpSend)", () => {
       { maxIdsPerCall: NaN },
       { maxIdsPerCall: 0 },
       { maxIdsPerCall: 2.5 },
+      { cancelCheckIntervalMs: NaN },
+      { cancelCheckIntervalMs: -1 },
     ];
     for (const options of meaningless) {
       expect(() => rollcallProcessor(client, async () => 'ok', options)).toThrow(RangeError);
@@ -384,6 +387,32 @@ describe("the client's default way of sending (httpSend)", () => {
     // A JavaScript caller's `retry: null` is the default policy, as before; no time limit is one too.
     expect(() => rollcallProcessor(client, async () => 'ok', { retry: null as unknown as undefined, retryForMs: Infinity })).not.toThrow();
     expect(() => rollcallConsumer(client, {} as unknown as Channel, async () => undefined, { maxDeliveries: 0, maxIdsPerCall: 20_000 })).not.toThrow();
+    expect(() =>
+      rollcallConsumer(client, {} as unknown as Channel, async () => undefined, {
+        maxDeliveries: Infinity,
+        maxIdsPerCall: Infinity,
+        cancelCheckIntervalMs: Infinity,
+      }),
+    ).not.toThrow();
+  });
+
+  it('when acks are held because rollcall cannot be reached, then a process warning says so (ack_delayed), once a minute however many calls', async () => {
+    const warned = jest.spyOn(process, 'emitWarning').mockImplementation(() => undefined);
+    try {
+      const refused = () => Promise.reject(Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:1'), { code: 'ECONNREFUSED' }));
+      const acks = new AckCoalescer(new RollcallClient({ baseUrl: 'http://127.0.0.1:1', fetch: refused }), { retry: { firstDelayMs: 20 }, retryForMs: 300 });
+      const held = [acks.ack('b:g:0', 'succeeded'), acks.ack('b:g:1', 'failed', 'one'), acks.ack('b:g:2', 'failed', 'two')];
+      for (const ack of held) await expect(ack).rejects.toMatchObject({ code: 'ECONNREFUSED' });
+      // Three calls (one per outcome and reason), each tried again several times: one warning.
+      const messages = warned.mock.calls.map(([warning, options]) =>
+        typeof warning === 'string' ? [(options as { code?: string }).code, warning] : [(warning as { code?: string }).code, warning.message],
+      );
+      expect(messages).toEqual([
+        ['ack_delayed', 'rollcall could not be reached; acks are sent again for up to 300 ms (retryForMs), their jobs held: connect ECONNREFUSED 127.0.0.1:1'],
+      ]);
+    } finally {
+      warned.mockRestore();
+    }
   });
 
   it('when the service answers 429 with Retry-After, then the error says how long, and the integrations wait that long before sending again', async () => {

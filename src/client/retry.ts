@@ -5,7 +5,8 @@ import { ANSWER_TOO_LARGE } from './httpSend';
  * Tries, waiting 50 ms, 100 ms, … (capped at 2 s) between them, or as long as an answer's
  * `Retry-After` asks when that is longer (up to MAX_RETRY_AFTER_MS). The default waits ~29 s in all,
  * plus each try's own time (up to the client's `timeoutMs` when the service does not answer): long
- * enough to ride out a restart of the service, so a worker's acks are not given up in a deploy.
+ * enough to ride out a restart of the service, so a producer's adds or a wait are not given up in a
+ * deploy. (The integrations' acks go on longer: `retryForMs` in ackCoalescer.ts.)
  */
 export interface RetryPolicy {
   attempts: number;
@@ -106,19 +107,29 @@ export function retryDelayMs(policy: RetryPolicy, attempt: number, error: unknow
   return Math.max(backoff, Math.min(asked, MAX_RETRY_AFTER_MS));
 }
 
+/** When `withRetries` stops, and whom it tells of a failure it will try again after. */
+export interface RetryLimits {
+  /** No try starts after this `Date.now()` time: a wait that would pass it ends there, with a last try. Default none. */
+  until?: number;
+  /** Told of each transient failure that another try follows. */
+  onRetry?: (error: unknown) => void;
+}
+
 /**
- * Runs `call` until it succeeds, the error is not transient, the attempts are spent, or the next try
- * would start after `until` (a `Date.now()` time; by default none). Only for calls that are safe to
- * repeat: acks (a repeat is a duplicate) and adds with an Idempotency-Key.
+ * Runs `call` until it succeeds, the error is not transient, the attempts are spent, or `until` has
+ * come. Only for calls that are safe to repeat: acks (a repeat is a duplicate) and adds with an
+ * Idempotency-Key.
  */
-export async function withRetries<T>(call: () => Promise<T>, policy: RetryPolicy = DEFAULT_RETRY, until = Infinity): Promise<T> {
+export async function withRetries<T>(call: () => Promise<T>, policy: RetryPolicy = DEFAULT_RETRY, limits: RetryLimits = {}): Promise<T> {
+  const until = limits.until ?? Infinity;
   for (let attempt = 1; ; attempt++) {
     try {
       return await call();
     } catch (error) {
-      if (attempt >= policy.attempts || !isTransient(error)) throw error;
-      const delayMs = retryDelayMs(policy, attempt, error);
-      if (Date.now() + delayMs > until) throw error;
+      const leftMs = until - Date.now();
+      if (attempt >= policy.attempts || !isTransient(error) || leftMs <= 0) throw error;
+      limits.onRetry?.(error);
+      const delayMs = Math.min(retryDelayMs(policy, attempt, error), leftMs);
       await new Promise((resolve) => setTimeout(resolve, delayMs));
     }
   }

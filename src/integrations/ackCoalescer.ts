@@ -2,6 +2,7 @@ import { AckOptions, MAX_IDS_PER_ACK, RollcallApiError, RollcallClient } from '.
 import { DEFAULT_RETRY, RetryPolicy, retryPolicyOf, withRetries } from '../client/retry';
 import { toExactText, truncateText } from '../contract/text';
 import { MAX_ERROR_LENGTH } from '../contract/vocabulary';
+import { asError, RollcallIntegrationError, warn } from './errors';
 
 export type ItemOutcome = 'succeeded' | 'failed';
 
@@ -23,10 +24,14 @@ const DEFAULT_MAX_DELAY_MS = 10;
  * worker pauses instead of failing work that was done. Before, the tries ended after ~29 s: a BullMQ
  * job then spent an attempt (its last: failed for good, though its handler had succeeded), and an
  * AMQP message went back to the queue, its handler ran again, and before RabbitMQ 4.3 each return
- * counted a delivery, until `x-delivery-limit` dropped it with its item pending. Below RabbitMQ's
- * `consumer_timeout` (30 minutes by default), past which the broker closes the channel.
+ * counted a delivery, until `x-delivery-limit` dropped it with its item pending. Well below
+ * RabbitMQ's `consumer_timeout` (30 minutes by default, counted from the delivery, so the handler's
+ * time counts too), past which the broker closes the channel.
  */
 const DEFAULT_RETRY_FOR_MS = 10 * 60_000;
+
+/** At most one `ack_delayed` warning a coalescer per this long, however many calls are held. */
+const DELAY_WARNING_EVERY_MS = 60_000;
 
 /** The integrations' tries: as many as `retryForMs` allows, with the client's backoff. */
 const INTEGRATION_RETRY: RetryPolicy = { attempts: Infinity, firstDelayMs: DEFAULT_RETRY.firstDelayMs };
@@ -55,8 +60,11 @@ export interface AckCoalescingOptions {
   retry?: Partial<RetryPolicy>;
   /**
    * How long such a call is sent again before its jobs are given up on (their ack fails): no new try
-   * starts later than this after its first. Default 10 minutes: a rollcall outage that long pauses
-   * the worker, and fails no work. Keep it below RabbitMQ's `consumer_timeout` (30 minutes by default).
+   * starts later than this after its first. Default 10 minutes, or no limit when `retry.attempts` is
+   * given (the attempts then decide, as before this option). A rollcall outage that long pauses the
+   * worker and fails no work; a process warning (`ack_delayed`, at most one a minute) says so. On
+   * RabbitMQ, the longest handler plus this plus the client's `timeoutMs` must stay below the
+   * broker's `consumer_timeout` (30 minutes by default, counted from the delivery).
    */
   retryForMs?: number;
 }
@@ -77,13 +85,20 @@ interface CoalescingSettings {
 function settingsOf(options: AckCoalescingOptions): CoalescingSettings {
   const maxDelayMs = options.maxDelayMs ?? DEFAULT_MAX_DELAY_MS;
   const maxIdsPerCall = options.maxIdsPerCall ?? MAX_IDS_PER_ACK;
-  const retryForMs = options.retryForMs ?? DEFAULT_RETRY_FOR_MS;
+  // A policy that names its attempts keeps them, with no time limit: `attempts: Infinity` was "never give up".
+  const retryForMs = options.retryForMs ?? (options.retry?.attempts === undefined ? DEFAULT_RETRY_FOR_MS : Infinity);
   if (!(Number.isFinite(maxDelayMs) && maxDelayMs >= 0)) throw new RangeError(`maxDelayMs must be a number of milliseconds ≥ 0, not ${String(maxDelayMs)}`);
-  if (!(Number.isSafeInteger(maxIdsPerCall) && maxIdsPerCall >= 1))
-    throw new RangeError(`maxIdsPerCall must be a whole number ≥ 1, not ${String(maxIdsPerCall)}`);
+  if (!(maxIdsPerCall === Infinity || (Number.isSafeInteger(maxIdsPerCall) && maxIdsPerCall >= 1)))
+    throw new RangeError(`maxIdsPerCall must be a whole number ≥ 1 (Infinity: the API's 10,000), not ${String(maxIdsPerCall)}`);
   if (!(typeof retryForMs === 'number' && retryForMs >= 0))
     throw new RangeError(`retryForMs must be a number of milliseconds ≥ 0 (or Infinity), not ${String(retryForMs)}`);
   return { maxDelayMs, maxIds: Math.min(maxIdsPerCall, MAX_IDS_PER_ACK), retry: retryPolicyOf(options.retry, INTEGRATION_RETRY), retryForMs };
+}
+
+/** A time in milliseconds as a person reads it: `300 ms`, `45 s`, `10 min`. */
+function durationText(ms: number): string {
+  if (ms < 1000) return `${Math.round(ms)} ms`;
+  return ms < 120_000 ? `${Math.round(ms / 1000)} s` : `${Math.round(ms / 60_000)} min`;
 }
 
 /** What rollcall said about one item: `null` when recorded (or a duplicate), else the rejection reason. */
@@ -158,6 +173,8 @@ export class AckCoalescer {
   private maxCharsLearntAt = 0;
   private inFlight = 0;
   private readonly settled = new Set<Promise<void>>();
+  /** When the last `ack_delayed` warning went (Date.now()). */
+  private delayWarnedAt = -Infinity;
 
   constructor(
     private readonly client: RollcallClient,
@@ -206,6 +223,23 @@ export class AckCoalescer {
   private callLimit(): number {
     if (this.maxChars !== Infinity && Date.now() - this.maxCharsLearntAt > SIZE_LIMIT_MEMORY_MS) this.maxChars = Infinity;
     return this.maxChars;
+  }
+
+  /**
+   * Says, at most once a minute, that acks are held through an outage: their jobs wait without
+   * failing, and a wrong `baseUrl` (a refused connection, a host not found: an outage too, for all
+   * a worker can tell) would otherwise show nothing until `retryForMs` is spent.
+   */
+  private warnDelayed(error: unknown): void {
+    const now = Date.now();
+    if (now - this.delayWarnedAt < DELAY_WARNING_EVERY_MS) return;
+    this.delayWarnedAt = now;
+    const holding = this.settings.retryForMs === Infinity ? 'until it answers' : `for up to ${durationText(this.settings.retryForMs)} (retryForMs)`;
+    warn(
+      new RollcallIntegrationError('ack_delayed', `rollcall could not be reached; acks are sent again ${holding}, their jobs held: ${asError(error).message}`, {
+        cause: error,
+      }),
+    );
   }
 
   /**
@@ -261,7 +295,7 @@ export class AckCoalescer {
     until: number,
   ): Promise<{ refusals: Refusal[]; largestTaken: number; tooLarge: boolean }> {
     try {
-      const { rejected } = await withRetries(() => this.client.ack(ids, options), this.settings.retry, until);
+      const { rejected } = await withRetries(() => this.client.ack(ids, options), this.settings.retry, { until, onRetry: (error) => this.warnDelayed(error) });
       return { refusals: rejected, largestTaken: chars, tooLarge: false };
     } catch (error) {
       if (!(error instanceof RollcallApiError && error.status === 413)) throw error;

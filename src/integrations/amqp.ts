@@ -112,8 +112,9 @@ export function previousDeliveries(message: ConsumeMessage): number {
  */
 function maxDeliveriesOf(options: RollcallConsumerOptions): number {
   const maxDeliveries = options.maxDeliveries ?? 3;
-  if (!(Number.isSafeInteger(maxDeliveries) && maxDeliveries >= 0))
-    throw new RangeError(`maxDeliveries must be a whole number ≥ 0, not ${String(maxDeliveries)}`);
+  // Infinity: every failure is requeued, and the queue's x-delivery-limit and dead-letter exchange decide.
+  if (!(maxDeliveries === Infinity || (Number.isSafeInteger(maxDeliveries) && maxDeliveries >= 0)))
+    throw new RangeError(`maxDeliveries must be a whole number ≥ 0 (or Infinity), not ${String(maxDeliveries)}`);
   return maxDeliveries;
 }
 

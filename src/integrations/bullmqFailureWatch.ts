@@ -11,20 +11,7 @@ import type { RollcallClient } from '../client';
 import { unlessAborted } from '../client/abortable';
 import { AckCoalescingOptions, Rejected, sharedCoalescer } from './ackCoalescer';
 import { FailedSet, recentFailuresOf } from './bullmqRecentFailures';
-import { asError, failureMessageOf, RollcallIntegrationError } from './errors';
-
-/**
- * A process warning for an error nothing else listens for. Node refuses an Error of another realm
- * (a module loaded in a vm context, as Jest loads it) as a warning: then it goes as text, with its
- * name and code.
- */
-function warn(error: RollcallIntegrationError): void {
-  try {
-    process.emitWarning(error);
-  } catch {
-    process.emitWarning(error.message, { type: error.name, code: error.code });
-  }
-}
+import { asError, failureMessageOf, RollcallIntegrationError, warn } from './errors';
 
 export interface FailureWatchOptions<DataType, ResultType, NameType extends string> extends AckCoalescingOptions {
   /** Where a job's item ID is. Default: `job.data.rollcallItemId` (as the processor's). */

@@ -26,6 +26,17 @@ interface Known {
 /** How long "not cancelled" is trusted by default. */
 const DEFAULT_INTERVAL_MS = 1000;
 
+/**
+ * `options.cancelCheckIntervalMs`, checked: NaN (`Number` of an unset variable) made every job ask
+ * again, one look-up a job.
+ */
+function intervalOf(options: CancelCheckOptions): number {
+  const intervalMs = options.cancelCheckIntervalMs ?? DEFAULT_INTERVAL_MS;
+  if (!(typeof intervalMs === 'number' && intervalMs >= 0))
+    throw new RangeError(`cancelCheckIntervalMs must be a number of milliseconds ≥ 0 (or Infinity), not ${String(intervalMs)}`);
+  return intervalMs;
+}
+
 /** Batches remembered per process; the oldest are forgotten past this (a re-check costs one call). */
 const REMEMBERED_BATCHES = 10_000;
 
@@ -49,7 +60,7 @@ export class CancelledBatches {
     private readonly client: RollcallClient,
     options: CancelCheckOptions = {},
   ) {
-    this.intervalMs = options.cancelCheckIntervalMs ?? DEFAULT_INTERVAL_MS;
+    this.intervalMs = intervalOf(options);
   }
 
   /** Remembers that the batch of this item is cancelled (from a `batch_cancelled` rejection). */
@@ -118,7 +129,7 @@ const SHARED = new WeakMap<RollcallClient, Map<number, CancelledBatches>>();
  * ack spares the others' jobs too.
  */
 export function sharedCancelledBatches(client: RollcallClient, options: CancelCheckOptions = {}): CancelledBatches {
-  const intervalMs = options.cancelCheckIntervalMs ?? DEFAULT_INTERVAL_MS;
+  const intervalMs = intervalOf(options);
   let byInterval = SHARED.get(client);
   if (!byInterval) SHARED.set(client, (byInterval = new Map()));
   let batches = byInterval.get(intervalMs);

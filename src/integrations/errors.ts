@@ -9,6 +9,11 @@ export type IntegrationErrorCode =
   | 'ack_rejected'
   /** The failure watch could not record a job BullMQ failed for good (refused, or rollcall out of reach): its item stays pending. */
   | 'failure_unrecorded'
+  /**
+   * Acks that rollcall could not be reached for are being sent again (`retryForMs`), their jobs or
+   * messages held meanwhile: a process warning, at most one a minute, not a failure.
+   */
+  | 'ack_delayed'
   /** rollcall/amqp could not ack or return a message (the channel's ack, nack or reject threw, not for a closed channel): it stays unacked until its channel closes. */
   | 'settle_failed'
   /** `openBatch` could not add the items (after retries); the batch is not sealed, see `batchId`. */
@@ -34,6 +39,19 @@ export class RollcallIntegrationError extends Error {
   readonly batchId: string | undefined;
   /** `openBatch`'s failures: how many item IDs `enqueue` took (their chunks' calls returned) before it. */
   readonly enqueued: number | undefined;
+}
+
+/**
+ * A process warning for an error nothing else listens for. Node refuses an Error of another realm
+ * (a module loaded in a vm context, as Jest loads it) as a warning: then it goes as text, with its
+ * name and code.
+ */
+export function warn(error: RollcallIntegrationError): void {
+  try {
+    process.emitWarning(error);
+  } catch {
+    process.emitWarning(error.message, { type: error.name, code: error.code });
+  }
 }
 
 /**
