@@ -70,11 +70,20 @@ const UNTRUSTED = new Set([
   'ERR_SSL_WRONG_VERSION_NUMBER',
 ]);
 
+/**
+ * fetch's refusal of a URL with a user name or password in it (`http://user:secret@host`): a
+ * TypeError without a code, told by its message. Sent again it is refused again.
+ */
+const CREDENTIALS_IN_URL = /URL that includes credentials/;
+
 /** Whether `error` or one of its causes (fetch wraps them) is a request Node would not send, a service it cannot trust, or an answer no service of ours gives. */
 function unsendable(error: unknown): boolean {
   for (let at = error, depth = 0; typeof at === 'object' && at !== null && depth < 4; at = (at as { cause?: unknown }).cause, depth++) {
     const code = (at as { code?: unknown }).code;
     if (typeof code === 'string' && (UNSENDABLE.has(code) || UNTRUSTED.has(code) || code === ANSWER_TOO_LARGE)) return true;
+    // By name: fetch's TypeError may be of another realm than this module's (Jest's, a vm's).
+    const { name, message } = at as { name?: unknown; message?: unknown };
+    if (name === 'TypeError' && typeof message === 'string' && CREDENTIALS_IN_URL.test(message)) return true;
   }
   return false;
 }
@@ -122,15 +131,19 @@ export interface RetryLimits {
  */
 export async function withRetries<T>(call: () => Promise<T>, policy: RetryPolicy = DEFAULT_RETRY, limits: RetryLimits = {}): Promise<T> {
   const until = limits.until ?? Infinity;
+  // Set once a wait was cut to end at `until`: that try is the last, whatever the clock says after
+  // it (a timer may fire a millisecond early by Date.now()).
+  let last = false;
   for (let attempt = 1; ; attempt++) {
     try {
       return await call();
     } catch (error) {
       const leftMs = until - Date.now();
-      if (attempt >= policy.attempts || !isTransient(error) || leftMs <= 0) throw error;
+      if (last || attempt >= policy.attempts || !isTransient(error) || leftMs <= 0) throw error;
       limits.onRetry?.(error);
-      const delayMs = Math.min(retryDelayMs(policy, attempt, error), leftMs);
-      await new Promise((resolve) => setTimeout(resolve, delayMs));
+      const backoffMs = retryDelayMs(policy, attempt, error);
+      last = backoffMs >= leftMs;
+      await new Promise((resolve) => setTimeout(resolve, Math.min(backoffMs, leftMs)));
     }
   }
 }

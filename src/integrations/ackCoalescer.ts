@@ -33,6 +33,13 @@ const DEFAULT_RETRY_FOR_MS = 10 * 60_000;
 /** At most one `ack_delayed` warning a coalescer per this long, however many calls are held. */
 const DELAY_WARNING_EVERY_MS = 60_000;
 
+/**
+ * How long a call is held before `ack_delayed` is said (or half its `retryForMs`, when shorter): not
+ * for a blip the service asks a worker to wait out (`503` with `Retry-After: 1` while its ack queue
+ * is full, a `429`, a replica's restart).
+ */
+const DELAY_WARNING_AFTER_MS = 10_000;
+
 /** The integrations' tries: as many as `retryForMs` allows, with the client's backoff. */
 const INTEGRATION_RETRY: RetryPolicy = { attempts: Infinity, firstDelayMs: DEFAULT_RETRY.firstDelayMs };
 
@@ -60,9 +67,10 @@ export interface AckCoalescingOptions {
   retry?: Partial<RetryPolicy>;
   /**
    * How long such a call is sent again before its jobs are given up on (their ack fails): no new try
-   * starts later than this after its first. Default 10 minutes, or no limit when `retry.attempts` is
-   * given (the attempts then decide, as before this option). A rollcall outage that long pauses the
-   * worker and fails no work; a process warning (`ack_delayed`, at most one a minute) says so. On
+   * starts later than this after its first (but the halves of a call refused as too large, 413, get
+   * one try each). Default 10 minutes, or no limit when `retry.attempts` is given (the attempts then
+   * decide, as before this option). A rollcall outage that long pauses the worker and fails no work;
+   * a process warning (`ack_delayed`, for a call held 10 s, at most one a minute) says so. On
    * RabbitMQ, the longest handler plus this plus the client's `timeoutMs` must stay below the
    * broker's `consumer_timeout` (30 minutes by default, counted from the delivery).
    */
@@ -228,17 +236,23 @@ export class AckCoalescer {
   /**
    * Says, at most once a minute, that acks are held through an outage: their jobs wait without
    * failing, and a wrong `baseUrl` (a refused connection, a host not found: an outage too, for all
-   * a worker can tell) would otherwise show nothing until `retryForMs` is spent.
+   * a worker can tell) would otherwise show nothing until `retryForMs` is spent. Only for a call
+   * held a while (DELAY_WARNING_AFTER_MS), since `heldSince`. A user name and password in a URL of
+   * the error's message are not repeated.
    */
-  private warnDelayed(error: unknown): void {
+  private warnDelayed(error: unknown, heldSince: number): void {
     const now = Date.now();
-    if (now - this.delayWarnedAt < DELAY_WARNING_EVERY_MS) return;
+    const heldMs = now - heldSince;
+    if (heldMs < Math.min(DELAY_WARNING_AFTER_MS, this.settings.retryForMs / 2) || now - this.delayWarnedAt < DELAY_WARNING_EVERY_MS) return;
     this.delayWarnedAt = now;
     const holding = this.settings.retryForMs === Infinity ? 'until it answers' : `for up to ${durationText(this.settings.retryForMs)} (retryForMs)`;
+    const reason = asError(error).message.replace(/\/\/[^/@\s]*@/g, '//…@');
     warn(
-      new RollcallIntegrationError('ack_delayed', `rollcall could not be reached; acks are sent again ${holding}, their jobs held: ${asError(error).message}`, {
-        cause: error,
-      }),
+      new RollcallIntegrationError(
+        'ack_delayed',
+        `rollcall has not taken acks for ${durationText(heldMs)}; they are sent again ${holding}, their jobs held. The last error: ${reason}`,
+        { cause: error },
+      ),
     );
   }
 
@@ -295,7 +309,11 @@ export class AckCoalescer {
     until: number,
   ): Promise<{ refusals: Refusal[]; largestTaken: number; tooLarge: boolean }> {
     try {
-      const { rejected } = await withRetries(() => this.client.ack(ids, options), this.settings.retry, { until, onRetry: (error) => this.warnDelayed(error) });
+      const heldSince = Date.now();
+      const { rejected } = await withRetries(() => this.client.ack(ids, options), this.settings.retry, {
+        until,
+        onRetry: (error) => this.warnDelayed(error, heldSince),
+      });
       return { refusals: rejected, largestTaken: chars, tooLarge: false };
     } catch (error) {
       if (!(error instanceof RollcallApiError && error.status === 413)) throw error;

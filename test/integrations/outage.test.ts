@@ -40,11 +40,15 @@ describe('a rollcall outage of 35 s (longer than the old ~29 s of tries) under w
     await svc.stop();
   });
 
-  /** Cuts rollcall off once `started` says the work is under way, for OUTAGE_MS, then lets it back. */
-  async function outageOnce(started: () => boolean): Promise<void> {
+  /**
+   * Cuts rollcall off once `started` says the work is under way, for OUTAGE_MS, then lets it back;
+   * expects the batch to have been left open meanwhile (its acks were held, not given up).
+   */
+  async function outageOnce(batchId: string, started: () => boolean): Promise<void> {
     await until(started, 20_000);
     await proxy.cut(); // connections dropped, new ones refused
     await realSleep(OUTAGE_MS);
+    expect(await svc.client.status(batchId)).toMatchObject({ state: 'sealed', failed: 0 }); // the service itself, not through the proxy
     await proxy.open();
   }
 
@@ -68,7 +72,7 @@ describe('a rollcall outage of 35 s (longer than the old ~29 s of tries) under w
         { connection, prefix, concurrency: 10 },
       );
       try {
-        await outageOnce(() => runs.size >= 5);
+        await outageOnce(batch.id, () => runs.size >= 5);
         expect(await svc.client.waitForCompletion(batch.id, { timeoutMs: 20_000 })).toMatchObject({ state: 'complete', succeeded: COUNT, failed: 0 });
         await until(async () => (await queue.getJobCounts('completed')).completed === COUNT, 10_000);
         expect(await queue.getJobCounts('completed', 'failed')).toEqual({ completed: COUNT, failed: 0 });
@@ -114,7 +118,7 @@ describe('a rollcall outage of 35 s (longer than the old ~29 s of tries) under w
       });
       const { consumerTag } = await channel.consume(queue, consume);
       try {
-        await outageOnce(() => runs.size >= 5);
+        await outageOnce(batch.id, () => runs.size >= 5);
         expect(await svc.client.waitForCompletion(batch.id, { timeoutMs: 20_000 })).toMatchObject({ state: 'complete', succeeded: COUNT, failed: 0 });
         await channel.cancel(consumerTag);
         await consume.drain();
