@@ -27,8 +27,11 @@ interface ServerOptions {
   answerAfterMs?: number;
   /** Answer every request with this status, a `location` and an HTML body, as a proxy would. */
   redirectTo?: { status: number; location: string };
-  /** Answer 429 with this `Retry-After` for `ms` after the first request, as a busy service or a rate limiter would. */
-  busyFor?: { ms: number; retryAfter: string };
+  /**
+   * Answer 429 with this `Retry-After` for `ms` after the first request, as a busy service or a rate
+   * limiter would; 503 without it when none is given, as a service whose database is away.
+   */
+  busyFor?: { ms: number; retryAfter?: string };
   /** Answer the first `count` requests with this status and error code (`Infinity`: all of them). */
   failFirst?: { count: number; status: number; code: string };
   /** Answer the first requests with these, one each, in order: a status, and a body (an error's when none). */
@@ -43,6 +46,8 @@ const A_BATCH = { id: '0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b', state: 'open' };
 
 async function server(options: ServerOptions = {}) {
   const seen = { requests: 0, connections: 0 };
+  /** When each request that `busyFor` did not refuse came (Date.now()). */
+  const pastBusy: number[] = [];
   const last = { method: '', headers: {} as http.IncomingHttpHeaders, body: '' };
   const onConnection = new WeakMap<object, number>();
   let firstAt: number | undefined;
@@ -50,6 +55,7 @@ async function server(options: ServerOptions = {}) {
     const n = (onConnection.get(req.socket) ?? 0) + 1;
     onConnection.set(req.socket, n);
     seen.requests += 1;
+    const arrivedAt = Date.now();
     if (options.dropSecondRequestOnAConnection && n === 2) return req.socket.destroy();
     if (options.dropSecondAnswerOnAConnection && n === 2) {
       res.writeHead(200, { 'content-type': 'application/json', 'content-length': '100' }).flushHeaders();
@@ -62,10 +68,15 @@ async function server(options: ServerOptions = {}) {
       if (options.redirectTo)
         return res.writeHead(options.redirectTo.status, { location: options.redirectTo.location, 'content-type': 'text/html' }).end('<html>moved</html>');
       firstAt ??= Date.now();
-      if (options.busyFor && Date.now() - firstAt < options.busyFor.ms)
-        return res
-          .writeHead(429, { 'retry-after': options.busyFor.retryAfter, 'content-type': 'application/json' })
-          .end(JSON.stringify({ error: { code: 'rate_limited', message: 'slow down' } }));
+      if (options.busyFor && Date.now() - firstAt < options.busyFor.ms) {
+        const { retryAfter } = options.busyFor;
+        return retryAfter === undefined
+          ? res.writeHead(503, { 'content-type': 'application/json' }).end(JSON.stringify({ error: { code: 'database_unavailable', message: 'not now' } }))
+          : res
+              .writeHead(429, { 'retry-after': retryAfter, 'content-type': 'application/json' })
+              .end(JSON.stringify({ error: { code: 'rate_limited', message: 'slow down' } }));
+      }
+      pastBusy.push(arrivedAt);
       const scripted = options.answers?.[seen.requests - 1];
       if (scripted)
         return res
@@ -87,7 +98,7 @@ async function server(options: ServerOptions = {}) {
     srv.closeAllConnections();
     return new Promise<void>((resolve) => srv.close(() => resolve()));
   };
-  return { url, seen, last, close };
+  return { url, seen, last, pastBusy, close };
 }
 
 /**
@@ -356,7 +367,7 @@ describe("the client's default way of sending (httpSend)", () => {
     const started = Date.now();
     await expect(acks.ack('b:g:0', 'succeeded')).rejects.toMatchObject({ code: 'ECONNREFUSED' });
     // Sent at 0, 10, 30, 70, 150, 310 and 630 ms, and a last time at 1 s: the next wait, 640 ms, is
-    // cut there (7 tries when a loaded machine's timers ran late past 1 s). Not 20 tries, ~29 s.
+    // cut there (7 tries when a loaded machine's timers ran late past 1 s). Not 20 tries, 29–44 s.
     expect({ tries: Math.min(Math.max(tries, 7), 8), withinRetryFor: Date.now() - started < 1500 }).toEqual({ tries, withinRetryFor: true });
     const client = new RollcallClient({ baseUrl: 'http://127.0.0.1:1', fetch: refused });
     const meaningless: Array<AckCoalescingOptions & CancelCheckOptions> = [
@@ -437,16 +448,38 @@ describe("the client's default way of sending (httpSend)", () => {
 
   it('when the service answers 429 with Retry-After, then the error says how long, and the integrations wait that long before sending again', async () => {
     const limited = await server({ busyFor: { ms: 60_000, retryAfter: '7' } });
-    const busy = await server({ busyFor: { ms: 1500, retryAfter: '1' }, body: { acked: 1, duplicates: 0, rejected: [], completed: [] } });
+    const busy = await server({ busyFor: { ms: 1700, retryAfter: '1' }, body: { acked: 1, duplicates: 0, rejected: [], completed: [] } });
     try {
       await expect(new RollcallClient({ baseUrl: limited.url }).list()).rejects.toMatchObject({ status: 429, code: 'rate_limited', retryAfterMs: 7000 });
       const acks = new AckCoalescer(new RollcallClient({ baseUrl: busy.url }));
       expect(await acks.ack('b:g:0', 'succeeded')).toBeNull();
-      // Sent at 0 s and 1 s (both refused, each asking for a second), then taken at 2 s: not the
-      // six tries of the backoff alone (50 ms, 100 ms, … apart) within the busy 1.5 s.
+      // Sent at 0 s and 1–1.5 s (both refused, each asking for a second, lengthened at random by up
+      // to half), then taken at 2–3 s: not the seven tries of the backoff alone (50 ms, 100 ms, …
+      // apart) within the busy 1.7 s.
       expect(busy.seen.requests).toBe(3);
     } finally {
       await limited.close();
+      await busy.close();
+    }
+  });
+
+  it.each([
+    ['unavailable (503 without Retry-After: the backoff)', undefined, 600],
+    ['busy (429 with Retry-After: 1, as a full ack queue answers)', '1', 1200],
+  ])('when many workers are held while the service is %s, then their acks come back spread out, not all at the same moment', async (_what, retryAfter, ms) => {
+    const busy = await server({ busyFor: { ms, retryAfter }, body: { acked: 1, duplicates: 0, rejected: [], completed: [] } });
+    try {
+      // Twenty worker processes, each with its own client, whose acks met the outage together.
+      const workers = Array.from({ length: 20 }, () => new AckCoalescer(new RollcallClient({ baseUrl: busy.url })));
+      expect(await Promise.all(workers.map((acks, i) => acks.ack(`b:g:${i}`, 'succeeded')))).toEqual(Array(20).fill(null));
+      // When the calls that were let through came: at most a third of them within any 20 ms (2–4 in
+      // trial runs, over 240 ms or more). Without jitter they came back together, at every try:
+      // 11–20 within 20 ms, all within 40 ms.
+      const taken = [...busy.pastBusy].sort((a, b) => a - b);
+      expect(taken).toHaveLength(20);
+      const mostWithin20Ms = Math.max(...taken.map((at) => taken.filter((t) => t >= at && t < at + 20).length));
+      expect(mostWithin20Ms).toBeLessThanOrEqual(7);
+    } finally {
       await busy.close();
     }
   });
@@ -555,7 +588,7 @@ describe("the client's default way of sending (httpSend)", () => {
       expect(srv.seen.requests).toBe(4);
       srv.seen.requests = 0;
       const started = Date.now();
-      // The default tries (20, ~29 s) outlast a 700 ms wait: the time limit ends it, a last time asked at the deadline.
+      // The default tries (20, 29–44 s) outlast a 700 ms wait: the time limit ends it, a last time asked at the deadline.
       await expect(client.waitForCompletion(A_BATCH.id, { timeoutMs: 700 })).rejects.toMatchObject({ status: 503 });
       expect(Date.now() - started).toBeGreaterThanOrEqual(700);
       expect(Date.now() - started).toBeLessThan(3000);

@@ -20,7 +20,7 @@ const USAGE = `usage: rollcall <command> [options]
   item <itemId>
   failures <batchId> [--limit N] [--cursor C]
   wait <batchId> [--timeout SECONDS]      SECONDS ≥ 0, fractions allowed (default 60; longer waits chain requests;
-                                          a refused connection or a 5xx is asked again, ~29 s, within SECONDS)
+                                          a refused connection or a 5xx is asked again, 29–44 s, within SECONDS)
   list [--state S] [--user-key K] [--parent BATCH] [--limit N]
 
 The service is ROLLCALL_URL (default http://127.0.0.1:8080); ROLLCALL_TOKEN is sent as a bearer token.

@@ -266,7 +266,7 @@ export class RollcallClient {
    * A wait outlives a deploy: an answer that may change when asked again (a `503` while the service
    * restarts or its database is away, `502`/`504` from a proxy, `429`, a refused or dropped
    * connection) is asked again after `retry`'s backoff (the one the integrations' acks use; by default
-   * 20 tries in a row here, ~29 s of pauses plus each try's own time), within `timeoutMs`; a good answer
+   * 20 tries in a row here, 29–44 s of pauses plus each try's own time), within `timeoutMs`; a good answer
    * starts the count again. It throws the last such error once the tries are spent or no time is
    * left, and any other error at once (`404 batch_not_found`, `401`). A `/wait` the service does not
    * answer within its own time plus the client's `timeoutMs` is not asked again: a service that has

@@ -3,10 +3,11 @@ import { ANSWER_TOO_LARGE } from './httpSend';
 
 /**
  * Tries, waiting 50 ms, 100 ms, … (capped at 2 s) between them, or as long as an answer's
- * `Retry-After` asks when that is longer (up to MAX_RETRY_AFTER_MS). The default waits ~29 s in all,
- * plus each try's own time (up to the client's `timeoutMs` when the service does not answer): long
- * enough to ride out a restart of the service, so a producer's adds or a wait are not given up in a
- * deploy. (The integrations' acks go on longer: `retryForMs` in ackCoalescer.ts.)
+ * `Retry-After` asks when that is longer (up to MAX_RETRY_AFTER_MS), each pause lengthened at random
+ * by up to half (JITTER). The default waits 29–44 s in all, plus each try's own time (up to the
+ * client's `timeoutMs` when the service does not answer): long enough to ride out a restart of the
+ * service, so a producer's adds or a wait are not given up in a deploy. (The integrations' acks go
+ * on longer: `retryForMs` in ackCoalescer.ts.)
  */
 export interface RetryPolicy {
   attempts: number;
@@ -30,7 +31,7 @@ export function retryPolicyOf(given?: Partial<RetryPolicy> | null, defaults: Ret
   return { attempts, firstDelayMs };
 }
 
-/** The longest backoff between two tries; an answer's `Retry-After` may ask for more, up to MAX_RETRY_AFTER_MS. */
+/** The longest backoff between two tries (before JITTER); an answer's `Retry-After` may ask for more, up to MAX_RETRY_AFTER_MS. */
 const MAX_DELAY_MS = 2000;
 const MAX_RETRY_AFTER_MS = 30_000;
 
@@ -109,11 +110,18 @@ export function isTimeLimit(error: unknown): boolean {
   return name === 'AbortError' || name === 'TimeoutError';
 }
 
+/**
+ * The most a pause is lengthened at random, as a share of itself. Workers held through one outage
+ * (or told by one full ack queue to come back in a second) would otherwise all come back within the
+ * same millisecond, to be refused together again. Only ever longer: a `Retry-After` is the least to wait.
+ */
+const JITTER = 0.5;
+
 /** How long to wait after the `attempt`-th try failed with `error`. */
 export function retryDelayMs(policy: RetryPolicy, attempt: number, error: unknown): number {
   const backoff = Math.min(MAX_DELAY_MS, policy.firstDelayMs * 2 ** (attempt - 1));
   const asked = error instanceof RollcallApiError ? (error.retryAfterMs ?? 0) : 0;
-  return Math.max(backoff, Math.min(asked, MAX_RETRY_AFTER_MS));
+  return Math.max(backoff, Math.min(asked, MAX_RETRY_AFTER_MS)) * (1 + JITTER * Math.random());
 }
 
 /** When `withRetries` stops, and whom it tells of a failure it will try again after. */
