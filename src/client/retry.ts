@@ -130,6 +130,12 @@ export interface RetryLimits {
   until?: number;
   /** Told of each transient failure that another try follows. */
   onRetry?: (error: unknown) => void;
+  /**
+   * Whether the pauses between tries keep the process alive (default true). False: a process with
+   * nothing else to do ends during a pause, its call given up (for calls whose callers' work is not
+   * lost that way, the integrations' acks: their jobs and messages run again).
+   */
+  keepsProcessAlive?: boolean;
 }
 
 /**
@@ -151,7 +157,10 @@ export async function withRetries<T>(call: () => Promise<T>, policy: RetryPolicy
       limits.onRetry?.(error);
       const backoffMs = retryDelayMs(policy, attempt, error);
       last = backoffMs >= leftMs;
-      await new Promise((resolve) => setTimeout(resolve, Math.min(backoffMs, leftMs)));
+      await new Promise((resolve) => {
+        const pause = setTimeout(resolve, Math.min(backoffMs, leftMs));
+        if (limits.keepsProcessAlive === false) pause.unref();
+      });
     }
   }
 }

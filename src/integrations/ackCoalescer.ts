@@ -260,10 +260,11 @@ export class AckCoalescer {
   /**
    * Sends what is waiting now and resolves when every ack made before has been answered. Not those
    * made later: other workers of the process may share this coalescer and keep it busy for good.
+   * The process stays alive meanwhile, though the pauses between tries alone do not hold it.
    */
   async drain(): Promise<void> {
     for (const [key, entry] of [...this.pending]) this.send(key, entry);
-    await Promise.all([...this.settled]);
+    await keepingProcessAlive(Promise.all([...this.settled]));
   }
 
   private send(key: string, entry: Pending): void {
@@ -314,6 +315,9 @@ export class AckCoalescer {
       const { rejected } = await withRetries(() => this.client.ack(ids, options), this.settings.retry, {
         until,
         onRetry: (error) => this.warnDelayed(error, heldSince),
+        // A worker stopped during an outage (`worker.close(true)`, a closed AMQP connection) must
+        // be able to end: its held jobs stall and its messages go back to the queue, to run again.
+        keepsProcessAlive: false,
       });
       return { refusals: rejected, largestTaken: chars, tooLarge: false };
     } catch (error) {
@@ -329,6 +333,19 @@ export class AckCoalescer {
         tooLarge: first.tooLarge || second.tooLarge || !refusals.some((refusal) => refusal.reason === PAYLOAD_TOO_LARGE),
       };
     }
+  }
+}
+
+/**
+ * `work`, with the process kept alive until it settles: for a caller who waits for acks (a drain, a
+ * stop), when the pauses between their tries do not keep it alive by themselves (keepsProcessAlive).
+ */
+export async function keepingProcessAlive<T>(work: Promise<T>): Promise<T> {
+  const holding = setInterval(() => undefined, 2 ** 30);
+  try {
+    return await work;
+  } finally {
+    clearInterval(holding);
   }
 }
 

@@ -7,7 +7,7 @@ import type { ConsumeMessage } from 'amqplib';
 
 import type { RollcallClient } from '../client';
 import { isTransient } from '../client/retry';
-import { AckCoalescingOptions, Rejected, sharedCoalescer } from './ackCoalescer';
+import { AckCoalescingOptions, keepingProcessAlive, Rejected, sharedCoalescer } from './ackCoalescer';
 import { CancelCheckOptions, sharedCancelledBatches } from './cancelledBatches';
 import { asError, failureMessageOf, RollcallIntegrationError } from './errors';
 
@@ -249,7 +249,7 @@ export function rollcallConsumer(
     unsettled.add(settled);
   };
   const drain = async (): Promise<void> => {
-    while (unsettled.size > 0) await Promise.all([...unsettled]);
+    while (unsettled.size > 0) await keepingProcessAlive(Promise.all([...unsettled]));
   };
   return Object.assign(callback, { drain });
 }

@@ -4,7 +4,10 @@
  * and no work that was done fails or runs again. Once, on the embedded service: what is tested is
  * the client side, whatever database the service has.
  */
+import { ChildProcess, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
+import path from 'node:path';
+import readline from 'node:readline';
 
 import amqp from 'amqplib';
 import { Queue, Worker } from 'bullmq';
@@ -131,5 +134,156 @@ describe('a rollcall outage of 35 s (longer than the old ~29 s of tries) under w
         await connection.close();
       }
     }, 120_000);
+  });
+
+  describe('a worker stopped while its acks are held', () => {
+    /** Nothing listens here: every ack call of a worker sent to it is refused, and sent again. */
+    const UNREACHABLE = 'http://127.0.0.1:9';
+
+    /** A fixture of test/integrations/fixtures/ in a process of its own, acking to UNREACHABLE; `exited` resolves at its end (Date.now()). */
+    function spawnFixture(file: string, env: Record<string, string>): { child: ChildProcess; exited: Promise<number> } {
+      const child = spawn(process.execPath, ['--import', 'tsx', `test/integrations/fixtures/${file}`], {
+        cwd: path.resolve(__dirname, '../..'),
+        env: { ...process.env, ROLLCALL_URL: UNREACHABLE, ...env },
+        stdio: 'ignore',
+      });
+      return { child, exited: new Promise((resolve) => child.once('exit', () => resolve(Date.now()))) };
+    }
+
+    /** How long after `stoppedAt` the process ended, or Infinity if it is still running after `limitMs`. */
+    async function endedWithin(exited: Promise<number>, stoppedAt: number, limitMs: number): Promise<number> {
+      return Promise.race([exited.then((at) => at - stoppedAt), realSleep(limitMs).then(() => Infinity)]);
+    }
+
+    /**
+     * Runs test/integrations/fixtures/drainingProcess.ts against rollcall behind the proxy, cut, for 3 s:
+     * expects it still running then, with nothing printed, and once rollcall is back, `printed` and its end.
+     */
+    async function drainsThroughOutage(env: Record<string, string>, printed: string[]): Promise<void> {
+      await proxy.cut();
+      let cut = true;
+      const child = spawn(process.execPath, ['--import', 'tsx', 'test/integrations/fixtures/drainingProcess.ts'], {
+        cwd: path.resolve(__dirname, '../..'),
+        env: { ...process.env, ROLLCALL_URL: `http://127.0.0.1:${proxy.port}`, ...env },
+        stdio: ['ignore', 'pipe', 'ignore'],
+      });
+      const output: string[] = [];
+      readline.createInterface({ input: child.stdout! }).on('line', (line) => output.push(line));
+      const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
+      try {
+        await realSleep(3000); // its ack refused and sent again, its pauses holding nothing
+        expect({ running: child.exitCode === null, output }).toEqual({ running: true, output: [] });
+        await proxy.open();
+        cut = false;
+        expect(await exited).toBe(0);
+        expect(output).toEqual(printed);
+      } finally {
+        child.kill('SIGKILL');
+        if (cut) await proxy.open();
+      }
+    }
+
+    it('when a process waits for its held acks with nothing else to do (a graceful stop after its connections closed), then it stays until rollcall answers them', async () => {
+      let item = '';
+      const batch = await openBatch(svc.client, { count: 1, enqueue: async ([id]) => void (item = id!) });
+      await drainsThroughOutage({ ITEM: item }, ['ACKED null', 'DRAINED']);
+      expect(await svc.client.status(batch.id)).toMatchObject({ state: 'complete', succeeded: 1 });
+    }, 60_000);
+
+    describeWith(redisUrl)('BullMQ', () => {
+      it('when a worker is force-closed while rollcall is away, then its process ends; its jobs run again in another worker, counted once', async () => {
+        const connection = redisConnection(redisUrl ?? 'redis://127.0.0.1:6379');
+        const prefix = `rollcall-test-${randomBytes(4).toString('hex')}`;
+        const queue = new Queue(`q-${randomBytes(4).toString('hex')}`, { connection, prefix });
+        let n = 3; // jobs of kind "ok" (fixtures/jobs.ts)
+        const batch = await openBatch(svc.client, {
+          count: 5,
+          enqueue: async (ids) => void (await queue.addBulk(ids.map((id) => ({ name: 'item', data: { rollcallItemId: id, n: n++ }, opts: { attempts: 1 } })))),
+        });
+        const { child, exited } = spawnFixture('bullmqWorker.ts', { REDIS_URL: redisUrl ?? '', QUEUE: queue.name, PREFIX: prefix });
+        try {
+          await until(async () => (await queue.getActiveCount()) === 5, 30_000);
+          await realSleep(500); // the handlers are done, their acks refused and held
+          const stoppedAt = Date.now();
+          child.kill('SIGUSR2'); // worker.close(true), and nothing else
+          // Before, the held acks' retries kept the process alive for retryForMs (10 minutes).
+          expect(await endedWithin(exited, stoppedAt, 15_000)).toBeLessThan(15_000);
+          const runs: string[] = [];
+          const worker = new Worker(
+            queue.name,
+            rollcallProcessor(svc.client, async (job) => void runs.push(job.id!)),
+            { connection, prefix, stalledInterval: 500 },
+          );
+          try {
+            // The stopped worker's jobs stall (their locks were not renewed) and run here.
+            expect(await svc.client.waitForCompletion(batch.id, { timeoutMs: 30_000 })).toMatchObject({ state: 'complete', succeeded: 5, failed: 0 });
+            expect(runs.sort()).toEqual((await queue.getJobs(['completed', 'active'])).map((job) => job.id).sort());
+          } finally {
+            await worker.close();
+          }
+        } finally {
+          child.kill('SIGKILL');
+          await queue.obliterate({ force: true });
+          await queue.close();
+        }
+      }, 90_000);
+    });
+
+    describeWith(amqpUrl)('RabbitMQ', () => {
+      it('when a consumer closes its connection and then waits with drain() while rollcall is away, then its process stays until rollcall answers the held ack', async () => {
+        const url = amqpUrl ?? 'amqp://guest:guest@127.0.0.1:5672';
+        const connection = await amqp.connect(url);
+        const channel = await connection.createChannel();
+        const queue = `rollcall-test-${randomBytes(4).toString('hex')}`;
+        await channel.assertQueue(queue, { durable: true, arguments: { 'x-queue-type': 'quorum' } });
+        const batch = await openBatch(svc.client, {
+          count: 1,
+          enqueue: async ([id]) => void channel.sendToQueue(queue, Buffer.from('{}'), { persistent: true, headers: { 'x-rollcall-item-id': id } }),
+        });
+        try {
+          await drainsThroughOutage({ MODE: 'consumer', AMQP_URL: url, QUEUE: queue }, ['DRAINED']);
+          expect(await svc.client.status(batch.id)).toMatchObject({ state: 'complete', succeeded: 1 });
+        } finally {
+          await channel.deleteQueue(queue);
+          await connection.close();
+        }
+      }, 60_000);
+
+      it('when a consumer closes its connection while rollcall is away, then its process ends; its messages run again in another consumer, counted once', async () => {
+        const url = amqpUrl ?? 'amqp://guest:guest@127.0.0.1:5672';
+        const connection = await amqp.connect(url);
+        const channel = await connection.createChannel();
+        const queue = `rollcall-test-${randomBytes(4).toString('hex')}`;
+        await channel.assertQueue(queue, { durable: true, arguments: { 'x-queue-type': 'quorum', 'x-delivery-limit': 6 } });
+        let n = 3; // messages of kind "ok" (fixtures/messages.ts)
+        const batch = await openBatch(svc.client, {
+          count: 5,
+          enqueue: async (ids) => {
+            for (const id of ids)
+              channel.sendToQueue(queue, Buffer.from(JSON.stringify({ n: n++ })), { persistent: true, headers: { 'x-rollcall-item-id': id } });
+          },
+        });
+        const { child, exited } = spawnFixture('amqpConsumer.ts', { AMQP_URL: url, QUEUE: queue });
+        try {
+          await until(async () => (await channel.checkQueue(queue)).messageCount === 0, 30_000); // all five delivered to it
+          await realSleep(500); // the handlers are done, their acks refused and held
+          const stoppedAt = Date.now();
+          child.kill('SIGUSR2'); // connection.close(), and nothing else
+          expect(await endedWithin(exited, stoppedAt, 15_000)).toBeLessThan(15_000);
+          const runs: number[] = [];
+          await channel.prefetch(10);
+          const consume = rollcallConsumer(svc.client, channel, async (message) => void runs.push(JSON.parse(message.content.toString()).n));
+          const { consumerTag } = await channel.consume(queue, consume);
+          expect(await svc.client.waitForCompletion(batch.id, { timeoutMs: 30_000 })).toMatchObject({ state: 'complete', succeeded: 5, failed: 0 });
+          await channel.cancel(consumerTag);
+          await consume.drain();
+          expect(runs.sort()).toEqual([3, 4, 5, 6, 7]);
+        } finally {
+          child.kill('SIGKILL');
+          await channel.deleteQueue(queue);
+          await connection.close();
+        }
+      }, 90_000);
+    });
   });
 });
