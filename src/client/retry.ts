@@ -132,8 +132,9 @@ export interface RetryLimits {
   onRetry?: (error: unknown) => void;
   /**
    * Whether the pauses between tries keep the process alive (default true). False: a process with
-   * nothing else to do ends during a pause, its call given up (for calls whose callers' work is not
-   * lost that way, the integrations' acks: their jobs and messages run again).
+   * nothing else to do ends during a pause, its call given up: for the integrations' acks, whose jobs
+   * and messages then run again; a caller whose call must not be given up so holds the process
+   * itself (`keepingProcessAlive`: the failure watch's acks, a drain).
    */
   keepsProcessAlive?: boolean;
 }

@@ -317,6 +317,7 @@ export class AckCoalescer {
         onRetry: (error) => this.warnDelayed(error, heldSince),
         // A worker stopped during an outage (`worker.close(true)`, a closed AMQP connection) must
         // be able to end: its held jobs stall and its messages go back to the queue, to run again.
+        // Acks that must not be dropped so hold the process themselves (keepingProcessAlive).
         keepsProcessAlive: false,
       });
       return { refusals: rejected, largestTaken: chars, tooLarge: false };

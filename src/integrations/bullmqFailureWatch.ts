@@ -9,7 +9,7 @@ import { Job, Queue, type QueueOptions } from 'bullmq';
 
 import type { RollcallClient } from '../client';
 import { unlessAborted } from '../client/abortable';
-import { AckCoalescingOptions, Rejected, sharedCoalescer } from './ackCoalescer';
+import { AckCoalescingOptions, keepingProcessAlive, Rejected, sharedCoalescer } from './ackCoalescer';
 import { FailedSet, recentFailuresOf } from './bullmqRecentFailures';
 import { asError, failureMessageOf, RollcallIntegrationError, warn } from './errors';
 
@@ -87,8 +87,9 @@ function isWatchable(worker: object): worker is WatchableWorker {
  * after a crash (the stalled jobs come first), and never for a sandboxed processor. Returns a
  * function that stops the watch and waits for its acks.
  *
- * The ack goes after BullMQ has failed the job: a process that ends within that call (a crash, an
- * exit right after `worker.close()` without awaiting the stop) leaves the item pending until the
+ * The ack goes after BullMQ has failed the job, and the process stays alive until it is answered
+ * (or `retryForMs` is spent): a process that ends within that call (a crash, a `process.exit()`
+ * right after `worker.close()` without awaiting the stop) leaves the item pending until the
  * next watch starts: each looks back `recoverFailedWithinMs` and acks the queue's failures of that
  * time again (recorded ones count as duplicates). What it cannot record is reported on the
  * Worker's `error` event (code `failure_unrecorded`), or as a process warning when it has no
@@ -136,7 +137,10 @@ export function watchFailedJobs<DataType = any, ResultType = any, NameType exten
     // BullMQ sets `finishedOn` only when it moves the job to failed; a job it retries has none.
     if (typeof job.finishedOn !== 'number') return;
     if (ANSWERED_RUNS.has(job)) return;
-    ackFailure(job, failureMessageOf(error)).then(
+    // The process stays until this is answered: the job will not run again, and a process left to
+    // end after `worker.close()` would otherwise drop it in a pause between tries (its item pending
+    // until a watch's look-back, if one comes).
+    keepingProcessAlive(ackFailure(job, failureMessageOf(error))).then(
       ({ itemId, rejected }) => {
         // Most likely the processor reads its item IDs elsewhere (its own itemIdOf) than this watch does.
         if (itemId === undefined) {

@@ -6,6 +6,7 @@
  */
 import { ChildProcess, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
+import net, { AddressInfo } from 'node:net';
 import path from 'node:path';
 import readline from 'node:readline';
 
@@ -137,14 +138,20 @@ describe('a rollcall outage of 35 s (longer than the old ~29 s of tries) under w
   });
 
   describe('a worker stopped while its acks are held', () => {
-    /** Nothing listens here: every ack call of a worker sent to it is refused, and sent again. */
-    const UNREACHABLE = 'http://127.0.0.1:9';
+    /** Where nothing listens (a port just let go): every ack call of a worker sent there is refused, and sent again. */
+    let unreachable = '';
+    beforeAll(async () => {
+      const listener = net.createServer();
+      await new Promise<void>((resolve) => listener.listen(0, '127.0.0.1', resolve));
+      unreachable = `http://127.0.0.1:${(listener.address() as AddressInfo).port}`;
+      await new Promise((resolve) => listener.close(resolve));
+    });
 
-    /** A fixture of test/integrations/fixtures/ in a process of its own, acking to UNREACHABLE; `exited` resolves at its end (Date.now()). */
+    /** A fixture of test/integrations/fixtures/ in a process of its own, acking where nothing listens; `exited` resolves at its end (Date.now()). */
     function spawnFixture(file: string, env: Record<string, string>): { child: ChildProcess; exited: Promise<number> } {
       const child = spawn(process.execPath, ['--import', 'tsx', `test/integrations/fixtures/${file}`], {
         cwd: path.resolve(__dirname, '../..'),
-        env: { ...process.env, ROLLCALL_URL: UNREACHABLE, ...env },
+        env: { ...process.env, ROLLCALL_URL: unreachable, ...env },
         stdio: 'ignore',
       });
       return { child, exited: new Promise((resolve) => child.once('exit', () => resolve(Date.now()))) };
@@ -156,10 +163,11 @@ describe('a rollcall outage of 35 s (longer than the old ~29 s of tries) under w
     }
 
     /**
-     * Runs test/integrations/fixtures/drainingProcess.ts against rollcall behind the proxy, cut, for 3 s:
-     * expects it still running then, with nothing printed, and once rollcall is back, `printed` and its end.
+     * Runs test/integrations/fixtures/drainingProcess.ts against rollcall behind the proxy, cut: once
+     * it says WAITING, expects it still running 3 s later, and once rollcall is back, `printed` after
+     * WAITING, and its end.
      */
-    async function drainsThroughOutage(env: Record<string, string>, printed: string[]): Promise<void> {
+    async function staysThroughOutage(env: Record<string, string>, printed: string[]): Promise<void> {
       await proxy.cut();
       let cut = true;
       const child = spawn(process.execPath, ['--import', 'tsx', 'test/integrations/fixtures/drainingProcess.ts'], {
@@ -171,12 +179,13 @@ describe('a rollcall outage of 35 s (longer than the old ~29 s of tries) under w
       readline.createInterface({ input: child.stdout! }).on('line', (line) => output.push(line));
       const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
       try {
+        await until(() => output.includes('WAITING'), 30_000);
         await realSleep(3000); // its ack refused and sent again, its pauses holding nothing
-        expect({ running: child.exitCode === null, output }).toEqual({ running: true, output: [] });
+        expect({ running: child.exitCode === null, output }).toEqual({ running: true, output: ['WAITING'] });
         await proxy.open();
         cut = false;
         expect(await exited).toBe(0);
-        expect(output).toEqual(printed);
+        expect(output).toEqual(['WAITING', ...printed]);
       } finally {
         child.kill('SIGKILL');
         if (cut) await proxy.open();
@@ -186,11 +195,29 @@ describe('a rollcall outage of 35 s (longer than the old ~29 s of tries) under w
     it('when a process waits for its held acks with nothing else to do (a graceful stop after its connections closed), then it stays until rollcall answers them', async () => {
       let item = '';
       const batch = await openBatch(svc.client, { count: 1, enqueue: async ([id]) => void (item = id!) });
-      await drainsThroughOutage({ ITEM: item }, ['ACKED null', 'DRAINED']);
+      await staysThroughOutage({ ITEM: item }, ['ACKED null', 'DRAINED']);
       expect(await svc.client.status(batch.id)).toMatchObject({ state: 'complete', succeeded: 1 });
     }, 60_000);
 
     describeWith(redisUrl)('BullMQ', () => {
+      it('when a watched job fails for good while rollcall is away and its Worker is closed, the process left to end, then it stays until the failure is recorded', async () => {
+        const connection = redisConnection(redisUrl ?? 'redis://127.0.0.1:6379');
+        const prefix = `rollcall-test-${randomBytes(4).toString('hex')}`;
+        const queue = new Queue(`q-${randomBytes(4).toString('hex')}`, { connection, prefix });
+        const batch = await openBatch(svc.client, {
+          count: 1,
+          enqueue: async ([id]) => void (await queue.add('item', { rollcallItemId: id }, { attempts: 1 })),
+        });
+        try {
+          // BullMQ will not run the job again: the watch's ack is all that records its failure.
+          await staysThroughOutage({ MODE: 'watch', REDIS_URL: redisUrl ?? '', QUEUE: queue.name, PREFIX: prefix }, []);
+          expect(await svc.client.status(batch.id)).toMatchObject({ state: 'complete', failed: 1 });
+        } finally {
+          await queue.obliterate({ force: true });
+          await queue.close();
+        }
+      }, 60_000);
+
       it('when a worker is force-closed while rollcall is away, then its process ends; its jobs run again in another worker, counted once', async () => {
         const connection = redisConnection(redisUrl ?? 'redis://127.0.0.1:6379');
         const prefix = `rollcall-test-${randomBytes(4).toString('hex')}`;
@@ -241,7 +268,7 @@ describe('a rollcall outage of 35 s (longer than the old ~29 s of tries) under w
           enqueue: async ([id]) => void channel.sendToQueue(queue, Buffer.from('{}'), { persistent: true, headers: { 'x-rollcall-item-id': id } }),
         });
         try {
-          await drainsThroughOutage({ MODE: 'consumer', AMQP_URL: url, QUEUE: queue }, ['DRAINED']);
+          await staysThroughOutage({ MODE: 'consumer', AMQP_URL: url, QUEUE: queue }, ['DRAINED']);
           expect(await svc.client.status(batch.id)).toMatchObject({ state: 'complete', succeeded: 1 });
         } finally {
           await channel.deleteQueue(queue);
