@@ -28,10 +28,11 @@ interface ServerOptions {
   /** Answer every request with this status, a `location` and an HTML body, as a proxy would. */
   redirectTo?: { status: number; location: string };
   /**
-   * Answer 429 with this `Retry-After` for `ms` after the first request, as a busy service or a rate
-   * limiter would; 503 without it when none is given, as a service whose database is away.
+   * Answer `status` for `ms` after the first request, with this `Retry-After` when one is given: by
+   * default 429 with it (a rate limiter), 503 without it (a proxy whose upstream is away; the
+   * service's own 503s carry `Retry-After: 1`).
    */
-  busyFor?: { ms: number; retryAfter?: string };
+  busyFor?: { ms: number; retryAfter?: string; status?: number };
   /** Answer the first `count` requests with this status and error code (`Infinity`: all of them). */
   failFirst?: { count: number; status: number; code: string };
   /** Answer the first requests with these, one each, in order: a status, and a body (an error's when none). */
@@ -69,12 +70,11 @@ async function server(options: ServerOptions = {}) {
         return res.writeHead(options.redirectTo.status, { location: options.redirectTo.location, 'content-type': 'text/html' }).end('<html>moved</html>');
       firstAt ??= Date.now();
       if (options.busyFor && Date.now() - firstAt < options.busyFor.ms) {
-        const { retryAfter } = options.busyFor;
-        return retryAfter === undefined
-          ? res.writeHead(503, { 'content-type': 'application/json' }).end(JSON.stringify({ error: { code: 'database_unavailable', message: 'not now' } }))
-          : res
-              .writeHead(429, { 'retry-after': retryAfter, 'content-type': 'application/json' })
-              .end(JSON.stringify({ error: { code: 'rate_limited', message: 'slow down' } }));
+        const { retryAfter, status = retryAfter === undefined ? 503 : 429 } = options.busyFor;
+        const code = status === 429 ? 'rate_limited' : 'unavailable';
+        return res
+          .writeHead(status, { 'content-type': 'application/json', ...(retryAfter === undefined ? {} : { 'retry-after': retryAfter }) })
+          .end(JSON.stringify({ error: { code, message: 'not now' } }));
       }
       pastBusy.push(arrivedAt);
       const scripted = options.answers?.[seen.requests - 1];
@@ -366,8 +366,9 @@ describe("the client's default way of sending (httpSend)", () => {
     });
     const started = Date.now();
     await expect(acks.ack('b:g:0', 'succeeded')).rejects.toMatchObject({ code: 'ECONNREFUSED' });
-    // Sent at 0, 10, 30, 70, 150, 310 and 630 ms, and a last time at 1 s: the next wait, 640 ms, is
-    // cut there (7 tries when a loaded machine's timers ran late past 1 s). Not 20 tries, 29–44 s.
+    // Sent at 0, 10, 30, 70, 150, 310 and 630 ms (up to half as late again each: the jitter), and a
+    // last time at 1 s: the next wait, 640–960 ms, is cut there (7 tries when a loaded machine's
+    // timers ran late past 1 s). Not 20 tries, 29–44 s.
     expect({ tries: Math.min(Math.max(tries, 7), 8), withinRetryFor: Date.now() - started < 1500 }).toEqual({ tries, withinRetryFor: true });
     const client = new RollcallClient({ baseUrl: 'http://127.0.0.1:1', fetch: refused });
     const meaningless: Array<AckCoalescingOptions & CancelCheckOptions> = [
@@ -464,18 +465,18 @@ describe("the client's default way of sending (httpSend)", () => {
   });
 
   it.each([
-    ['unavailable (503 without Retry-After: the backoff)', undefined, 600],
-    ['busy (429 with Retry-After: 1, as a full ack queue answers)', '1', 1200],
+    ['away behind a proxy (503 without Retry-After: the backoff alone)', undefined, 3500],
+    ["busy (503 with Retry-After: 1, the service's answer while its ack queue is full or its database away)", '1', 1200],
   ])('when many workers are held while the service is %s, then their acks come back spread out, not all at the same moment', async (_what, retryAfter, ms) => {
-    const busy = await server({ busyFor: { ms, retryAfter }, body: { acked: 1, duplicates: 0, rejected: [], completed: [] } });
+    const busy = await server({ busyFor: { ms, retryAfter, status: 503 }, body: { acked: 1, duplicates: 0, rejected: [], completed: [] } });
     try {
-      // Twenty worker processes, each with its own client, whose acks met the outage together.
+      // Twenty workers (clients of their own, in one process here), whose acks met the outage together.
       const workers = Array.from({ length: 20 }, () => new AckCoalescer(new RollcallClient({ baseUrl: busy.url })));
       expect(await Promise.all(workers.map((acks, i) => acks.ack(`b:g:${i}`, 'succeeded')))).toEqual(Array(20).fill(null));
-      // When the calls that were let through came: spread over 120 ms or more (243–277 ms and
-      // 1.2–1.4 s in trial runs). Without jitter they came back together at every try, all twenty
-      // within 7–36 ms. (A spread, not a count within a window: a stalled event loop bunches
-      // arrivals, but does not bring the first and the last together.)
+      // When the calls that were let through came: spread over 120 ms or more. Without jitter they
+      // came back together at every try, all twenty within 7–36 ms. A spell long enough for the
+      // pauses to reach their cap (2 s) gives the jitter room: a stalled event loop can bunch the
+      // arrivals that fall within the stall, not the whole spread.
       expect(busy.pastBusy).toHaveLength(20);
       expect(Math.max(...busy.pastBusy) - Math.min(...busy.pastBusy)).toBeGreaterThanOrEqual(120);
     } finally {

@@ -62,8 +62,9 @@ export interface AckCoalescingOptions {
   maxIdsPerCall?: number;
   /**
    * How a call that failed for a transient reason (network, 408, 429, 5xx) is sent again: `attempts`
-   * (default: as many as `retryForMs` allows) and `firstDelayMs` (default 50; doubling, up to 2 s apart;
-   * each pause lengthened at random by up to half, so that workers do not all come back at once).
+   * (default: as many as `retryForMs` allows) and `firstDelayMs` (default 50; doubling, up to 2 s
+   * apart, before each pause is lengthened at random by up to half, so that workers do not all come
+   * back at once).
    */
   retry?: Partial<RetryPolicy>;
   /**

@@ -129,7 +129,8 @@ export function watchFailedJobs<DataType = any, ResultType = any, NameType exten
     } catch {
       return Promise.resolve();
     }
-    return ackFailure(job, job.failedReason);
+    // Held as `record`'s acks are: the look-back's connection may be the user's, closed before it ends.
+    return keepingProcessAlive(ackFailure(job, job.failedReason));
   };
   /** Whether a job without an item ID was reported: once a watch, as a Worker may also run jobs outside rollcall. */
   let reportedNoItemId = false;

@@ -138,56 +138,58 @@ describe('a rollcall outage of 35 s (longer than the old ~29 s of tries) under w
   });
 
   describe('a worker stopped while its acks are held', () => {
-    /** Where nothing listens (a port just let go): every ack call of a worker sent there is refused, and sent again. */
+    /** A server that resets every connection at once: an ack call sent there fails (ECONNRESET), and is sent again. */
+    const resetting = net.createServer((socket) => socket.resetAndDestroy());
     let unreachable = '';
     beforeAll(async () => {
-      const listener = net.createServer();
-      await new Promise<void>((resolve) => listener.listen(0, '127.0.0.1', resolve));
-      unreachable = `http://127.0.0.1:${(listener.address() as AddressInfo).port}`;
-      await new Promise((resolve) => listener.close(resolve));
+      await new Promise<void>((resolve) => resetting.listen(0, '127.0.0.1', resolve));
+      unreachable = `http://127.0.0.1:${(resetting.address() as AddressInfo).port}`;
     });
+    afterAll(() => new Promise((resolve) => resetting.close(resolve)));
 
-    /** A fixture of test/integrations/fixtures/ in a process of its own, acking where nothing listens; `exited` resolves at its end (Date.now()). */
-    function spawnFixture(file: string, env: Record<string, string>): { child: ChildProcess; exited: Promise<number> } {
-      const child = spawn(process.execPath, ['--import', 'tsx', `test/integrations/fixtures/${file}`], {
-        cwd: path.resolve(__dirname, '../..'),
-        env: { ...process.env, ROLLCALL_URL: unreachable, ...env },
-        stdio: 'ignore',
-      });
-      return { child, exited: new Promise((resolve) => child.once('exit', () => resolve(Date.now()))) };
+    interface Fixture {
+      child: ChildProcess;
+      /** What it has printed, line by line. */
+      output: string[];
+      ended: Promise<{ at: number; code: number | null; signal: NodeJS.Signals | null }>;
     }
 
-    /** How long after `stoppedAt` the process ended, or Infinity if it is still running after `limitMs`. */
-    async function endedWithin(exited: Promise<number>, stoppedAt: number, limitMs: number): Promise<number> {
-      return Promise.race([exited.then((at) => at - stoppedAt), realSleep(limitMs).then(() => Infinity)]);
+    /** A fixture of test/integrations/fixtures/ in a process of its own. */
+    function spawnFixture(file: string, env: Record<string, string>): Fixture {
+      const child = spawn(process.execPath, ['--import', 'tsx', `test/integrations/fixtures/${file}`], {
+        cwd: path.resolve(__dirname, '../..'),
+        env: { ...process.env, ...env },
+        stdio: ['ignore', 'pipe', 'ignore'],
+      });
+      const output: string[] = [];
+      readline.createInterface({ input: child.stdout! }).on('line', (line) => output.push(line));
+      return { child, output, ended: new Promise((resolve) => child.once('exit', (code, signal) => resolve({ at: Date.now(), code, signal }))) };
+    }
+
+    /** How the process ended, and how long after `since`; null if it is still running `limitMs` after it. */
+    async function endingWithin(fixture: Fixture, since: number, limitMs: number) {
+      return Promise.race([fixture.ended.then(({ at, code, signal }) => ({ afterMs: at - since, code, signal })), realSleep(limitMs).then(() => null)]);
     }
 
     /**
      * Runs test/integrations/fixtures/drainingProcess.ts against rollcall behind the proxy, cut: once
      * it says WAITING, expects it still running 3 s later, and once rollcall is back, `printed` after
-     * WAITING, and its end.
+     * WAITING, and its own end.
      */
     async function staysThroughOutage(env: Record<string, string>, printed: string[]): Promise<void> {
       await proxy.cut();
       let cut = true;
-      const child = spawn(process.execPath, ['--import', 'tsx', 'test/integrations/fixtures/drainingProcess.ts'], {
-        cwd: path.resolve(__dirname, '../..'),
-        env: { ...process.env, ROLLCALL_URL: `http://127.0.0.1:${proxy.port}`, ...env },
-        stdio: ['ignore', 'pipe', 'ignore'],
-      });
-      const output: string[] = [];
-      readline.createInterface({ input: child.stdout! }).on('line', (line) => output.push(line));
-      const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
+      const fixture = spawnFixture('drainingProcess.ts', { ROLLCALL_URL: `http://127.0.0.1:${proxy.port}`, ...env });
       try {
-        await until(() => output.includes('WAITING'), 30_000);
+        await until(() => fixture.output.includes('WAITING'), 30_000);
         await realSleep(3000); // its ack refused and sent again, its pauses holding nothing
-        expect({ running: child.exitCode === null, output }).toEqual({ running: true, output: ['WAITING'] });
+        expect({ running: fixture.child.exitCode === null, output: fixture.output }).toEqual({ running: true, output: ['WAITING'] });
         await proxy.open();
         cut = false;
-        expect(await exited).toBe(0);
-        expect(output).toEqual(['WAITING', ...printed]);
+        expect(await endingWithin(fixture, Date.now(), 15_000)).toMatchObject({ code: 0, signal: null });
+        expect(fixture.output).toEqual(['WAITING', ...printed]);
       } finally {
-        child.kill('SIGKILL');
+        fixture.child.kill('SIGKILL');
         if (cut) await proxy.open();
       }
     }
@@ -227,14 +229,15 @@ describe('a rollcall outage of 35 s (longer than the old ~29 s of tries) under w
           count: 5,
           enqueue: async (ids) => void (await queue.addBulk(ids.map((id) => ({ name: 'item', data: { rollcallItemId: id, n: n++ }, opts: { attempts: 1 } })))),
         });
-        const { child, exited } = spawnFixture('bullmqWorker.ts', { REDIS_URL: redisUrl ?? '', QUEUE: queue.name, PREFIX: prefix });
+        const worker0 = spawnFixture('bullmqWorker.ts', { ROLLCALL_URL: unreachable, REDIS_URL: redisUrl ?? '', QUEUE: queue.name, PREFIX: prefix });
         try {
+          await until(() => worker0.output.includes('READY'), 30_000);
           await until(async () => (await queue.getActiveCount()) === 5, 30_000);
           await realSleep(500); // the handlers are done, their acks refused and held
           const stoppedAt = Date.now();
-          child.kill('SIGUSR2'); // worker.close(true), and nothing else
+          worker0.child.kill('SIGUSR2'); // worker.close(true), and nothing else
           // Before, the held acks' retries kept the process alive for retryForMs (10 minutes).
-          expect(await endedWithin(exited, stoppedAt, 15_000)).toBeLessThan(15_000);
+          expect(await endingWithin(worker0, stoppedAt, 15_000)).toMatchObject({ code: 0, signal: null });
           const runs: string[] = [];
           const worker = new Worker(
             queue.name,
@@ -249,7 +252,7 @@ describe('a rollcall outage of 35 s (longer than the old ~29 s of tries) under w
             await worker.close();
           }
         } finally {
-          child.kill('SIGKILL');
+          worker0.child.kill('SIGKILL');
           await queue.obliterate({ force: true });
           await queue.close();
         }
@@ -290,13 +293,14 @@ describe('a rollcall outage of 35 s (longer than the old ~29 s of tries) under w
               channel.sendToQueue(queue, Buffer.from(JSON.stringify({ n: n++ })), { persistent: true, headers: { 'x-rollcall-item-id': id } });
           },
         });
-        const { child, exited } = spawnFixture('amqpConsumer.ts', { AMQP_URL: url, QUEUE: queue });
+        const consumer0 = spawnFixture('amqpConsumer.ts', { ROLLCALL_URL: unreachable, AMQP_URL: url, QUEUE: queue });
         try {
+          await until(() => consumer0.output.includes('READY'), 30_000);
           await until(async () => (await channel.checkQueue(queue)).messageCount === 0, 30_000); // all five delivered to it
           await realSleep(500); // the handlers are done, their acks refused and held
           const stoppedAt = Date.now();
-          child.kill('SIGUSR2'); // connection.close(), and nothing else
-          expect(await endedWithin(exited, stoppedAt, 15_000)).toBeLessThan(15_000);
+          consumer0.child.kill('SIGUSR2'); // connection.close(), and nothing else
+          expect(await endingWithin(consumer0, stoppedAt, 15_000)).toMatchObject({ code: 0, signal: null });
           const runs: number[] = [];
           await channel.prefetch(10);
           const consume = rollcallConsumer(svc.client, channel, async (message) => void runs.push(JSON.parse(message.content.toString()).n));
@@ -306,7 +310,7 @@ describe('a rollcall outage of 35 s (longer than the old ~29 s of tries) under w
           await consume.drain();
           expect(runs.sort()).toEqual([3, 4, 5, 6, 7]);
         } finally {
-          child.kill('SIGKILL');
+          consumer0.child.kill('SIGKILL');
           await channel.deleteQueue(queue);
           await connection.close();
         }
