@@ -113,7 +113,8 @@ export function isTimeLimit(error: unknown): boolean {
 /**
  * The most a pause is lengthened at random, as a share of itself. Workers held through one outage
  * (or told by one full ack queue to come back in a second) would otherwise all come back within the
- * same millisecond, to be refused together again. Only ever longer: a `Retry-After` is the least to wait.
+ * same millisecond, to be refused together again. Only ever longer: a `Retry-After` is the least to
+ * wait.
  */
 const JITTER = 0.5;
 
