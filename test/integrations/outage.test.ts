@@ -56,11 +56,26 @@ describe('a rollcall outage of 35 s (longer than the old ~29 s of tries) under w
     await proxy.open();
   }
 
+  /** A BullMQ queue under a prefix of its own, on the tests' Redis. */
+  function newBullmqQueue(): { connection: ReturnType<typeof redisConnection>; prefix: string; queue: Queue } {
+    const connection = redisConnection(redisUrl ?? 'redis://127.0.0.1:6379');
+    const prefix = `rollcall-test-${randomBytes(4).toString('hex')}`;
+    return { connection, prefix, queue: new Queue(`q-${randomBytes(4).toString('hex')}`, { connection, prefix }) };
+  }
+
+  /** A connection, a channel and a quorum queue of their own (with a delivery limit of 6), on the tests' RabbitMQ. */
+  async function newAmqpQueue(): Promise<{ url: string; connection: amqp.ChannelModel; channel: amqp.Channel; queue: string }> {
+    const url = amqpUrl ?? 'amqp://guest:guest@127.0.0.1:5672';
+    const connection = await amqp.connect(url);
+    const channel = await connection.createChannel();
+    const queue = `rollcall-test-${randomBytes(4).toString('hex')}`;
+    await channel.assertQueue(queue, { durable: true, arguments: { 'x-queue-type': 'quorum', 'x-delivery-limit': 6 } });
+    return { url, connection, channel, queue };
+  }
+
   describeWith(redisUrl)('BullMQ', () => {
     it('when rollcall is away for 35 s, then jobs on their only attempt wait for it: each runs once, none fails', async () => {
-      const connection = redisConnection(redisUrl ?? 'redis://127.0.0.1:6379');
-      const prefix = `rollcall-test-${randomBytes(4).toString('hex')}`;
-      const queue = new Queue(`q-${randomBytes(4).toString('hex')}`, { connection, prefix });
+      const { connection, prefix, queue } = newBullmqQueue();
       const batch = await openBatch(svc.client, {
         count: COUNT,
         enqueue: async (ids) => void (await queue.addBulk(ids.map((id) => ({ name: 'item', data: { rollcallItemId: id }, opts: { attempts: 1 } })))),
@@ -92,10 +107,7 @@ describe('a rollcall outage of 35 s (longer than the old ~29 s of tries) under w
 
   describeWith(amqpUrl)('RabbitMQ', () => {
     it('when rollcall is away for 35 s, then the messages it holds wait for it: each runs once, none goes back to the queue', async () => {
-      const connection = await amqp.connect(amqpUrl ?? 'amqp://guest:guest@127.0.0.1:5672');
-      const channel = await connection.createChannel();
-      const queue = `rollcall-test-${randomBytes(4).toString('hex')}`;
-      await channel.assertQueue(queue, { durable: true, arguments: { 'x-queue-type': 'quorum', 'x-delivery-limit': 6 } });
+      const { connection, channel, queue } = await newAmqpQueue();
       const batch = await openBatch(svc.client, {
         count: COUNT,
         enqueue: async (ids) => {
@@ -203,9 +215,7 @@ describe('a rollcall outage of 35 s (longer than the old ~29 s of tries) under w
 
     describeWith(redisUrl)('BullMQ', () => {
       it('when a watched job fails for good while rollcall is away and its Worker is closed, the process left to end, then it stays until the failure is recorded', async () => {
-        const connection = redisConnection(redisUrl ?? 'redis://127.0.0.1:6379');
-        const prefix = `rollcall-test-${randomBytes(4).toString('hex')}`;
-        const queue = new Queue(`q-${randomBytes(4).toString('hex')}`, { connection, prefix });
+        const { connection, prefix, queue } = newBullmqQueue();
         const batch = await openBatch(svc.client, {
           count: 1,
           enqueue: async ([id]) => void (await queue.add('item', { rollcallItemId: id }, { attempts: 1 })),
@@ -221,9 +231,7 @@ describe('a rollcall outage of 35 s (longer than the old ~29 s of tries) under w
       }, 60_000);
 
       it('when a worker is force-closed while rollcall is away, then its process ends; its jobs run again in another worker, counted once', async () => {
-        const connection = redisConnection(redisUrl ?? 'redis://127.0.0.1:6379');
-        const prefix = `rollcall-test-${randomBytes(4).toString('hex')}`;
-        const queue = new Queue(`q-${randomBytes(4).toString('hex')}`, { connection, prefix });
+        const { connection, prefix, queue } = newBullmqQueue();
         let n = 3; // jobs of kind "ok" (fixtures/jobs.ts)
         const batch = await openBatch(svc.client, {
           count: 5,
@@ -261,11 +269,7 @@ describe('a rollcall outage of 35 s (longer than the old ~29 s of tries) under w
 
     describeWith(amqpUrl)('RabbitMQ', () => {
       it('when a consumer closes its connection and then waits with drain() while rollcall is away, then its process stays until rollcall answers the held ack', async () => {
-        const url = amqpUrl ?? 'amqp://guest:guest@127.0.0.1:5672';
-        const connection = await amqp.connect(url);
-        const channel = await connection.createChannel();
-        const queue = `rollcall-test-${randomBytes(4).toString('hex')}`;
-        await channel.assertQueue(queue, { durable: true, arguments: { 'x-queue-type': 'quorum' } });
+        const { url, connection, channel, queue } = await newAmqpQueue();
         const batch = await openBatch(svc.client, {
           count: 1,
           enqueue: async ([id]) => void channel.sendToQueue(queue, Buffer.from('{}'), { persistent: true, headers: { 'x-rollcall-item-id': id } }),
@@ -280,11 +284,7 @@ describe('a rollcall outage of 35 s (longer than the old ~29 s of tries) under w
       }, 60_000);
 
       it('when a consumer closes its connection while rollcall is away, then its process ends; its messages run again in another consumer, counted once', async () => {
-        const url = amqpUrl ?? 'amqp://guest:guest@127.0.0.1:5672';
-        const connection = await amqp.connect(url);
-        const channel = await connection.createChannel();
-        const queue = `rollcall-test-${randomBytes(4).toString('hex')}`;
-        await channel.assertQueue(queue, { durable: true, arguments: { 'x-queue-type': 'quorum', 'x-delivery-limit': 6 } });
+        const { url, connection, channel, queue } = await newAmqpQueue();
         let n = 3; // messages of kind "ok" (fixtures/messages.ts)
         const batch = await openBatch(svc.client, {
           count: 5,
