@@ -215,7 +215,7 @@ describe('a rollcall outage of 35 s (longer than the old ~29 s of tries) under w
 
     describeWith(redisUrl)('BullMQ', () => {
       it('when a watched job fails for good while rollcall is away and its Worker is closed, the process left to end, then it stays until the failure is recorded', async () => {
-        const { connection, prefix, queue } = newBullmqQueue();
+        const { prefix, queue } = newBullmqQueue();
         const batch = await openBatch(svc.client, {
           count: 1,
           enqueue: async ([id]) => void (await queue.add('item', { rollcallItemId: id }, { attempts: 1 })),
