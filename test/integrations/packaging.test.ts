@@ -42,12 +42,69 @@ describe('the built package and its optional peers', () => {
   });
 
   it('when a user imports rollcall/bullmq, /amqp, /producer or /client, then built code and types exist', () => {
-    const exports = (JSON.parse(fs.readFileSync(path.join(ROOT, 'package.json'), 'utf8')) as { exports: Record<string, unknown> }).exports;
+    const { exports, typesVersions } = JSON.parse(fs.readFileSync(path.join(ROOT, 'package.json'), 'utf8')) as {
+      exports: Record<string, unknown>;
+      typesVersions: Record<string, Record<string, string[]>>;
+    };
     for (const entry of ['./client', './bullmq', './amqp', './producer']) {
       const target = exports[entry] as { types: string; default: string };
       for (const file of [target.types, target.default]) expect([entry, fs.existsSync(path.join(out, file.replace(/^\.\/dist\//, '')))]).toEqual([entry, true]);
+      // The same types for a resolution that reads no "exports" (node10).
+      expect([entry, typesVersions['*']?.[entry.slice(2)]]).toEqual([entry, [target.types.slice(2)]]);
     }
   });
+
+  /**
+   * A project of a user's, in a folder of its own beside the build, with the package as `npm install`
+   * lays it out: its package.json, and its `dist/` (the build). The build's own imports (zod, bullmq)
+   * resolve from this repository's node_modules, as an installed package's would from the user's.
+   */
+  function userProject(source: string): string {
+    const project = fs.mkdtempSync(path.join(ROOT, '.build-test-user-'));
+    const installed = path.join(project, 'node_modules', 'rollcall');
+    fs.mkdirSync(installed, { recursive: true });
+    fs.copyFileSync(path.join(ROOT, 'package.json'), path.join(installed, 'package.json'));
+    fs.symlinkSync(out, path.join(installed, 'dist'), 'dir');
+    fs.writeFileSync(path.join(project, 'index.ts'), source);
+    return project;
+  }
+
+  /** tsc's complaints about a user's project with these compiler options ('' when it type-checks). */
+  function typeErrors(project: string, options: string[]): string {
+    try {
+      execFileSync(process.execPath, [require.resolve('typescript/bin/tsc'), '--noEmit', '--strict', '--types', 'node', ...options, 'index.ts'], {
+        cwd: project,
+      });
+      return '';
+    } catch (error) {
+      return String((error as { stdout?: Buffer }).stdout ?? error);
+    }
+  }
+
+  it('when a TypeScript project imports rollcall/client, /producer, /bullmq or /amqp, then its types are found, whatever its module resolution', () => {
+    // Typed, not `any`: a wrong call must be an error (an unused @ts-expect-error is one too).
+    const project = userProject(`
+      import { RollcallClient } from 'rollcall/client';
+      import { openBatch } from 'rollcall/producer';
+      import { rollcallProcessor } from 'rollcall/bullmq';
+      import { rollcallConsumer } from 'rollcall/amqp';
+      const client = new RollcallClient({ baseUrl: 'http://127.0.0.1:8080' });
+      // @ts-expect-error count is a number
+      void openBatch(client, { count: 'ten', enqueue: () => undefined });
+      export const used = [rollcallProcessor, rollcallConsumer];
+    `);
+    try {
+      // What `tsc --init` writes (module commonjs, so node10 resolution, which reads no "exports"), and the newer resolutions.
+      const settings = [
+        ['--module', 'commonjs', '--esModuleInterop', '--skipLibCheck'],
+        ['--module', 'node16'],
+        ['--module', 'esnext', '--moduleResolution', 'bundler'],
+      ];
+      for (const options of settings) expect([options.join(' '), typeErrors(project, options)]).toEqual([options.join(' '), '']);
+    } finally {
+      fs.rmSync(project, { recursive: true, force: true });
+    }
+  }, 120_000);
 
   it('when a user catches what an integration throws or reports, then its error class comes from the entry point they imported', () => {
     const classOf = (entry: string) =>
