@@ -4,6 +4,7 @@ import net from 'node:net';
 import { z } from 'zod';
 
 import { EXACT_TEXT_RULE, isExactText } from './contract/text';
+import { MAX_GROUP_SIZE, MIN_GROUP_SIZE } from './contract/vocabulary';
 import { invalidAllowEntry } from './domain/callbackTarget';
 
 /**
@@ -90,7 +91,7 @@ export const configSchema = z.object({
     .regex(/^(mysql2?|postgres|postgresql):\/\//, 'must be a mysql://, postgres:// or postgresql://user:pass@host:port/db URL (unset it for embedded SQLite)')
     .optional(),
   SQLITE_PATH: z.string().min(1).default('./data/rollcall.sqlite'),
-  GROUP_SIZE: int(8, 65536)
+  GROUP_SIZE: int(MIN_GROUP_SIZE, MAX_GROUP_SIZE)
     .refine((n) => n % 8 === 0, 'must be a multiple of 8')
     .default(8192),
   DB_POOL_SIZE: int(1, 500).default(10),

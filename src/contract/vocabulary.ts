@@ -31,3 +31,15 @@ export const MAX_ACK_IDS = 10_000;
 
 /** The longest failure reason an ack call takes, in characters (code points, as zod counts: an emoji is one). */
 export const MAX_ERROR_LENGTH = 1000;
+
+/** The fewest and the most items a group row holds: the bounds of a service's GROUP_SIZE (a multiple of 8). */
+export const MIN_GROUP_SIZE = 8;
+export const MAX_GROUP_SIZE = 65_536;
+
+/**
+ * The most groups one add with an Idempotency-Key makes. Its answer lists them (~55 bytes each) and
+ * is kept whole for the key's repeats: 100,000 groups are ~5.5 MB, within MySQL's MEDIUMTEXT (16 MB)
+ * and MariaDB's default max_allowed_packet (16 MB). Only a GROUP_SIZE under 100 meets it before the
+ * API's 10,000,000 items an add.
+ */
+export const MAX_GROUPS_PER_ADD = 100_000;

@@ -1,4 +1,4 @@
-import type { BatchOutcome, BatchState } from '../contract/vocabulary';
+import { type BatchOutcome, type BatchState, MAX_GROUPS_PER_ADD } from '../contract/vocabulary';
 
 export type { BatchOutcome, BatchState, Outcome } from '../contract/vocabulary';
 
@@ -68,13 +68,7 @@ export function cancelled(batch: BatchRecord, now: number): BatchRecord {
   return { ...batch, state: 'cancelled', cancelledAt: now, updatedAt: now };
 }
 
-/**
- * The most groups one add with an Idempotency-Key makes. Its answer lists them (~55 bytes each) and
- * is kept whole for the key's repeats: 100,000 groups are ~5.5 MB, within MySQL's MEDIUMTEXT (16 MB)
- * and MariaDB's default max_allowed_packet (16 MB). Only a GROUP_SIZE under 100 meets it before the
- * API's 10,000,000 items an add.
- */
-export const MAX_GROUPS_PER_ADD = 100_000;
+export { MAX_GROUPS_PER_ADD } from '../contract/vocabulary';
 
 /** The most items one add takes with groups of `groupSize`. */
 export const maxItemsPerAdd = (groupSize: number): number => groupSize * MAX_GROUPS_PER_ADD;

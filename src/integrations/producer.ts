@@ -6,6 +6,7 @@ import { randomUUID } from 'node:crypto';
 
 import type { Batch, RollcallClient } from '../client';
 import { withRetries } from '../client/retry';
+import { MAX_GROUP_SIZE, MAX_GROUPS_PER_ADD, MIN_GROUP_SIZE } from '../contract/vocabulary';
 import { IntegrationErrorCode, RollcallIntegrationError } from './errors';
 
 /** What the integrations throw or report, with a stable `code`: `instanceof` it to tell them. */
@@ -13,8 +14,14 @@ export { type IntegrationErrorCode, RollcallIntegrationError } from './errors';
 
 /** The most item IDs handed to `enqueue` at once. */
 export const MAX_ENQUEUE_CHUNK = 1000;
-/** The most items the API adds in one call; larger batches take several adds. */
-export const MAX_ITEMS_PER_ADD = 10_000_000;
+/**
+ * The most items one of the producer's adds carries; larger batches take several. Every add has an
+ * Idempotency-Key, and a service takes at most MAX_GROUPS_PER_ADD groups in such an add, so a
+ * service run with a GROUP_SIZE under 100 refused the API's 10,000,000 (400), at every try. This is
+ * what every GROUP_SIZE takes, rounded down to whole MAX_GROUP_SIZEs (786,432), so that each add
+ * fills whole groups for any GROUP_SIZE that is a power of two, the default 8,192 among them.
+ */
+export const MAX_ITEMS_PER_ADD = Math.floor((MIN_GROUP_SIZE * MAX_GROUPS_PER_ADD) / MAX_GROUP_SIZE) * MAX_GROUP_SIZE;
 
 export interface OpenBatchInput {
   /** How many items (0 makes a batch that is complete at once). */

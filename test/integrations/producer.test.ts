@@ -78,6 +78,18 @@ describe.each(backends())('rollcall/producer openBatch (%s)', (_name, backend) =
     expect(peak).toBeLessThan(100 * 2 ** 20);
   }, 120_000);
 
+  it('when the service runs with the smallest GROUP_SIZE, then a batch above what one keyed add takes there is still opened whole', async () => {
+    // GROUP_SIZE 8: an add with an Idempotency-Key takes at most 800,000 items (100,000 groups).
+    const small = await startService(backend, { GROUP_SIZE: '8' });
+    try {
+      let enqueued = 0;
+      const batch = await openBatch(new RollcallClient({ baseUrl: small.url }), { count: 800_001, enqueue: async (ids) => void (enqueued += ids.length) });
+      expect([batch.state, batch.total, enqueued]).toEqual(['sealed', 800_001, 800_001]);
+    } finally {
+      await small.stop();
+    }
+  }, 120_000);
+
   it('when enqueue throws, then the error names the batch, which stays open and cannot complete', async () => {
     const error = await openBatch(client, {
       count: 10,
