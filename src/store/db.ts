@@ -81,12 +81,14 @@ const run = (conn: MysqlSession, sql: string, values: unknown[] = []) =>
 /**
  * Every MySQL session: the safe sql_mode; row locks (innodb_lock_wait_timeout) and table/metadata
  * locks (lock_wait_timeout: LOCK TABLES, FLUSH TABLES WITH READ LOCK, an ALTER's end) both end at
- * LOCK_TIMEOUT, with 1205; abandoned transactions end at the server (endsAbandonedTransactions);
+ * LOCK_TIMEOUT, with 1205; locking reads read the newest row (locksReadNewestRows); abandoned
+ * transactions end at the server (endsAbandonedTransactions);
  * and with `causalReads`, Galera's causal reads (syncWaitOnGalera).
  */
 async function prepareMysqlSession(conn: MysqlSession, config: DbConfig, causalReads: boolean): Promise<void> {
   const seconds = lockWaitSeconds(config.LOCK_TIMEOUT);
   await run(conn, 'SET SESSION sql_mode = ?, innodb_lock_wait_timeout = ?, lock_wait_timeout = ?', [SAFE_SQL_MODE, seconds, seconds]);
+  await locksReadNewestRows(conn);
   if (config.DB_QUERY_TIMEOUT > 0) await endsAbandonedTransactions(conn, config.DB_QUERY_TIMEOUT);
   if (causalReads) await syncWaitOnGalera(conn);
 }
@@ -99,8 +101,26 @@ async function prepareMysqlSession(conn: MysqlSession, config: DbConfig, causalR
  * replica's requests for that batch answered 503. MySQL has no such setting: there it stays.
  */
 async function endsAbandonedTransactions(conn: MysqlSession, timeoutMs: number): Promise<void> {
+  await setWhereKnown(conn, 'SET SESSION idle_transaction_timeout = ?', [Math.ceil(timeoutMs / 1000)]);
+}
+
+/**
+ * A locking read (FOR UPDATE, FOR SHARE, an UPDATE's or a DELETE's) reads the newest committed row,
+ * whatever the transaction read plainly before: the callback and child-outcome claims and the sweep
+ * read plainly, then lock, and a row another replica changed meanwhile is read again under its lock
+ * (no longer due, or still due). MariaDB 11.6 made such a read fail instead in REPEATABLE READ
+ * (innodb_snapshot_isolation ON by default, 1020 "Record has changed since last read"): replicas'
+ * claims of the same callback failed each other's. Off, as MariaDB up to 11.4 has it; MySQL and
+ * MariaDB before 10.6.18 do not have it, and there nothing is set.
+ */
+async function locksReadNewestRows(conn: MysqlSession): Promise<void> {
+  await setWhereKnown(conn, 'SET SESSION innodb_snapshot_isolation = OFF');
+}
+
+/** Sets a session variable that some servers (MySQL, older MariaDB) do not have: there, nothing is set. */
+async function setWhereKnown(conn: MysqlSession, sql: string, values: unknown[] = []): Promise<void> {
   try {
-    await run(conn, 'SET SESSION idle_transaction_timeout = ?', [Math.ceil(timeoutMs / 1000)]);
+    await run(conn, sql, values);
   } catch (error) {
     if ((error as { code?: unknown }).code !== 'ER_UNKNOWN_SYSTEM_VARIABLE') throw error;
   }

@@ -1,0 +1,70 @@
+import knex, { Knex } from 'knex';
+
+import { describeEachOrSkip, mysqlBackend } from '../helpers/backends';
+import { batchWith } from '../helpers/batches';
+import { until } from '../helpers/realTime';
+import { Receiver } from '../helpers/receiver';
+import { otherConnections } from '../helpers/rowLocks';
+import { startService, TestService } from '../helpers/service';
+
+/** The rows of a MariaDB query run through knex. */
+const rowsOf = <T>(result: unknown) => (result as [T[]])[0];
+
+/**
+ * MariaDB 11.6 turned `innodb_snapshot_isolation` on by default (11.8 LTS, Debian 13's MariaDB): in
+ * REPEATABLE READ, a locking read of a row another transaction changed since this one's first plain
+ * read fails with 1020 (ER_CHECKREAD) instead of reading the newest row. The sweep, the callback
+ * claim and the child-outcome claim read plainly first and lock after. MariaDB 10.11 has the switch,
+ * off by default: it is turned on here for the service's sessions, as 11.6's default would have it.
+ */
+describeEachOrSkip(mysqlBackend() ? [['mariadb', mysqlBackend()!] as const] : [])('on a MariaDB with snapshot isolation on (%s)', (_name, backend) => {
+  let svc: TestService;
+  let other: Knex;
+  let before: string;
+  const receiver = new Receiver();
+  beforeAll(async () => {
+    await receiver.start();
+    // Before the service starts: its sessions take the server's default when they open.
+    const server = knex({ client: 'mysql2', connection: { uri: process.env.TEST_MYSQL_URL } as never, pool: { min: 0, max: 1 } });
+    try {
+      before = rowsOf<{ value: string }>(await server.raw('SELECT @@GLOBAL.innodb_snapshot_isolation AS value'))[0]!.value;
+      await server.raw('SET GLOBAL innodb_snapshot_isolation = ON');
+    } finally {
+      await server.destroy();
+    }
+    svc = await startService(backend);
+    other = otherConnections(svc.database, 2);
+  });
+  afterAll(async () => {
+    await other.raw(`SET GLOBAL innodb_snapshot_isolation = ${Number(before) ? 'ON' : 'OFF'}`);
+    await other.destroy();
+    await svc.stop();
+    await receiver.stop();
+  });
+
+  it('when a due callback is changed by another replica while this one claims it, then the claim waits and the callback is still delivered', async () => {
+    const { id } = await batchWith(svc.client, 0, { callbackUrl: receiver.url }); // complete at once: its callback is due
+    // Another replica holds the event (its own claim, about to record an attempt).
+    const holder = await other.transaction();
+    try {
+      await holder('outbox').where('batch_id', id).forUpdate();
+      // This replica reads the due events plainly, then claims them with a conditional UPDATE, which waits.
+      const delivering = svc.rollcall.dispatcher.deliverDue();
+      await until(async () => {
+        const waiting = rowsOf<{ n: number }>(
+          await other.raw(
+            "SELECT count(*) AS n FROM information_schema.processlist WHERE db = DATABASE() AND command = 'Query' AND info LIKE 'update `outbox`%'",
+          ),
+        );
+        return Number(waiting[0]?.n) > 0;
+      });
+      // The other replica's change commits: the event stays pending and due.
+      await holder('outbox').where('batch_id', id).increment('attempts', 1);
+      await holder.commit();
+      expect(await delivering).toBe(1);
+    } finally {
+      if (!holder.isCompleted()) await holder.rollback();
+    }
+    expect(receiver.deliveries.map((d) => (JSON.parse(d.body) as { batch: { id: string } }).batch.id)).toEqual([id]);
+  });
+});
