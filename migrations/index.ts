@@ -14,6 +14,7 @@ import * as m0011 from './0011_create_failure_reasons';
 import * as m0012 from './0012_create_child_outcomes';
 import * as m0013 from './0013_create_child_links';
 import * as m0014 from './0014_distribute_on_citus';
+import * as m0015 from './0015_text_in_utf8mb4';
 
 export interface Migration {
   up(knex: Knex): Promise<void>;
@@ -39,4 +40,5 @@ export const migrations: ReadonlyArray<readonly [name: string, migration: Migrat
   ['0012_create_child_outcomes', m0012],
   ['0013_create_child_links', m0013],
   ['0014_distribute_on_citus', m0014],
+  ['0015_text_in_utf8mb4', m0015],
 ];

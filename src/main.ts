@@ -3,7 +3,7 @@ import { Server } from 'node:http';
 import v8 from 'node:v8';
 
 import { Config, ConfigError, loadConfig } from './config';
-import { NewerSchemaError, toError } from './domain/errors';
+import { DatabaseEncodingError, NewerSchemaError, toError } from './domain/errors';
 import { createServer } from './http/server';
 import { createRollcall } from './rollcall';
 
@@ -78,10 +78,10 @@ function listenError(error: Error, config: Pick<Config, 'HOST' | 'PORT'>): Error
   return error;
 }
 
-/** Reports a failure to start (one the operator fixes, a config error or a newer schema, by its message alone) and exits 1. */
+/** Reports a failure to start (one the operator fixes, a config error, a newer schema or the database's encoding, by its message alone) and exits 1. */
 export function exitOnStartFailure(caught: unknown): never {
   const error = toError(caught);
-  const operatorsToFix = error instanceof ConfigError || error instanceof NewerSchemaError;
+  const operatorsToFix = error instanceof ConfigError || error instanceof NewerSchemaError || error instanceof DatabaseEncodingError;
   process.stderr.write(operatorsToFix ? `${error.message}\n` : `rollcall failed to start: ${error.stack ?? error.message}\n`);
   process.exit(1);
 }

@@ -146,6 +146,21 @@ export class NewerSchemaError extends Error {
   }
 }
 
+/**
+ * The database cannot hold every character the API takes (a PostgreSQL database made in LATIN1 or
+ * SQL_ASCII): rollcall does not start on it, as text beyond that encoding in metadata, user keys and
+ * failure reasons would be refused by the database, answered `500`. Told by its message alone.
+ */
+export class DatabaseEncodingError extends Error {
+  readonly code = 'database_encoding';
+  constructor(encoding: string) {
+    super(
+      `the database's encoding is ${encoding}, which cannot hold every character rollcall takes; use a database made with ENCODING 'UTF8' (PostgreSQL's usual encoding)`,
+    );
+    this.name = 'DatabaseEncodingError';
+  }
+}
+
 /** Error-shaped objects from another realm (a vm context, a native addon's own error class). */
 function isErrorLike(caught: unknown): caught is Error {
   if (types.isNativeError(caught)) return true;

@@ -5,7 +5,7 @@ import knex, { Knex } from 'knex';
 import type { Logger } from 'pino';
 
 import type { Config } from '../config';
-import { toError, UnavailableError } from '../domain/errors';
+import { DatabaseEncodingError, toError, UnavailableError } from '../domain/errors';
 import { isReadOnly } from './dbErrors';
 import { lockWaitSeconds, profileOf } from './dialect';
 
@@ -444,6 +444,23 @@ export async function ensureWritable(db: Db, table: string): Promise<void> {
     readOnly = true;
   }
   if (readOnly !== false) throw new UnavailableError('the database takes no writes (read-only: a standby, read_only, or a read-only default for sessions)');
+}
+
+/**
+ * Refuses a database that cannot hold every character the API takes (the profile's encodingQuery).
+ * One that does not answer is not judged here: what comes next (the migrations) waits for it or
+ * reports it, as before this check.
+ */
+export async function ensureUnicode(db: Db): Promise<void> {
+  const sql = profileOf(db).encodingQuery;
+  if (sql === null) return;
+  let encoding: unknown;
+  try {
+    encoding = ((await db.raw(sql)) as { rows: Array<{ encoding: unknown }> }).rows[0]?.encoding;
+  } catch {
+    return;
+  }
+  if (encoding !== 'UTF8') throw new DatabaseEncodingError(String(encoding));
 }
 
 export interface PoolStats {

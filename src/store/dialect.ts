@@ -48,6 +48,13 @@ export interface DialectProfile {
    */
   writableCheck: { kind: 'query'; sql: string } | { kind: 'zero-row-write' } | null;
   /**
+   * A query whose one row's `encoding` names the database's character encoding, where a database may
+   * be made in one that cannot hold every character (db.ts `ensureUnicode`: PostgreSQL's LATIN1 or
+   * SQL_ASCII); null where any database holds them (SQLite is UTF-8; on MySQL/MariaDB migration 0015
+   * puts user text in utf8mb4 whatever the server's default).
+   */
+  encodingQuery: string | null;
+  /**
    * The statement that makes this transaction's lock waits end after `ms` (null where a file lock,
    * not a row lock, is waited for). `endsWithTransaction`: false where it holds for the session, so
    * it is set back to LOCK_TIMEOUT's value after the transaction. `atMost`: a wait that must end by
@@ -108,6 +115,7 @@ export const PROFILES: Readonly<Record<DialectName, DialectProfile>> = {
     // may do, but a write that matches no row is refused (1290, 1792) exactly when theirs would be.
     // It writes nothing: no row lock, no binary log event, no Galera write set.
     writableCheck: { kind: 'zero-row-write' },
+    encodingQuery: null,
     // Row locks and table/metadata locks alike (db.ts sets both per session).
     lockWaitStatement: (ms, atMost = false) => ({
       sql: 'SET SESSION innodb_lock_wait_timeout = ?, lock_wait_timeout = ?',
@@ -178,6 +186,7 @@ export const PROFILES: Readonly<Record<DialectName, DialectProfile>> = {
     // default_transaction_read_only is set for the server, database or role.
     // A query, not a write: it takes no table lock, so a migration's ALTER cannot hold readiness up.
     writableCheck: { kind: 'query', sql: "SELECT current_setting('transaction_read_only') = 'on' AS read_only" },
+    encodingQuery: "SELECT current_setting('server_encoding') AS encoding",
     // LOCAL: for this transaction only. At least 1 ms: a lock_timeout of 0 means no limit. A SET
     // statement, not set_config(): Citus sends a SET LOCAL on to the workers where the row locks are
     // taken (with citus.propagate_set_commands = 'local', set per session, db.ts); set_config() it
@@ -237,6 +246,7 @@ export const PROFILES: Readonly<Record<DialectName, DialectProfile>> = {
     pingStatement: 'select 1',
     // A zero-row write would take the file's write lock, outside this process's queue of writers.
     writableCheck: null,
+    encodingQuery: null,
     lockWaitStatement: () => null,
     errors: {
       retryable: [],

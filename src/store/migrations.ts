@@ -2,7 +2,7 @@ import { Knex } from 'knex';
 
 import { Migration, migrations } from '../../migrations';
 import { NewerSchemaError } from '../domain/errors';
-import { Db, ensureWritable, perTransactionSettings, unlessTheDatabaseFreezes, withoutQueryTimeout } from './db';
+import { Db, ensureUnicode, ensureWritable, perTransactionSettings, unlessTheDatabaseFreezes, withoutQueryTimeout } from './db';
 import { withMigrationLock } from './migrationLock';
 
 /** Feeds knex's migrator from the imported list, so the same code runs from TypeScript and from dist/. */
@@ -42,9 +42,12 @@ function migratorOf(db: Db): Knex.MigratorConfig {
 /**
  * Applies every pending migration; returns the names applied. Safe to run from several replicas at
  * once, on different Galera nodes too: they take turns under the cluster-wide migration lock (knex's
- * own lock would fail the second one), and whoever comes later finds nothing left to apply.
+ * own lock would fail the second one), and whoever comes later finds nothing left to apply. First it
+ * refuses a database that cannot hold every character the API takes (ensureUnicode), so neither the
+ * service nor `rollcall migrate` starts on one.
  */
 export async function migrateLatest(db: Db): Promise<string[]> {
+  await unlessTheDatabaseFreezes(db, 'its encoding was read', () => ensureUnicode(db));
   const state = await stateWithoutLock(db);
   if (state === 'current') return [];
   if (state === 'newer') throw new NewerSchemaError(await unknownMigrations(db));

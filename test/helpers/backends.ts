@@ -40,14 +40,15 @@ const sqlite: Backend = {
   },
 };
 
-const mysql: Backend = {
+/** A MariaDB backend whose databases are made with `options` (`CHARACTER SET latin1`, say). */
+const mysqlWith = (options = ''): Backend => ({
   name: 'mysql',
   async create(overrides = {}) {
     const server = new URL(mysqlUrl as string);
     const name = `rollcall_test_${randomBytes(6).toString('hex')}`;
     const admin = knex({ client: 'mysql2', connection: { uri: server.toString() } as never, pool: { min: 0, max: 1 } });
     try {
-      await admin.raw(`CREATE DATABASE \`${name}\``);
+      await admin.raw(`CREATE DATABASE \`${name}\` ${options}`);
     } finally {
       await admin.destroy();
     }
@@ -67,17 +68,19 @@ const mysql: Backend = {
       },
     };
   },
-};
+});
+
+const mysql = mysqlWith();
 
 /** A one-connection admin handle on the PostgreSQL server (database `postgres` of TEST_PG_URL's server). */
 const pgAdmin = (server: string) => knex({ client: 'pg', connection: { connectionString: server }, pool: { min: 0, max: 1 } });
 
 /** Creates a database on the PostgreSQL server of `serverUrl`; returns its URL and how to drop it. */
-export async function createPgDatabase(serverUrl: string): Promise<{ url: string; drop(): Promise<void> }> {
+export async function createPgDatabase(serverUrl: string, options = ''): Promise<{ url: string; drop(): Promise<void> }> {
   const name = `rollcall_test_${randomBytes(6).toString('hex')}`;
   const admin = pgAdmin(serverUrl);
   try {
-    await admin.raw('CREATE DATABASE ??', [name]);
+    await admin.raw(`CREATE DATABASE ?? ${options}`, [name]);
   } finally {
     await admin.destroy();
   }
@@ -97,14 +100,22 @@ export async function createPgDatabase(serverUrl: string): Promise<{ url: string
   };
 }
 
-const pg: Backend = {
+/** A PostgreSQL backend whose databases are made with `options` (`ENCODING 'LATIN1' …`, say). */
+const pgWith = (options = ''): Backend => ({
   name: 'pg',
   async create(overrides = {}) {
-    const database = await createPgDatabase(pgUrl as string);
+    const database = await createPgDatabase(pgUrl as string, options);
     const config = loadConfig({ LOG_LEVEL: 'silent', DATABASE_URL: database.url, ...overrides });
     return { name: 'pg', config, drop: () => database.drop() };
   },
-};
+});
+
+const pg = pgWith();
+
+/** PostgreSQL with databases in LATIN1, not UTF8 (made from template0, with a locale that takes any encoding). */
+export function latin1PgBackend(): Backend | null {
+  return pgUrl ? pgWith("ENCODING 'LATIN1' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0") : null;
+}
 
 /**
  * A database on TEST_PG_URL's server that the service reaches through the PgBouncer of
@@ -152,6 +163,14 @@ export function backends(): Array<[name: string, backend: Backend]> {
 
 export function mysqlBackend(): Backend | null {
   return mysqlUrl ? mysql : null;
+}
+
+/**
+ * MariaDB with databases whose default character set is latin1: upstream MariaDB's default before
+ * 11.6 (Debian's packages and MySQL 8 default to utf8mb4), which tables made without one take.
+ */
+export function latin1MysqlBackend(): Backend | null {
+  return mysqlUrl ? mysqlWith('CHARACTER SET latin1') : null;
 }
 
 export function pgBackend(): Backend | null {
