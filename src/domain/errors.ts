@@ -147,15 +147,16 @@ export class NewerSchemaError extends Error {
 }
 
 /**
- * The database cannot hold every character the API takes (a PostgreSQL database made in LATIN1 or
- * SQL_ASCII): rollcall does not start on it, as text beyond that encoding in metadata, user keys and
- * failure reasons would be refused by the database, answered `500`. Told by its message alone.
+ * The database is not in UTF-8 (a PostgreSQL database made in LATIN1, or SQL_ASCII): rollcall does
+ * not start on it. LATIN1 holds no text beyond Latin-1, and SQL_ASCII stores bytes unchecked and
+ * counts a column's length in bytes: text the API takes in metadata, user keys and failure reasons
+ * would be refused by the database, answered `500`. Told by its message alone.
  */
 export class DatabaseEncodingError extends Error {
   readonly code = 'database_encoding';
   constructor(encoding: string) {
     super(
-      `the database's encoding is ${encoding}, which cannot hold every character rollcall takes; use a database made with ENCODING 'UTF8' (PostgreSQL's usual encoding)`,
+      `the database's encoding is ${encoding}, not UTF8, so it would refuse text rollcall takes (characters it cannot hold, or lengths it counts in bytes); use a database made with ENCODING 'UTF8' (PostgreSQL's usual encoding)`,
     );
     this.name = 'DatabaseEncodingError';
   }

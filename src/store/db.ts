@@ -447,7 +447,7 @@ export async function ensureWritable(db: Db, table: string): Promise<void> {
 }
 
 /**
- * Refuses a database that cannot hold every character the API takes (the profile's encodingQuery).
+ * Refuses a database not in UTF-8, which would refuse text the API takes (the profile's encodingQuery).
  * One that does not answer is not judged here: what comes next (the migrations) waits for it or
  * reports it, as before this check.
  */

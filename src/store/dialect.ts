@@ -49,9 +49,9 @@ export interface DialectProfile {
   writableCheck: { kind: 'query'; sql: string } | { kind: 'zero-row-write' } | null;
   /**
    * A query whose one row's `encoding` names the database's character encoding, where a database may
-   * be made in one that cannot hold every character (db.ts `ensureUnicode`: PostgreSQL's LATIN1 or
-   * SQL_ASCII); null where any database holds them (SQLite is UTF-8; on MySQL/MariaDB migration 0015
-   * puts user text in utf8mb4 whatever the server's default).
+   * be made in one other than UTF-8 (db.ts `ensureUnicode`: PostgreSQL's LATIN1 or SQL_ASCII); null
+   * where every database takes any text (SQLite is UTF-8; on MySQL/MariaDB migration 0015 puts user
+   * text in utf8mb4 whatever the server's default).
    */
   encodingQuery: string | null;
   /**

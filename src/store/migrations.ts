@@ -43,8 +43,8 @@ function migratorOf(db: Db): Knex.MigratorConfig {
  * Applies every pending migration; returns the names applied. Safe to run from several replicas at
  * once, on different Galera nodes too: they take turns under the cluster-wide migration lock (knex's
  * own lock would fail the second one), and whoever comes later finds nothing left to apply. First it
- * refuses a database that cannot hold every character the API takes (ensureUnicode), so neither the
- * service nor `rollcall migrate` starts on one.
+ * refuses a database not in UTF-8 (ensureUnicode), so neither the service nor `rollcall migrate`
+ * starts on one.
  */
 export async function migrateLatest(db: Db): Promise<string[]> {
   await unlessTheDatabaseFreezes(db, 'its encoding was read', () => ensureUnicode(db));

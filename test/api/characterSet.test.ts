@@ -121,7 +121,7 @@ describeEachOrSkip(latin1PgBackend() ? [['postgresql, LATIN1', latin1PgBackend()
           (error: unknown) => error,
         );
         expect(started).toBeInstanceOf(DatabaseEncodingError);
-        expect((started as Error).message).toMatch(/^the database's encoding is LATIN1, /);
+        expect((started as Error).message).toMatch(/^the database's encoding is LATIN1, not UTF8, /);
         const db = openDb(database.config);
         try {
           expect(await db.schema.hasTable('batches')).toBe(false);

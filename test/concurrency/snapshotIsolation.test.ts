@@ -18,41 +18,49 @@ const rowsOf = <T>(result: unknown) => (result as [T[]])[0];
  * off by default: it is turned on here for the service's sessions, as 11.6's default would have it.
  */
 describeEachOrSkip(mysqlBackend() ? [['mariadb', mysqlBackend()!] as const] : [])('on a MariaDB with snapshot isolation on (%s)', (_name, backend) => {
-  let svc: TestService;
-  let other: Knex;
-  let before: string;
+  let svc: TestService | undefined;
+  let other: Knex | undefined;
+  /** The server's setting before the test: set back afterwards, whatever failed in between. */
+  let before: string | undefined;
   const receiver = new Receiver();
-  beforeAll(async () => {
-    await receiver.start();
-    // Before the service starts: its sessions take the server's default when they open.
+  /** A connection to the server of TEST_MYSQL_URL, for its global settings. */
+  const onServer = async <T>(work: (server: Knex) => Promise<T>): Promise<T> => {
     const server = knex({ client: 'mysql2', connection: { uri: process.env.TEST_MYSQL_URL } as never, pool: { min: 0, max: 1 } });
     try {
-      before = rowsOf<{ value: string }>(await server.raw('SELECT @@GLOBAL.innodb_snapshot_isolation AS value'))[0]!.value;
-      await server.raw('SET GLOBAL innodb_snapshot_isolation = ON');
+      return await work(server);
     } finally {
       await server.destroy();
     }
+  };
+  beforeAll(async () => {
+    await receiver.start();
+    // Before the service starts: its sessions take the server's default when they open.
+    before = await onServer(async (server) => {
+      const value = rowsOf<{ value: string }>(await server.raw('SELECT @@GLOBAL.innodb_snapshot_isolation AS value'))[0]!.value;
+      await server.raw('SET GLOBAL innodb_snapshot_isolation = ON');
+      return value;
+    });
     svc = await startService(backend);
     other = otherConnections(svc.database, 2);
   });
   afterAll(async () => {
-    await other.raw(`SET GLOBAL innodb_snapshot_isolation = ${Number(before) ? 'ON' : 'OFF'}`);
-    await other.destroy();
-    await svc.stop();
+    if (before !== undefined) await onServer((server) => server.raw(`SET GLOBAL innodb_snapshot_isolation = ${Number(before) ? 'ON' : 'OFF'}`));
+    await other?.destroy();
+    await svc?.stop();
     await receiver.stop();
   });
 
   it('when a due callback is changed by another replica while this one claims it, then the claim waits and the callback is still delivered', async () => {
-    const { id } = await batchWith(svc.client, 0, { callbackUrl: receiver.url }); // complete at once: its callback is due
+    const { id } = await batchWith(svc!.client, 0, { callbackUrl: receiver.url }); // complete at once: its callback is due
     // Another replica holds the event (its own claim, about to record an attempt).
-    const holder = await other.transaction();
+    const holder = await other!.transaction();
     try {
       await holder('outbox').where('batch_id', id).forUpdate();
       // This replica reads the due events plainly, then claims them with a conditional UPDATE, which waits.
-      const delivering = svc.rollcall.dispatcher.deliverDue();
+      const delivering = svc!.rollcall.dispatcher.deliverDue();
       await until(async () => {
         const waiting = rowsOf<{ n: number }>(
-          await other.raw(
+          await other!.raw(
             "SELECT count(*) AS n FROM information_schema.processlist WHERE db = DATABASE() AND command = 'Query' AND info LIKE 'update `outbox`%'",
           ),
         );
