@@ -50,6 +50,13 @@ describeEachOrSkip(mysqlBackend() ? [['mariadb', mysqlBackend()!] as const] : []
     await receiver.stop();
   });
 
+  /** Resolves once an UPDATE of `table` runs (waits for a row lock) on the test's database. */
+  const untilUpdateRuns = (table: string) =>
+    until(async () => {
+      const sql = "SELECT count(*) AS n FROM information_schema.processlist WHERE db = DATABASE() AND command = 'Query' AND info LIKE ?";
+      return Number(rowsOf<{ n: number }>(await other!.raw(sql, [`update \`${table}\`%`]))[0]?.n) > 0;
+    });
+
   it('when a due callback is changed by another replica while this one claims it, then the claim waits and the callback is still delivered', async () => {
     const { id } = await batchWith(svc!.client, 0, { callbackUrl: receiver.url }); // complete at once: its callback is due
     // Another replica holds the event (its own claim, about to record an attempt).
@@ -58,14 +65,7 @@ describeEachOrSkip(mysqlBackend() ? [['mariadb', mysqlBackend()!] as const] : []
       await holder('outbox').where('batch_id', id).forUpdate();
       // This replica reads the due events plainly, then claims them with a conditional UPDATE, which waits.
       const delivering = svc!.rollcall.dispatcher.deliverDue();
-      await until(async () => {
-        const waiting = rowsOf<{ n: number }>(
-          await other!.raw(
-            "SELECT count(*) AS n FROM information_schema.processlist WHERE db = DATABASE() AND command = 'Query' AND info LIKE 'update `outbox`%'",
-          ),
-        );
-        return Number(waiting[0]?.n) > 0;
-      });
+      await untilUpdateRuns('outbox');
       // The other replica's change commits: the event stays pending and due.
       await holder('outbox').where('batch_id', id).increment('attempts', 1);
       await holder.commit();
@@ -74,5 +74,25 @@ describeEachOrSkip(mysqlBackend() ? [['mariadb', mysqlBackend()!] as const] : []
       if (!holder.isCompleted()) await holder.rollback();
     }
     expect(receiver.deliveries.map((d) => (JSON.parse(d.body) as { batch: { id: string } }).batch.id)).toEqual([id]);
+  });
+
+  it('when a due child outcome is changed by another replica while this one claims it, then the claim waits and the parent item is still acked', async () => {
+    const parent = await batchWith(svc!.client, 1);
+    const child = await batchWith(svc!.client, 1, { parentItem: parent.ids[0] });
+    expect((await svc!.api.post('/v1/acks').send({ ids: child.ids })).body.completed).toHaveLength(1); // its outcome is now due
+    const holder = await other!.transaction();
+    try {
+      await holder('child_outcomes').where('batch_id', child.id).forUpdate();
+      // This replica reads the due outcomes plainly, then claims them with a conditional UPDATE, which waits.
+      const acking = svc!.rollcall.childOutcomes.deliverDue();
+      await untilUpdateRuns('child_outcomes');
+      // The other replica's change commits: the outcome stays due.
+      await holder('child_outcomes').where('batch_id', child.id).increment('attempts', 1);
+      await holder.commit();
+      await acking;
+    } finally {
+      if (!holder.isCompleted()) await holder.rollback();
+    }
+    expect((await svc!.api.get(`/v1/batches/${parent.id}`)).body).toMatchObject({ state: 'complete', succeeded: 1 });
   });
 });
