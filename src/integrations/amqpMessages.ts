@@ -1,0 +1,233 @@
+/**
+ * What rollcall/amqp's consume callbacks share: reading a message's item ID, telling rollcall, and
+ * settling each message once. amqplib is only a type here.
+ */
+import type { ConsumeMessage } from 'amqplib';
+
+import { isTransient } from '../client/retry';
+import { AckCoalescer, ItemOutcome, keepingProcessAlive, Rejected } from './ackCoalescer';
+import { CancelledBatches } from './cancelledBatches';
+import { asError, RollcallIntegrationError } from './errors';
+
+/** The header that carries a message's item ID (set by the producer). */
+export const ITEM_ID_HEADER = 'x-rollcall-item-id';
+
+/**
+ * The part of an amqplib Channel used here. `reject` is optional: a channel without one (such as
+ * amqp-connection-manager's ChannelWrapper) returns failed runs with `nack`, which from RabbitMQ 4.3
+ * on does not count a delivery. Prefer the raw channel of each of the wrapper's setups: the wrapper
+ * settles on whatever channel is current, so after a reconnect a late ack could hit another message.
+ */
+export interface AckingChannel {
+  ack(message: ConsumeMessage): void;
+  nack(message: ConsumeMessage, allUpTo?: boolean, requeue?: boolean): void;
+  reject?(message: ConsumeMessage, requeue?: boolean): void;
+}
+
+/** The options both consume callbacks take about messages and what goes wrong with them. */
+export interface MessageHandlingOptions {
+  /**
+   * Where a message's item ID is. Default: the header `x-rollcall-item-id`. A message for which it
+   * throws goes where a message without an ID goes (nacked without requeue; onError gets the error).
+   */
+  itemIdOf?: (message: ConsumeMessage) => string | undefined;
+  /**
+   * Told what a consume callback cannot throw to anyone: an ack rollcall rejected (`ack_rejected`;
+   * the message is nacked without requeue, so it is dead-lettered where the queue has a dead-letter
+   * exchange: a rerun would be refused again, but a replay after a fix, such as the right tenant's
+   * token, is not), an ack call that failed after its retries or was
+   * refused with a `4xx` (the message is requeued: see `record`), a message without an item ID (`missing_item_id`; nacked without requeue,
+   * so it is dead-lettered where the queue has a dead-letter exchange), a message the channel could
+   * not ack or return for another reason than being closed (`settle_failed`: it stays unacked until
+   * the channel closes), and anything else that went wrong with a message (it is then returned as a
+   * failed delivery). Default: ignore. What it throws,
+   * or its promise rejects with, is ignored: the message is settled all the same.
+   */
+  onError?: (error: Error, message: ConsumeMessage) => void;
+  /**
+   * Called when RabbitMQ cancels the consumer (its queue was deleted, or the queue's node went away
+   * for good): no more messages will come to this callback, and amqplib says so only by calling it
+   * with `null`. Consume again, or stop the process so that it is restarted. Default: ignore.
+   */
+  onCancelled?: () => void;
+}
+
+/** What the consume callbacks return: amqplib's consume callback, and a way to let its messages finish. */
+export interface RollcallConsumeCallback {
+  (message: ConsumeMessage | null): void;
+  /**
+   * Resolves once every message this callback has been given is settled (rollcall told, the message
+   * acked or returned). For a graceful stop: `channel.cancel(consumerTag)`, then `drain()`, then
+   * close the channel; closing at once returns the unsettled messages to the queue, to be run again.
+   */
+  drain(): Promise<void>;
+}
+
+/**
+ * How a message leaves a consumer: acked; returned as a failed delivery (`retry`); returned without
+ * counting one from RabbitMQ 4.3 on (`requeue`); nacked without requeue, so dead-lettered where its
+ * queue has a dead-letter exchange (`drop`).
+ */
+export type Settlement = 'ack' | 'retry' | 'requeue' | 'drop';
+
+/**
+ * Calls a user's hook: what it throws must not stop a message being settled, nor may an async hook's
+ * rejection end the process as an unhandled one (a `=> void` type takes an async function too).
+ */
+export function callQuietly(hook: () => unknown): void {
+  try {
+    const result = hook();
+    if (typeof (result as PromiseLike<unknown> | undefined)?.then === 'function') Promise.resolve(result).catch(() => undefined);
+  } catch {
+    // ignored, as documented
+  }
+}
+
+/** amqplib's refusal to use a channel that is closed or closing (after a dropped connection, say). */
+function closedChannel(error: unknown): boolean {
+  return (error as { name?: unknown } | null)?.name === 'IllegalOperationError';
+}
+
+export function headerOf(message: ConsumeMessage, name: string): unknown {
+  return (message.properties.headers as Record<string, unknown> | undefined)?.[name];
+}
+
+/** A header's text: amqplib gives a long string as a Buffer. */
+export function textHeaderOf(message: ConsumeMessage, name: string): string | undefined {
+  return textOfHeaderValue(headerOf(message, name));
+}
+
+export function textOfHeaderValue(value: unknown): string | undefined {
+  if (typeof value === 'string') return value;
+  return Buffer.isBuffer(value) ? value.toString('utf8') : undefined;
+}
+
+function defaultItemIdOf(message: ConsumeMessage): string | undefined {
+  return textHeaderOf(message, ITEM_ID_HEADER);
+}
+
+/**
+ * What the consume callbacks share for each message: its item ID, telling rollcall of its outcome,
+ * and settling it once.
+ */
+export class MessageHandling {
+  private readonly itemIdOf: (message: ConsumeMessage) => string | undefined;
+  /** Messages settled here: each is settled once, and one that an unforeseen error left is settled too. */
+  private readonly settledMessages = new WeakSet<ConsumeMessage>();
+
+  constructor(
+    private readonly channel: AckingChannel,
+    private readonly acks: AckCoalescer,
+    private readonly cancelled: CancelledBatches,
+    private readonly options: MessageHandlingOptions,
+  ) {
+    this.itemIdOf = options.itemIdOf ?? defaultItemIdOf;
+  }
+
+  report(error: Error, message: ConsumeMessage): void {
+    callQuietly(() => this.options.onError?.(error, message));
+  }
+
+  /**
+   * The message's item ID, or undefined once a message without one is settled (dropped, so
+   * dead-lettered where its queue has a dead-letter exchange) and reported.
+   */
+  itemIdOrDrop(message: ConsumeMessage): string | undefined {
+    let itemId: unknown;
+    try {
+      itemId = this.itemIdOf(message);
+    } catch (thrown) {
+      this.report(asError(thrown), message); // a message none can read goes where a message without an ID goes
+      this.settle(message, 'drop');
+      return undefined;
+    }
+    if (typeof itemId === 'string' && itemId) return itemId;
+    // Not only undefined: an itemIdOf that reads a numeric header gives a number, which no item ID is.
+    this.report(new RollcallIntegrationError('missing_item_id', `message ${message.fields.deliveryTag} has no ${ITEM_ID_HEADER} header`), message);
+    this.settle(message, 'drop');
+    return undefined;
+  }
+
+  /** Whether the item's batch is cancelled: then the message is acked, nothing else done with it. */
+  async ackedAsCancelled(message: ConsumeMessage, itemId: string): Promise<boolean> {
+    if (!(await this.cancelled.isCancelled(itemId))) return false;
+    this.settle(message, 'ack');
+    return true;
+  }
+
+  /**
+   * A failed run is returned with basic.reject, which counts a delivery on every RabbitMQ version; a
+   * run rollcall could not hear of is returned with basic.nack, which from RabbitMQ 4.3 on does not
+   * count one (the handler did not fail), and before 4.3 counts one as every return did.
+   * After a dropped connection the channel is closed and acking throws; RabbitMQ redelivers the message.
+   */
+  settle(message: ConsumeMessage, how: Settlement): void {
+    if (this.settledMessages.has(message)) return;
+    this.settledMessages.add(message);
+    const notSettled = (error: unknown) => {
+      if (closedChannel(error)) return; // nothing to do: the broker already took the message back
+      this.report(
+        new RollcallIntegrationError('settle_failed', `message ${message.fields.deliveryTag} could not be settled (${how}): ${asError(error).message}`, {
+          cause: error,
+        }),
+        message,
+      );
+    };
+    const { channel } = this;
+    try {
+      // A wrapper's ack may be async (the type takes one): its rejection must not go unhandled.
+      const result: unknown =
+        how === 'ack' ? channel.ack(message) : how === 'retry' && channel.reject ? channel.reject(message, true) : channel.nack(message, false, how !== 'drop');
+      if (typeof (result as PromiseLike<unknown> | undefined)?.then === 'function') Promise.resolve(result).catch(notSettled);
+    } catch (error) {
+      notSettled(error);
+    }
+  }
+
+  /**
+   * Tells rollcall, then settles the message. A rollcall that cannot be told means a requeue: after
+   * an outage (the retries spent) one that counts no delivery, but after an answer no retry changes
+   * (a `4xx`: a token refused, a wrong baseUrl) a failed delivery, so the queue's delivery limit ends
+   * the reruns where RabbitMQ 4.3 on would otherwise redeliver it at once, forever.
+   */
+  async record(message: ConsumeMessage, itemId: string, outcome: ItemOutcome, error?: string): Promise<void> {
+    let rejected: Rejected;
+    try {
+      rejected = await this.acks.ack(itemId, outcome, error);
+    } catch (ackError) {
+      this.report(asError(ackError), message);
+      return this.settle(message, isTransient(ackError) ? 'requeue' : 'retry');
+    }
+    if (rejected === null || rejected === 'batch_cancelled') {
+      if (rejected !== null) this.cancelled.learnCancelled(itemId);
+      return this.settle(message, 'ack');
+    }
+    // Not acked: dead-lettered where the queue has a dead-letter exchange, for a replay once what
+    // made rollcall refuse it is fixed (a token of another tenant sees every batch as unknown_batch).
+    this.report(new RollcallIntegrationError('ack_rejected', `rollcall rejected item ${itemId}: ${rejected}`), message);
+    this.settle(message, 'drop');
+  }
+
+  /**
+   * amqplib's consume callback around `consume`, with `drain()`. Every message is settled once: one
+   * an unforeseen error left is returned as a failed delivery, so it cannot hold its prefetch place
+   * for good, and the queue's delivery limit ends its reruns if the error comes back each time.
+   */
+  callback(consume: (message: ConsumeMessage) => Promise<void>): RollcallConsumeCallback {
+    const unsettled = new Set<Promise<void>>();
+    const callback = (message: ConsumeMessage | null): void => {
+      if (message === null) return callQuietly(() => this.options.onCancelled?.()); // the broker cancelled the consumer
+      const settled: Promise<void> = consume(message)
+        .catch((error: unknown) => {
+          this.report(asError(error), message);
+          this.settle(message, 'retry');
+        })
+        .finally(() => unsettled.delete(settled));
+      unsettled.add(settled);
+    };
+    const drain = async (): Promise<void> => {
+      while (unsettled.size > 0) await keepingProcessAlive(Promise.all([...unsettled]));
+    };
+    return Object.assign(callback, { drain });
+  }
+}
