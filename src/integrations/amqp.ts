@@ -11,6 +11,8 @@ import { AckingChannel, headerOf, MessageHandling, MessageHandlingOptions, Rollc
 import { CancelCheckOptions, sharedCancelledBatches } from './cancelledBatches';
 import { failureMessageOf } from './errors';
 
+/** The consumer for dead letters: records the items of messages RabbitMQ gave up on. */
+export { rollcallDeadLetterConsumer, type RollcallDeadLetterOptions } from './amqpDeadLetters';
 export { type AckingChannel, ITEM_ID_HEADER, type RollcallConsumeCallback } from './amqpMessages';
 /** What the integrations throw or report, with a stable `code`: `instanceof` it to tell them. */
 export { type IntegrationErrorCode, RollcallIntegrationError } from './errors';
@@ -24,7 +26,7 @@ export interface RollcallConsumerOptions extends AckCoalescingOptions, CancelChe
    * whose count is below it is requeued, one at it is acked `failed`. The handler so runs at most
    * `maxDeliveries + 1` times. Set the queue's `x-delivery-limit` a few above it: a delivery cut
    * short (a crash, a closed channel) counts too, and past the limit RabbitMQ drops the message
-   * before its failure is recorded. Default 3.
+   * before its failure is recorded (or dead-letters it: see rollcallDeadLetterConsumer). Default 3.
    */
   maxDeliveries?: number;
 }

@@ -1,0 +1,84 @@
+/**
+ * `rollcallDeadLetterConsumer`: records `failed` the items of messages RabbitMQ gave up on (past the
+ * queue's `x-delivery-limit`, expired, pushed out by a length limit), which no consumer will see
+ * again: without it their items stay pending and their batches never complete.
+ */
+import type { ConsumeMessage } from 'amqplib';
+
+import type { RollcallClient } from '../client';
+import { AckCoalescingOptions, sharedCoalescer } from './ackCoalescer';
+import { AckingChannel, headerOf, MessageHandling, MessageHandlingOptions, RollcallConsumeCallback, textHeaderOf, textOfHeaderValue } from './amqpMessages';
+import { CancelCheckOptions, sharedCancelledBatches } from './cancelledBatches';
+
+/**
+ * The dead-letter reasons of a message RabbitMQ itself gave up on. The fourth, `rejected`, is a
+ * consumer's choice: rollcallConsumer drops only messages it could not record (rollcall refused the
+ * ack, or there is no item ID), which are kept for a replay.
+ */
+const GIVEN_UP = ['delivery_limit', 'expired', 'maxlen'] as const;
+
+export interface RollcallDeadLetterOptions extends AckCoalescingOptions, CancelCheckOptions, MessageHandlingOptions {
+  /**
+   * The dead-letter reasons whose items are recorded `failed`. Default: `delivery_limit`, `expired`
+   * and `maxlen`. Add `rejected` when your own consumers reject messages for good that they have not
+   * recorded.
+   */
+  reasons?: readonly string[];
+}
+
+interface Death {
+  reason: string | undefined;
+  queue: string | undefined;
+}
+
+/**
+ * Why and where the message was last dead-lettered: `x-death` holds one entry per queue and
+ * reason, the latest first; `x-last-death-*` (RabbitMQ 3.13 on) and `x-first-death-*` say the same
+ * of a message dead-lettered once.
+ */
+function lastDeathOf(message: ConsumeMessage): Death {
+  const deaths = headerOf(message, 'x-death');
+  const latest: unknown = Array.isArray(deaths) ? deaths[0] : undefined;
+  if (typeof latest === 'object' && latest !== null) {
+    const entry = latest as Record<string, unknown>;
+    return { reason: textOfHeaderValue(entry.reason), queue: textOfHeaderValue(entry.queue) };
+  }
+  return {
+    reason: textHeaderOf(message, 'x-last-death-reason') ?? textHeaderOf(message, 'x-first-death-reason'),
+    queue: textHeaderOf(message, 'x-last-death-queue') ?? textHeaderOf(message, 'x-first-death-queue'),
+  };
+}
+
+function reasonsOf(options: RollcallDeadLetterOptions): ReadonlySet<string> {
+  const reasons = options.reasons ?? GIVEN_UP;
+  if (!Array.isArray(reasons) || reasons.length === 0 || !reasons.every((reason) => typeof reason === 'string' && reason))
+    throw new RangeError('reasons must be a list of dead-letter reasons, such as delivery_limit, expired, maxlen, rejected');
+  return new Set(reasons);
+}
+
+/**
+ * A consume callback for a queue that receives dead letters: `channel.consume(deadLetterQueue,
+ * rollcallDeadLetterConsumer(client, channel))`. For each message:
+ * - dead-lettered for one of `options.reasons`: its item is acked `failed` (`dead-lettered by
+ *   RabbitMQ (delivery_limit) from queue thumbnails`), then the message is acked. An item that
+ *   already succeeded stays succeeded (a duplicate), and a later replay's success still counts while
+ *   the batch is open (a retry won);
+ * - dead-lettered for another reason, or rollcall refuses the ack (`ack_rejected`), or it has no item
+ *   ID (`missing_item_id`): nacked without requeue, so it goes on to this queue's own dead-letter
+ *   exchange (a parking queue) if it has one, and is dropped if not;
+ * - its batch is cancelled: acked;
+ * - rollcall cannot be reached: held and sent again, as rollcallConsumer does, then requeued.
+ * Acks are coalesced with those of every consumer of this client in the process.
+ */
+export function rollcallDeadLetterConsumer(client: RollcallClient, channel: AckingChannel, options: RollcallDeadLetterOptions = {}): RollcallConsumeCallback {
+  const messages = new MessageHandling(channel, sharedCoalescer(client, options), sharedCancelledBatches(client, options), options);
+  const reasons = reasonsOf(options);
+  return messages.callback(async (message) => {
+    const death = lastDeathOf(message);
+    if (death.reason === undefined || !reasons.has(death.reason)) return messages.settle(message, 'drop');
+    const itemId = messages.itemIdOrDrop(message);
+    if (itemId === undefined || (await messages.ackedAsCancelled(message, itemId))) return;
+    const from = death.queue === undefined ? '' : ` from queue ${death.queue}`;
+    return messages.record(message, itemId, 'failed', `dead-lettered by RabbitMQ (${death.reason})${from}`);
+  });
+}

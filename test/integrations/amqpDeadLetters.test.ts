@@ -1,0 +1,240 @@
+import { randomBytes, randomUUID } from 'node:crypto';
+
+import amqp, { Channel, ChannelModel, ConfirmChannel, ConsumeMessage, GetMessage } from 'amqplib';
+
+import { Batch, RollcallClient } from '../../src/client';
+import { rollcallConsumer, rollcallDeadLetterConsumer, RollcallDeadLetterOptions } from '../../src/integrations/amqp';
+import { openBatch } from '../../src/integrations/producer';
+import { backends } from '../helpers/backends';
+import { amqpUrl, describeWith } from '../helpers/brokers';
+import { until } from '../helpers/realTime';
+import { startService, TestService } from '../helpers/service';
+import { numberOf } from './fixtures/messages';
+
+/**
+ * The topology integrations.md advises: the work queue dead-letters to a fanout exchange, which
+ * copies each dead letter to `kept` (for people, and for replays) and to `recorded` (for
+ * rollcallDeadLetterConsumer). `recorded` passes what it does not record on to `parked`.
+ */
+interface Topology {
+  work: string;
+  kept: string;
+  recorded: string;
+  parked: string;
+}
+
+describeWith(amqpUrl).each(backends())('rollcall/amqp dead letters on a real RabbitMQ and a real rollcall service (%s)', (_name, backend) => {
+  let svc: TestService;
+  let connection: ChannelModel;
+  let admin: ConfirmChannel;
+  const queues: string[] = [];
+  const exchanges: string[] = [];
+
+  beforeAll(async () => {
+    svc = await startService(backend);
+    connection = await amqp.connect(amqpUrl as string);
+    connection.on('error', () => undefined);
+    admin = await connection.createConfirmChannel();
+  });
+  afterAll(async () => {
+    for (const queue of queues) await admin.deleteQueue(queue);
+    for (const exchange of exchanges) await admin.deleteExchange(exchange);
+    await connection.close();
+    await svc.stop();
+  });
+
+  async function topology(workArguments: Record<string, unknown>): Promise<Topology> {
+    const name = `rollcall-test-${randomBytes(4).toString('hex')}`;
+    const t: Topology = { work: name, kept: `${name}-kept`, recorded: `${name}-recorded`, parked: `${name}-parked` };
+    const deadLetters = `${name}-dead`;
+    await admin.assertExchange(deadLetters, 'fanout', { durable: true });
+    await admin.assertQueue(t.kept, { durable: true, arguments: { 'x-queue-type': 'quorum' } });
+    await admin.assertQueue(t.parked, { durable: true, arguments: { 'x-queue-type': 'quorum' } });
+    await admin.assertQueue(t.recorded, {
+      durable: true,
+      arguments: { 'x-queue-type': 'quorum', 'x-dead-letter-exchange': '', 'x-dead-letter-routing-key': t.parked },
+    });
+    await admin.bindQueue(t.kept, deadLetters, '');
+    await admin.bindQueue(t.recorded, deadLetters, '');
+    await admin.assertQueue(t.work, { durable: true, arguments: { 'x-queue-type': 'quorum', 'x-dead-letter-exchange': deadLetters, ...workArguments } });
+    queues.push(t.work, t.kept, t.recorded, t.parked);
+    exchanges.push(deadLetters);
+    return t;
+  }
+
+  async function produce(client: RollcallClient, queue: string, count: number): Promise<Batch> {
+    let n = 0;
+    return openBatch(client, {
+      count,
+      enqueue: async (ids) => {
+        for (const id of ids) admin.sendToQueue(queue, Buffer.from(JSON.stringify({ n: n++ })), { headers: { 'x-rollcall-item-id': id }, persistent: true });
+        await admin.waitForConfirms();
+      },
+    });
+  }
+
+  async function recordDeadLetters(
+    client: RollcallClient,
+    queue: string,
+    options: RollcallDeadLetterOptions = {},
+  ): Promise<{ channel: Channel; errors: string[] }> {
+    const channel = await connection.createChannel();
+    const errors: string[] = [];
+    await channel.consume(
+      queue,
+      rollcallDeadLetterConsumer(client, channel, { ...options, onError: (error) => errors.push((error as { code?: string }).code ?? error.message) }),
+    );
+    return { channel, errors };
+  }
+
+  const count = async (queue: string): Promise<number> => (await admin.checkQueue(queue)).messageCount;
+
+  /** The messages in a queue, taken off it. */
+  async function takeAll(queue: string): Promise<GetMessage[]> {
+    const taken: GetMessage[] = [];
+    for (let message = await admin.get(queue, { noAck: true }); message; message = await admin.get(queue, { noAck: true })) taken.push(message);
+    return taken;
+  }
+
+  it("when a message's deliveries are cut short past the queue's x-delivery-limit, then its item is recorded failed and the batch completes", async () => {
+    const client = new RollcallClient({ baseUrl: svc.url });
+    const t = await topology({ 'x-delivery-limit': 1 });
+    const batch = await produce(client, t.work, 4);
+    const { channel: recorder, errors } = await recordDeadLetters(client, t.recorded);
+    // Message 0 hangs its worker every time, and the worker is killed (its channel closed) each time.
+    for (let delivery = 0; delivery < 2; delivery++) {
+      const channel = await connection.createChannel();
+      channel.on('error', () => undefined);
+      let hung = false;
+      await channel.consume(
+        t.work,
+        rollcallConsumer(client, channel, (message) => {
+          if (numberOf(message) !== 0) return undefined;
+          hung = true;
+          return new Promise(() => undefined);
+        }),
+      );
+      await until(() => hung, 10_000);
+      // The others are settled before the worker dies: only message 0 is cut short.
+      await until(async () => (await client.status(batch.id)).succeeded === 3, 10_000);
+      await new Promise((resolve) => setTimeout(resolve, 100)); // their message acks, just after rollcall's
+      await channel.close();
+    }
+    expect(await client.waitForCompletion(batch.id, { timeoutMs: 15_000 })).toMatchObject({ state: 'complete', succeeded: 3, failed: 1, pending: 0 });
+    const { failures } = await client.failures(batch.id);
+    expect(failures).toEqual([expect.objectContaining({ error: `dead-lettered by RabbitMQ (delivery_limit) from queue ${t.work}` })]);
+    await until(async () => (await count(t.recorded)) === 0 && (await count(t.kept)) === 1, 10_000);
+    expect(await count(t.parked)).toBe(0);
+    expect(errors).toEqual([]);
+    await recorder.close();
+  });
+
+  it('when messages expire in their queue (x-message-ttl) before any consumer takes them, then every item is recorded failed', async () => {
+    const client = new RollcallClient({ baseUrl: svc.url });
+    const t = await topology({ 'x-message-ttl': 50 });
+    const batch = await produce(client, t.work, 30);
+    const { channel: recorder } = await recordDeadLetters(client, t.recorded);
+    expect(await client.waitForCompletion(batch.id, { timeoutMs: 15_000 })).toMatchObject({ state: 'complete', succeeded: 0, failed: 30 });
+    const { failures } = await client.failures(batch.id, { limit: 1 });
+    expect(failures[0]?.error).toBe(`dead-lettered by RabbitMQ (expired) from queue ${t.work}`);
+    await recorder.close();
+  });
+
+  it('when rollcallConsumer dead-letters messages rollcall refused, then they are passed on to the parking queue untouched, and can be replayed from there', async () => {
+    const client = new RollcallClient({ baseUrl: svc.url });
+    const t = await topology({});
+    const batch = await produce(client, t.work, 5);
+    const { channel: recorder, errors } = await recordDeadLetters(client, t.recorded);
+    const channel = await connection.createChannel();
+    const elsewhere = rollcallConsumer(client, channel, () => undefined, {
+      // The same group and index in a batch this tenant does not have: each ack is refused.
+      itemIdOf: (message) => String(message.properties.headers?.['x-rollcall-item-id']).replace(batch.id, randomUUID()),
+    });
+    const { consumerTag } = await channel.consume(t.work, elsewhere);
+    await until(async () => (await count(t.parked)) === 5, 10_000);
+    await channel.cancel(consumerTag);
+    await elsewhere.drain();
+    expect(errors).toEqual([]); // a consumer's own rejection is not the dead-letter consumer's failure
+    expect(await client.status(batch.id)).toMatchObject({ state: 'sealed', pending: 5, failed: 0 });
+    const replay = rollcallConsumer(client, channel, () => undefined);
+    await channel.consume(t.parked, replay);
+    expect(await client.waitForCompletion(batch.id, { timeoutMs: 10_000 })).toMatchObject({ state: 'complete', succeeded: 5, failed: 0 });
+    await replay.drain();
+    await channel.close();
+    await recorder.close();
+  });
+
+  it('when a dead letter is for a batch rollcall does not know, or has no item ID, then onError is told and it is parked, not lost', async () => {
+    const client = new RollcallClient({ baseUrl: svc.url });
+    const t = await topology({});
+    const batch = await produce(client, t.work, 1);
+    const [message] = await takeAll(t.work);
+    const unknown = String(message?.properties.headers?.['x-rollcall-item-id']).replace(batch.id, randomUUID());
+    const deadLetter = { 'x-first-death-reason': 'delivery_limit', 'x-first-death-queue': t.work };
+    admin.sendToQueue(t.recorded, Buffer.from('unknown batch'), { headers: { ...deadLetter, 'x-rollcall-item-id': unknown } });
+    admin.sendToQueue(t.recorded, Buffer.from('no item ID'), { headers: deadLetter });
+    const { channel: recorder, errors } = await recordDeadLetters(client, t.recorded);
+    await until(async () => (await count(t.parked)) === 2, 10_000);
+    expect(errors.sort()).toEqual(['ack_rejected', 'missing_item_id']);
+    expect((await takeAll(t.parked)).map((parked) => parked.content.toString()).sort()).toEqual(['no item ID', 'unknown batch']);
+    expect(await client.status(batch.id)).toMatchObject({ pending: 1 });
+    await recorder.close();
+  });
+
+  it('when the dead letter of an item that already succeeded arrives (its message ack was lost), then the item stays succeeded', async () => {
+    const client = new RollcallClient({ baseUrl: svc.url });
+    const t = await topology({});
+    const batch = await produce(client, t.work, 2);
+    const messages = await takeAll(t.work);
+    const ids = messages.map((message) => String(message.properties.headers?.['x-rollcall-item-id']));
+    await client.ack([ids[0] as string]);
+    // Dead-lettered before RabbitMQ 3.13 (no x-death entry kept by a shovel, say): x-first-death-* only.
+    for (const id of ids)
+      admin.sendToQueue(t.recorded, Buffer.from('{}'), {
+        headers: { 'x-rollcall-item-id': id, 'x-first-death-reason': 'delivery_limit', 'x-first-death-queue': t.work },
+      });
+    const { channel: recorder } = await recordDeadLetters(client, t.recorded);
+    expect(await client.waitForCompletion(batch.id, { timeoutMs: 10_000 })).toMatchObject({ state: 'complete', succeeded: 1, failed: 1 });
+    await recorder.close();
+  });
+
+  it('when a dead letter was rejected by a consumer, then it is recorded only where options.reasons names rejected', async () => {
+    const client = new RollcallClient({ baseUrl: svc.url });
+    const t = await topology({});
+    const batch = await produce(client, t.work, 2);
+    const channel = await connection.createChannel();
+    const rejecting = async (message: ConsumeMessage | null) => message && channel.reject(message, false); // a consumer's own "poison" rule
+    await channel.consume(t.work, (message) => void rejecting(message));
+    await until(async () => (await count(t.recorded)) === 2, 10_000);
+    await channel.close();
+    const { channel: passing } = await recordDeadLetters(client, t.recorded);
+    await until(async () => (await count(t.parked)) === 2, 10_000);
+    await passing.close();
+    expect(await client.status(batch.id)).toMatchObject({ pending: 2 });
+    const { channel: recorder } = await recordDeadLetters(client, t.parked, { reasons: ['rejected', 'delivery_limit'] });
+    expect(await client.waitForCompletion(batch.id, { timeoutMs: 10_000 })).toMatchObject({ state: 'complete', failed: 2 });
+    expect((await client.failures(batch.id)).failures[0]?.error).toBe(`dead-lettered by RabbitMQ (rejected) from queue ${t.recorded}`);
+    await recorder.close();
+  });
+
+  it('when a batch is cancelled, then its dead letters are acked and not recorded', async () => {
+    const client = new RollcallClient({ baseUrl: svc.url });
+    const t = await topology({ 'x-message-ttl': 20 });
+    const batch = await produce(client, t.work, 3);
+    await client.cancel(batch.id);
+    const { channel: recorder } = await recordDeadLetters(client, t.recorded);
+    await until(async () => (await count(t.work)) === 0 && (await count(t.recorded)) === 0, 10_000);
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    expect(await count(t.parked)).toBe(0);
+    expect(await client.status(batch.id)).toMatchObject({ state: 'cancelled', pending: 3, failed: 0 });
+    await recorder.close();
+  });
+
+  it('when reasons is empty or not a list of names, then the consumer is refused when it is made', () => {
+    const client = new RollcallClient({ baseUrl: svc.url });
+    const channel = { ack: () => undefined, nack: () => undefined };
+    expect(() => rollcallDeadLetterConsumer(client, channel, { reasons: [] })).toThrow(RangeError);
+    expect(() => rollcallDeadLetterConsumer(client, channel, { reasons: [''] })).toThrow(RangeError);
+    expect(() => rollcallDeadLetterConsumer(client, channel, { reasons: 'expired' as unknown as string[] })).toThrow(RangeError);
+  });
+});
