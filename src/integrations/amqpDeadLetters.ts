@@ -8,22 +8,26 @@ import type { ConsumeMessage } from 'amqplib';
 import type { RollcallClient } from '../client';
 import { AckCoalescingOptions, sharedCoalescer } from './ackCoalescer';
 import { AckingChannel, headerOf, MessageHandling, MessageHandlingOptions, RollcallConsumeCallback, textHeaderOf, textOfHeaderValue } from './amqpMessages';
-import { CancelCheckOptions, sharedCancelledBatches } from './cancelledBatches';
+import { sharedCancelledBatches } from './cancelledBatches';
 
 /**
  * The dead-letter reasons of a message RabbitMQ itself gave up on. The fourth, `rejected`, is a
  * consumer's choice: rollcallConsumer drops only messages it could not record (rollcall refused the
  * ack, or there is no item ID), which are kept for a replay.
  */
-const GIVEN_UP = ['delivery_limit', 'expired', 'maxlen'] as const;
+const GIVEN_UP: readonly DeadLetterReason[] = ['delivery_limit', 'expired', 'maxlen'];
 
-export interface RollcallDeadLetterOptions extends AckCoalescingOptions, CancelCheckOptions, MessageHandlingOptions {
+/** The reasons RabbitMQ dead-letters a message for. */
+export type DeadLetterReason = 'delivery_limit' | 'expired' | 'maxlen' | 'rejected';
+const DEAD_LETTER_REASONS: ReadonlySet<string> = new Set<DeadLetterReason>(['delivery_limit', 'expired', 'maxlen', 'rejected']);
+
+export interface RollcallDeadLetterOptions extends AckCoalescingOptions, MessageHandlingOptions {
   /**
    * The dead-letter reasons whose items are recorded `failed`. Default: `delivery_limit`, `expired`
    * and `maxlen`. Add `rejected` when your own consumers reject messages for good that they have not
    * recorded.
    */
-  reasons?: readonly string[];
+  reasons?: readonly DeadLetterReason[];
 }
 
 interface Death {
@@ -50,10 +54,11 @@ function lastDeathOf(message: ConsumeMessage): Death {
 }
 
 function reasonsOf(options: RollcallDeadLetterOptions): ReadonlySet<string> {
-  const reasons = options.reasons ?? GIVEN_UP;
-  if (!Array.isArray(reasons) || reasons.length === 0 || !reasons.every((reason) => typeof reason === 'string' && reason))
-    throw new RangeError('reasons must be a list of dead-letter reasons, such as delivery_limit, expired, maxlen, rejected');
-  return new Set(reasons);
+  const reasons: unknown = options.reasons ?? GIVEN_UP;
+  // A misspelt reason ('delivery-limit') would pass every dead letter on, unrecorded, without a word.
+  if (!Array.isArray(reasons) || reasons.length === 0 || !reasons.every((reason) => DEAD_LETTER_REASONS.has(reason as string)))
+    throw new RangeError(`reasons must be a list of dead-letter reasons out of ${[...DEAD_LETTER_REASONS].join(', ')}, not ${JSON.stringify(reasons)}`);
+  return new Set(reasons as string[]);
 }
 
 /**
@@ -66,18 +71,22 @@ function reasonsOf(options: RollcallDeadLetterOptions): ReadonlySet<string> {
  * - dead-lettered for another reason, or rollcall refuses the ack (`ack_rejected`), or it has no item
  *   ID (`missing_item_id`): nacked without requeue, so it goes on to this queue's own dead-letter
  *   exchange (a parking queue) if it has one, and is dropped if not;
- * - its batch is cancelled: acked;
- * - rollcall cannot be reached: held and sent again, as rollcallConsumer does, then requeued.
+ * - its batch is cancelled: acked (rollcall answers `batch_cancelled`);
+ * - rollcall cannot be reached: held and sent again, as rollcallConsumer does, then requeued; the
+ *   call refused (a `4xx`): rejected and requeued, a counted delivery, so give this queue an
+ *   `x-delivery-limit` too.
  * Acks are coalesced with those of every consumer of this client in the process.
  */
 export function rollcallDeadLetterConsumer(client: RollcallClient, channel: AckingChannel, options: RollcallDeadLetterOptions = {}): RollcallConsumeCallback {
-  const messages = new MessageHandling(channel, sharedCoalescer(client, options), sharedCancelledBatches(client, options), options);
+  // No cancel check before each ack, as rollcallConsumer makes to skip a handler: there is no
+  // handler here, and rollcall answers a cancelled batch's ack with batch_cancelled.
+  const messages = new MessageHandling(channel, sharedCoalescer(client, options), sharedCancelledBatches(client), options);
   const reasons = reasonsOf(options);
   return messages.callback(async (message) => {
     const death = lastDeathOf(message);
     if (death.reason === undefined || !reasons.has(death.reason)) return messages.settle(message, 'drop');
     const itemId = messages.itemIdOrDrop(message);
-    if (itemId === undefined || (await messages.ackedAsCancelled(message, itemId))) return;
+    if (itemId === undefined) return;
     const from = death.queue === undefined ? '' : ` from queue ${death.queue}`;
     return messages.record(message, itemId, 'failed', `dead-lettered by RabbitMQ (${death.reason})${from}`);
   });

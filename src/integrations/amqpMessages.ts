@@ -92,7 +92,7 @@ export function headerOf(message: ConsumeMessage, name: string): unknown {
   return (message.properties.headers as Record<string, unknown> | undefined)?.[name];
 }
 
-/** A header's text: amqplib gives a long string as a Buffer. */
+/** A header's text: a header sent as a byte array (AMQP's `x`) comes from amqplib as a Buffer. */
 export function textHeaderOf(message: ConsumeMessage, name: string): string | undefined {
   return textOfHeaderValue(headerOf(message, name));
 }
