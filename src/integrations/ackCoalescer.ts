@@ -123,8 +123,29 @@ interface Refusal {
 /** The refusal of an item ID too large to be sent even alone (the service answered 413 to it). */
 const PAYLOAD_TOO_LARGE = 'payload_too_large';
 
-/** The rejections of one call by item ID; an item not in it was recorded (or was a duplicate). */
-export type Rejections = ReadonlyMap<string, string>;
+/**
+ * The rejections of one call by item ID; an item not in it was recorded (or was a duplicate), unless
+ * it is `unsent`: a call the service refused as too large goes again in parts, and when a later part
+ * cannot be sent (rollcall away past `retryForMs`, a `4xx`), the parts already taken still count.
+ * Read an item's answer with `rejectionIn`.
+ */
+export interface Rejections extends ReadonlyMap<string, string> {
+  readonly unsent?: { readonly ids: ReadonlySet<string>; readonly error: unknown };
+}
+
+/** An item's answer in its call's: `null` when recorded, the reason when rejected; throws when it was not sent. */
+export function rejectionIn(answer: Rejections, itemId: string): Rejected {
+  if (answer.unsent?.ids.has(itemId)) throw answer.unsent.error;
+  return answer.get(itemId) ?? null;
+}
+
+/** What sending a call's acks came to: see AckCoalescer.acked. */
+interface Sent {
+  refusals: Refusal[];
+  largestTaken: number;
+  tooLarge: boolean;
+  unsent?: { ids: string[]; error: unknown };
+}
 
 /**
  * Acks waiting for one call. One call carries one outcome and one error message for all its items,
@@ -195,7 +216,7 @@ export class AckCoalescer {
 
   /** Acks one item; resolves once rollcall has committed it (`null`) or rejected it (the reason). */
   async ack(itemId: string, outcome: ItemOutcome, error?: string): Promise<Rejected> {
-    return (await this.ackInCall(itemId, outcome, error)).get(itemId) ?? null;
+    return rejectionIn(await this.ackInCall(itemId, outcome, error), itemId);
   }
 
   /**
@@ -286,13 +307,14 @@ export class AckCoalescer {
     try {
       const options: AckOptions = entry.error === undefined ? { outcome: entry.outcome } : { outcome: entry.outcome, error: entry.error };
       const until = Date.now() + this.settings.retryForMs;
-      const { refusals, largestTaken, tooLarge } = await this.acked(entry.ids, entry.chars, options, until);
+      const { refusals, largestTaken, tooLarge, unsent } = await this.acked(entry.ids, entry.chars, options, until);
       // Refused for its size (not for one ID too large alone): later calls keep to what was taken.
       if (tooLarge && largestTaken > 0) {
         this.maxChars = Math.min(this.maxChars, largestTaken);
         this.maxCharsLearntAt = Date.now();
       }
-      entry.resolve(new Map(refusals.map((refusal) => [refusal.id, refusal.reason])));
+      const answer: Rejections = new Map(refusals.map((refusal) => [refusal.id, refusal.reason]));
+      entry.resolve(unsent ? Object.assign(answer, { unsent: { ids: new Set(unsent.ids), error: unsent.error } }) : answer);
     } catch (error) {
       entry.reject(error);
     }
@@ -304,13 +326,10 @@ export class AckCoalescer {
    * its size), and an ID too large to go even alone is refused as `payload_too_large`: its job
    * fails, the others do not. `largestTaken` is the most ID characters of a part that was taken
    * whole; `tooLarge` says a part was refused that held no such ID (its size was the cause).
+   * It throws only when none of `ids` was taken; once a part was, the parts that could not be sent
+   * are `unsent`, so the jobs of the parts taken are not run again.
    */
-  private async acked(
-    ids: string[],
-    chars: number,
-    options: AckOptions,
-    until: number,
-  ): Promise<{ refusals: Refusal[]; largestTaken: number; tooLarge: boolean }> {
+  private async acked(ids: string[], chars: number, options: AckOptions, until: number): Promise<Sent> {
     try {
       const heldSince = Date.now();
       const { rejected } = await withRetries(() => this.client.ack(ids, options), this.settings.retry, {
@@ -327,12 +346,19 @@ export class AckCoalescer {
       if (ids.length === 1) return { refusals: [{ id: ids[0] as string, reason: PAYLOAD_TOO_LARGE }], largestTaken: 0, tooLarge: false };
       const halves = [ids.slice(0, Math.ceil(ids.length / 2)), ids.slice(Math.ceil(ids.length / 2))];
       const first = await this.acked(halves[0]!, charsOf(halves[0]!), options, until);
-      const second = await this.acked(halves[1]!, charsOf(halves[1]!), options, until);
+      if (first.unsent) return { ...first, unsent: { ids: [...first.unsent.ids, ...halves[1]!], error: first.unsent.error } };
+      let second: Sent;
+      try {
+        second = await this.acked(halves[1]!, charsOf(halves[1]!), options, until);
+      } catch (secondError) {
+        second = { refusals: [], largestTaken: 0, tooLarge: false, unsent: { ids: halves[1]!, error: secondError } };
+      }
       const refusals = [...first.refusals, ...second.refusals];
       return {
         refusals,
         largestTaken: Math.max(first.largestTaken, second.largestTaken),
         tooLarge: first.tooLarge || second.tooLarge || !refusals.some((refusal) => refusal.reason === PAYLOAD_TOO_LARGE),
+        ...(second.unsent && { unsent: second.unsent }),
       };
     }
   }

@@ -8,7 +8,7 @@ import { isMainThread } from 'node:worker_threads';
 import { Backoffs, BackoffStrategy, DelayedError, errorToJSON, Job, UnrecoverableError, WaitingChildrenError, WaitingError } from 'bullmq';
 
 import type { RollcallClient } from '../client';
-import { AckCoalescingOptions, Rejected, Rejections, sharedCoalescer } from './ackCoalescer';
+import { AckCoalescingOptions, Rejected, rejectionIn, Rejections, sharedCoalescer } from './ackCoalescer';
 import { answered, defaultItemIdOf, watchWorkerOf } from './bullmqFailureWatch';
 import { CancelCheckOptions, sharedCancelledBatches } from './cancelledBatches';
 import { asError, failureMessageOf, IntegrationErrorCode } from './errors';
@@ -264,9 +264,9 @@ export function rollcallProcessor<DataType = any, ResultType = any, NameType ext
 
   /** Acts on a rejection: cancelled batches are remembered; anything else cannot be fixed by a retry. */
   const settle = (job: Job<DataType, ResultType, NameType>, itemId: string, rejections: Rejections): void => {
-    if (rejections.size === 0) return;
-    const rejected = rejections.get(itemId);
-    if (rejected === undefined) return;
+    if (rejections.size === 0 && rejections.unsent === undefined) return;
+    const rejected = rejectionIn(rejections, itemId);
+    if (rejected === null) return;
     if (rejected === 'batch_cancelled') return cancelled.learnCancelled(itemId);
     answered(job);
     throw new RollcallJobError('ack_rejected', `rollcall rejected item ${itemId}: ${rejected}`);

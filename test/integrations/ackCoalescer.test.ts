@@ -157,6 +157,30 @@ describe('the ack coalescer against a service whose BODY_LIMIT is below a full c
     expect(statuses.every((status) => status === 200)).toBe(true);
   });
 
+  it('when a call refused as too large goes again in parts and a later part cannot be sent, then the acks of the parts taken still count as recorded', async () => {
+    const { id, ids } = await batchWith(svc.client, 460); // ~230 fit a call: refused, then two parts
+    const send = httpSend();
+    const taken: number[] = [];
+    const acks = new AckCoalescer(
+      new RollcallClient({
+        baseUrl: svc.url,
+        fetch: async (url, request) => {
+          // Once a part is taken, the next is refused before it reaches the service (a token revoked meanwhile).
+          if (taken.length > 0) return { ok: false, status: 403, text: async () => '{"error":{"code":"forbidden","message":"revoked"}}' };
+          const answer = await send(url, request);
+          if (answer.status === 200) taken.push((JSON.parse(String(request.body)) as { ids: string[] }).ids.length);
+          return answer;
+        },
+      }),
+      { retryForMs: 0 },
+    );
+    const answers = await Promise.all(ids.map((itemId) => acks.ack(itemId, 'succeeded').catch((error: { status?: number }) => error.status)));
+    expect(taken).toEqual([230]);
+    // Each ack's answer is its own part's: the 230 taken are recorded (their jobs are not run again), the rest refused.
+    expect(answers).toEqual([...Array(230).fill(null), ...Array(230).fill(403)]);
+    expect(await svc.client.status(id)).toMatchObject({ succeeded: 230, pending: 230 });
+  });
+
   it('when one long ID that fits alone makes a call too large, then later calls of ordinary IDs stay large (the limit is learnt in characters, not IDs)', async () => {
     const { id, ids } = await batchWith(svc.client, 610);
     const { acks, sizes } = sizeRecordingCoalescer();
