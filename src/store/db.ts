@@ -88,6 +88,7 @@ const run = (conn: MysqlSession, sql: string, values: unknown[] = []) =>
 async function prepareMysqlSession(conn: MysqlSession, config: DbConfig, causalReads: boolean): Promise<void> {
   const seconds = lockWaitSeconds(config.LOCK_TIMEOUT);
   await run(conn, 'SET SESSION sql_mode = ?, innodb_lock_wait_timeout = ?, lock_wait_timeout = ?', [SAFE_SQL_MODE, seconds, seconds]);
+  await readsCommitted(conn);
   await locksReadNewestRows(conn);
   if (config.DB_QUERY_TIMEOUT > 0) await endsAbandonedTransactions(conn, config.DB_QUERY_TIMEOUT);
   if (causalReads) await syncWaitOnGalera(conn);
@@ -102,6 +103,21 @@ async function prepareMysqlSession(conn: MysqlSession, config: DbConfig, causalR
  */
 async function endsAbandonedTransactions(conn: MysqlSession, timeoutMs: number): Promise<void> {
   await setWhereKnown(conn, 'SET SESSION idle_transaction_timeout = ?', [Math.ceil(timeoutMs / 1000)]);
+}
+
+/**
+ * Every transaction reads committed data, as on PostgreSQL, where the server allows it. Under
+ * REPEATABLE READ a locking read of a key no row has locks the gap where it would be, and the gap past
+ * the newest batch (UUIDv7 ids grow with time) is where every new batch and its groups go: acks and
+ * seals of one tenant naming made-up ids past it, sent without pause, held up every tenant's opens
+ * and adds, 503 after LOCK_TIMEOUT (test/security/madeUpIds.test.ts). READ COMMITTED locks rows,
+ * not gaps. Not where the binary log is written statement by statement (log_bin with binlog_format
+ * STATEMENT), which refuses InnoDB writes under READ COMMITTED: there the server's level stays.
+ */
+async function readsCommitted(conn: MysqlSession): Promise<void> {
+  const [binlog] = (await run(conn, 'SELECT @@log_bin AS logBin, @@SESSION.binlog_format AS format')) as Array<{ logBin: unknown; format: unknown }>;
+  if (Number(binlog?.logBin) === 1 && String(binlog?.format).toUpperCase() === 'STATEMENT') return;
+  await run(conn, 'SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED');
 }
 
 /**

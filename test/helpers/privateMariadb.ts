@@ -18,6 +18,9 @@ export class PrivateMariadb {
   readonly dir = fs.mkdtempSync(path.join(os.tmpdir(), 'rollcall-mariadb-'));
   port = 0;
 
+  /** `options`: more server options, such as `--log-bin` (a server set up otherwise than the shared one). */
+  constructor(private readonly options: string[] = []) {}
+
   get url(): string {
     return `mysql://root@127.0.0.1:${this.port}/rollcall`;
   }
@@ -40,6 +43,7 @@ export class PrivateMariadb {
         '--skip-grant-tables',
         '--innodb-buffer-pool-size=64M',
         `--log-error=${this.dir}/error.log`,
+        ...this.options,
       ],
       { stdio: 'ignore' },
     );
