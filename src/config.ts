@@ -64,6 +64,12 @@ const commaList = (invalid: (entry: string) => string | null) =>
       }
     });
 
+/** An ALLOWED_HOSTS entry: a host name as a Host header names it, without a port. */
+const invalidHostName = (entry: string): string | null =>
+  /^[a-z0-9_]([a-z0-9_-]*[a-z0-9_])?(\.[a-z0-9_]([a-z0-9_-]*[a-z0-9_])?)*$/i.test(entry) && entry.length <= 253
+    ? null
+    : `ALLOWED_HOSTS: "${entry}" is not a host name (names only, no port, no scheme)`;
+
 const DNS_SERVER_WITH_PORT = /^(?:\[(?<ipv6>[^\]]*)\]|(?<ipv4>[\d.]+)):(?<port>\d{1,5})$/;
 
 /**
@@ -121,6 +127,7 @@ export const configSchema = z.object({
   CALLBACK_CONCURRENCY: int(1, 256).default(16),
   CALLBACK_POLL_INTERVAL: duration('1s', 10),
   CALLBACK_ALLOW_HOSTS: commaList(invalidAllowEntry),
+  ALLOWED_HOSTS: commaList(invalidHostName),
   CALLBACK_DNS_SERVERS: commaList(invalidDnsServer),
   WAIT_POLL_INTERVAL: duration('250ms', 10),
   API_TOKENS: z.string().optional(),

@@ -72,7 +72,7 @@ export async function createRollcall(config: Config, options: RollcallOptions = 
     metrics,
     publicMetrics: config.PUBLIC_METRICS === 'on',
     publicOpenapi: config.PUBLIC_OPENAPI === 'on',
-    loopbackHostsOnly: !config.tokens && isLoopback(config.HOST),
+    hostCheck: config.tokens ? null : { boundToLoopback: isLoopback(config.HOST), allowed: config.ALLOWED_HOSTS },
   });
   return {
     app,

@@ -55,6 +55,10 @@ describe('configuration', () => {
     ['CALLBACK_DNS_SERVERS', '[fd00::53]'],
     ['CALLBACK_DNS_SERVERS', 'fe80::53%eth0'],
     ['CALLBACK_DNS_SERVERS', '[fe80::53%eth0]:53'],
+    // A Host header's name only: never a port or a scheme (a Host is compared without its port).
+    ['ALLOWED_HOSTS', 'rollcall.example.com:8080'],
+    ['ALLOWED_HOSTS', 'https://rollcall.example.com'],
+    ['ALLOWED_HOSTS', '*.example.com'],
   ])('when %s is %s, then loading stops with a message naming the key', (key, value) => {
     expect(() => loadConfig({ [key]: value })).toThrow(ConfigError);
     expect(() => loadConfig({ [key]: value })).toThrow(new RegExp(key));
@@ -63,6 +67,11 @@ describe('configuration', () => {
   it('when CALLBACK_ALLOW_HOSTS lists names, addresses and CIDRs, then they are taken', () => {
     const entries = ['hooks.internal', 'under_score.internal', 'LOCALHOST', '10.0.0.7', 'fd00::1', '10.0.0.0/8', 'fd00::/8'];
     expect(loadConfig({ CALLBACK_ALLOW_HOSTS: entries.join(', ') }).CALLBACK_ALLOW_HOSTS).toEqual(entries);
+  });
+
+  it('when ALLOWED_HOSTS lists names, then they are taken', () => {
+    expect(loadConfig({ ALLOWED_HOSTS: 'rollcall.example.com, my_service.internal' }).ALLOWED_HOSTS).toEqual(['rollcall.example.com', 'my_service.internal']);
+    expect(loadConfig({}).ALLOWED_HOSTS).toEqual([]);
   });
 
   it("when CALLBACK_DNS_SERVERS lists addresses, with ports or without, then they are taken as Node's resolver takes them", () => {

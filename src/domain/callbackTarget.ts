@@ -3,7 +3,8 @@ import net from 'node:net';
 /**
  * Where callbacks may go (API.md, "Callbacks in a multi-tenant service"). With tokens configured, a
  * tenant must not make the service reach into its own network: loopback, private, link-local,
- * unique-local, site-local, multicast, broadcast and unspecified addresses are refused unless
+ * unique-local, site-local, multicast, broadcast, unspecified and other special-purpose addresses
+ * (IETF protocol assignments, benchmarking) are refused unless
  * CALLBACK_ALLOW_HOSTS names them.
  */
 const FORBIDDEN = new net.BlockList();
@@ -14,7 +15,9 @@ for (const [prefix, bits] of [
   ['127.0.0.0', 8],
   ['169.254.0.0', 16],
   ['172.16.0.0', 12],
+  ['192.0.0.0', 24], // IETF protocol assignments (192.0.0.192: a cloud's legacy metadata address)
   ['192.168.0.0', 16],
+  ['198.18.0.0', 15], // benchmarking: not routed on the internet, used inside some networks
   ['224.0.0.0', 4], // multicast
   ['240.0.0.0', 4], // reserved, and the broadcast address 255.255.255.255
 ] as const) {

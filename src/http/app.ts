@@ -11,7 +11,7 @@ import { authenticate } from './auth';
 import { refuseCrossSiteWrites } from './crossSite';
 import { errorHandler } from './errorHandler';
 import { httpMetrics } from './httpMetrics';
-import { requireLoopbackHost } from './loopbackHost';
+import { requireUnrebindableHost } from './loopbackHost';
 import { requestContext } from './requestContext';
 import { readJsonBody, requireJsonBody } from './requireJson';
 import { ackHandlers, SubmitAck } from './routes/acks';
@@ -37,8 +37,8 @@ export interface AppDeps {
   /** /metrics and /openapi.json answer without a token (else they need an admin token). */
   publicMetrics: boolean;
   publicOpenapi: boolean;
-  /** Refuse requests whose Host is not a loopback name (a token-less service bound to loopback). */
-  loopbackHostsOnly: boolean;
+  /** Without tokens: which Host names are served (requireUnrebindableHost); null with tokens. */
+  hostCheck: { boundToLoopback: boolean; allowed: readonly string[] } | null;
 }
 
 /** Builds the express app; listening, signals and loops belong to main.ts. */
@@ -46,7 +46,11 @@ export function createApp(deps: AppDeps): Express {
   const app = express();
   app.disable('x-powered-by');
   app.set('etag', false);
-  const everyRequest = [requestContext(app, deps.log), httpMetrics(deps.metrics), ...(deps.loopbackHostsOnly ? [requireLoopbackHost()] : [])];
+  const everyRequest = [
+    requestContext(app, deps.log),
+    httpMetrics(deps.metrics),
+    ...(deps.hostCheck ? [requireUnrebindableHost(deps.hostCheck.boundToLoopback, deps.hostCheck.allowed)] : []),
+  ];
   // A form's content type is refused (415) before its origin is asked: the cross-site check is for the
   // bodiless writes no content-type rule catches.
   const apiRequest = [authenticate(deps.tokens), requireJsonBody, ...(deps.tokens ? [] : [refuseCrossSiteWrites()]), readJsonBody(deps.bodyLimit)];

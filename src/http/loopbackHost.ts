@@ -11,22 +11,39 @@ export function isLoopback(host: string): boolean {
   return net.isIPv4(name) && name.startsWith('127.');
 }
 
-/** The host name of a Host header (`name`, `name:port`, `[v6]`, `[v6]:port`). */
+/** The host name of a Host header (`name`, `name:port`, `[v6]`, `[v6]:port`), lower-cased. */
 function hostnameOf(header: string): string {
-  if (header.startsWith('[')) return header.slice(0, header.indexOf(']') + 1);
+  if (header.startsWith('[')) return header.slice(0, header.indexOf(']') + 1).toLowerCase();
   const colon = header.lastIndexOf(':');
-  return colon === -1 ? header : header.slice(0, colon);
+  return (colon === -1 ? header : header.slice(0, colon)).toLowerCase();
 }
 
 /**
- * A token-less service bound to loopback trusts whoever reaches it, so only requests that name it
- * by a loopback Host are served. A page on another site that rebinds its own DNS name to 127.0.0.1
- * sends that name as Host and is refused with 421 before any route runs.
+ * A name no web page can rebind to this service: an address (`10.0.0.5`, `[fd00::1]`: no DNS in
+ * between), `localhost` or a name under `.localhost` (browsers keep them on loopback), or a name of
+ * one label (`rollcall`, a container's service name: a public DNS name an attacker holds has a dot).
  */
-export function requireLoopbackHost(): RequestHandler {
+function unrebindable(hostname: string): boolean {
+  const name = hostname.replace(/^\[(.*)\]$/, '$1').replace(/\.$/, '');
+  return net.isIP(name) !== 0 || name === 'localhost' || name.endsWith('.localhost') || (name !== '' && !name.includes('.'));
+}
+
+/**
+ * A token-less service trusts whoever reaches it, so it serves only requests that name it in a way
+ * a web page elsewhere cannot: a page that rebinds its own DNS name (`evil.example`) to this
+ * service's address is same-origin to it, and would read and change every batch. Refused with 421
+ * before any route runs. Bound to loopback, only loopback names (API.md); bound beyond it,
+ * addresses, `localhost` and one-label names, and the names in `allowed` (ALLOWED_HOSTS).
+ */
+export function requireUnrebindableHost(boundToLoopback: boolean, allowed: readonly string[]): RequestHandler {
+  const listed = new Set(allowed.map((name) => name.toLowerCase()));
+  const served = (hostname: string) => (boundToLoopback ? isLoopback(hostname) : unrebindable(hostname) || listed.has(hostname));
+  const refusal = boundToLoopback
+    ? 'this service answers only requests addressed to localhost, 127.0.0.1 or [::1]'
+    : 'this service has no API_TOKENS: it answers only requests addressed to an IP address, localhost, a one-label name or a name in ALLOWED_HOSTS';
   return (req, _res, next) => {
     const host = req.headers.host;
-    if (host !== undefined && isLoopback(hostnameOf(host))) return next();
-    next(new MisdirectedRequestError('this service answers only requests addressed to localhost, 127.0.0.1 or [::1]'));
+    if (host !== undefined && served(hostnameOf(host))) return next();
+    next(new MisdirectedRequestError(refusal));
   };
 }

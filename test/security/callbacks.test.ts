@@ -51,6 +51,9 @@ describe.each(backends())('callback targets in a multi-tenant service (%s)', (_n
     'http://255.255.255.255/',
     'http://[64:ff9b::a9fe:a9fe]/latest/meta-data', // NAT64 of 169.254.169.254
     'http://[2002:a01:203::1]/', // 6to4 of 10.1.2.3
+    'http://192.0.0.192/', // IETF protocol assignments (a cloud's metadata address)
+    'http://198.18.0.1/', // benchmarking, used inside some networks
+    'http://[::ffff:198.19.255.254]/',
   ])('when a batch is created with callbackUrl %s, then 400 and nothing is created', async (callbackUrl) => {
     const res = await svc.api.post('/v1/batches').set('Authorization', tenantA).send({ callbackUrl });
     expect(res.status).toBe(400);

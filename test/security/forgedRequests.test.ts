@@ -95,17 +95,46 @@ describe.each(backends())('requests a browser page could forge (%s)', (_name, ba
   });
 });
 
-describe.each(backends())('Host checks where they do not apply (%s)', (_name, backend) => {
-  it('when tokens are configured or the service listens beyond loopback, then any Host is served', async () => {
+describe.each(backends())('Host checks with tokens, and without tokens beyond loopback (%s)', (_name, backend) => {
+  it('when tokens are configured, then any Host is served', async () => {
     const token = { token: 'host-test-token-0123456789', tenant: 't', scopes: ['read'] };
-    for (const env of [{ API_TOKENS: JSON.stringify([token]) }, { HOST: '0.0.0.0' }] as Array<Record<string, string>>) {
-      const svc = await startService(backend, env);
-      try {
-        const res = await svc.api.get('/v1/batches').set('Host', 'rollcall.internal:8080').set('Authorization', `Bearer ${token.token}`);
-        expect(res.status).toBe(200);
-      } finally {
-        await svc.stop();
-      }
+    const svc = await startService(backend, { API_TOKENS: JSON.stringify([token]), HOST: '0.0.0.0' });
+    try {
+      const res = await svc.api.get('/v1/batches').set('Host', 'rollcall.internal:8080').set('Authorization', `Bearer ${token.token}`);
+      expect(res.status).toBe(200);
+    } finally {
+      await svc.stop();
     }
+  });
+
+  describe('a token-less service listening beyond loopback (the Docker image: HOST=0.0.0.0, published on 127.0.0.1:8080)', () => {
+    let svc: TestService;
+    beforeAll(async () => {
+      svc = await startService(backend, { HOST: '0.0.0.0', ALLOWED_HOSTS: 'rollcall.example.com' });
+    });
+    afterAll(async () => {
+      await svc.stop();
+    });
+    const count = async () => (await svc.api.get('/v1/batches').set('Host', 'localhost')).body.batches.length as number;
+
+    it.each(['evil.example', 'evil.example:8080', 'rollcall.internal:8080', 'localhost.evil.example', 'example.com.'])(
+      'when the Host is %s (a name a web page can rebind to this address), then 421 and nothing is read or changed',
+      async (host) => {
+        const before = await count();
+        const list = await svc.api.get('/v1/batches').set('Host', host);
+        expect([list.status, list.body.error?.code]).toEqual([421, 'misdirected_request']);
+        // Same-origin to the rebinding page, so the cross-site check alone would let it through.
+        expect((await svc.api.post('/v1/batches').set('Host', host).set('Origin', `http://${host}`).send({})).status).toBe(421);
+        expect((await svc.api.get('/').set('Host', host)).status).toBe(421);
+        expect(await count()).toBe(before);
+      },
+    );
+
+    it.each(['127.0.0.1:8080', 'localhost:8080', 'app.localhost', '10.0.0.5:8080', '[fd00::1]:8080', 'rollcall:8080', 'ROLLCALL.example.com'])(
+      'when the Host is %s (an address, localhost, a one-label service name, or a name in ALLOWED_HOSTS), then it is served',
+      async (host) => {
+        expect((await svc.api.get('/v1/batches').set('Host', host)).status).toBe(200);
+      },
+    );
   });
 });
