@@ -23,9 +23,9 @@ function hostnameOf(header: string): string {
  * between), `localhost` or a name under `.localhost` (browsers keep them on loopback), or a name of
  * one label (`rollcall`, a container's service name: a public DNS name an attacker holds has a dot).
  */
-function unrebindable(hostname: string): boolean {
-  const name = hostname.replace(/^\[(.*)\]$/, '$1').replace(/\.$/, '');
-  return net.isIP(name) !== 0 || name === 'localhost' || name.endsWith('.localhost') || (name !== '' && !name.includes('.'));
+function unrebindable(name: string): boolean {
+  const bare = name.replace(/^\[(.*)\]$/, '$1');
+  return net.isIP(bare) !== 0 || bare === 'localhost' || bare.endsWith('.localhost') || (bare !== '' && !bare.includes('.'));
 }
 
 /**
@@ -37,13 +37,19 @@ function unrebindable(hostname: string): boolean {
  */
 export function requireUnrebindableHost(boundToLoopback: boolean, allowed: readonly string[]): RequestHandler {
   const listed = new Set(allowed.map((name) => name.toLowerCase()));
-  const served = (hostname: string) => (boundToLoopback ? isLoopback(hostname) : unrebindable(hostname) || listed.has(hostname));
+  const served = (hostname: string) => {
+    if (boundToLoopback) return isLoopback(hostname);
+    const name = hostname.replace(/\.$/, ''); // `example.com.` is `example.com`
+    return unrebindable(name) || listed.has(name);
+  };
   const refusal = boundToLoopback
     ? 'this service answers only requests addressed to localhost, 127.0.0.1 or [::1]'
     : 'this service has no API_TOKENS: it answers only requests addressed to an IP address, localhost, a one-label name or a name in ALLOWED_HOSTS';
   return (req, _res, next) => {
     const host = req.headers.host;
-    if (host !== undefined && served(hostnameOf(host))) return next();
+    // Bound beyond loopback, a request without a Host (an HTTP/1.0 health check) names no site: a
+    // browser always sends one.
+    if (host === undefined ? !boundToLoopback : served(hostnameOf(host))) return next();
     next(new MisdirectedRequestError(refusal));
   };
 }

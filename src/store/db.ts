@@ -115,9 +115,19 @@ async function endsAbandonedTransactions(conn: MysqlSession, timeoutMs: number):
  * STATEMENT), which refuses InnoDB writes under READ COMMITTED: there the server's level stays.
  */
 async function readsCommitted(conn: MysqlSession): Promise<void> {
-  const [binlog] = (await run(conn, 'SELECT @@log_bin AS logBin, @@SESSION.binlog_format AS format')) as Array<{ logBin: unknown; format: unknown }>;
-  if (Number(binlog?.logBin) === 1 && String(binlog?.format).toUpperCase() === 'STATEMENT') return;
+  if (await logsStatements(conn)) return;
   await run(conn, 'SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED');
+}
+
+/** Whether the session's writes go to a statement-based binary log. A server without the variables (a future MySQL) has none. */
+async function logsStatements(conn: MysqlSession): Promise<boolean> {
+  try {
+    const [binlog] = (await run(conn, 'SELECT @@log_bin AS logBin, @@SESSION.binlog_format AS format')) as Array<{ logBin: unknown; format: unknown }>;
+    return Number(binlog?.logBin) === 1 && String(binlog?.format).toUpperCase() === 'STATEMENT';
+  } catch (error) {
+    if ((error as { code?: unknown }).code !== 'ER_UNKNOWN_SYSTEM_VARIABLE') throw error;
+    return false;
+  }
 }
 
 /**

@@ -1,3 +1,5 @@
+import net from 'node:net';
+
 import { backends } from '../helpers/backends';
 import { batchWith } from '../helpers/batches';
 import { startService, TestService } from '../helpers/service';
@@ -130,11 +132,29 @@ describe.each(backends())('Host checks with tokens, and without tokens beyond lo
       },
     );
 
-    it.each(['127.0.0.1:8080', 'localhost:8080', 'app.localhost', '10.0.0.5:8080', '[fd00::1]:8080', 'rollcall:8080', 'ROLLCALL.example.com'])(
-      'when the Host is %s (an address, localhost, a one-label service name, or a name in ALLOWED_HOSTS), then it is served',
-      async (host) => {
-        expect((await svc.api.get('/v1/batches').set('Host', host)).status).toBe(200);
-      },
-    );
+    it.each([
+      '127.0.0.1:8080',
+      'localhost:8080',
+      'app.localhost',
+      '10.0.0.5:8080',
+      '[fd00::1]:8080',
+      'rollcall:8080',
+      'ROLLCALL.example.com',
+      'rollcall.example.com.:8080',
+    ])('when the Host is %s (an address, localhost, a one-label service name, or a name in ALLOWED_HOSTS), then it is served', async (host) => {
+      expect((await svc.api.get('/v1/batches').set('Host', host)).status).toBe(200);
+    });
+
+    it('when a request has no Host (an HTTP/1.0 health check), then it is served', async () => {
+      const { port } = new URL(svc.url);
+      const answer = await new Promise<string>((resolve, reject) => {
+        const socket = net.connect(Number(port), '127.0.0.1', () => socket.end('GET /healthz HTTP/1.0\r\n\r\n'));
+        let text = '';
+        socket.on('data', (chunk: Buffer) => (text += chunk.toString('latin1')));
+        socket.on('end', () => resolve(text));
+        socket.on('error', reject);
+      });
+      expect(answer.split('\r\n')[0]).toBe('HTTP/1.1 200 OK');
+    });
   });
 });
