@@ -6,7 +6,7 @@ import { AckCall } from './domain/ackCall';
 import { BatchRecord } from './domain/batch';
 import { CallbackTargetPolicy } from './domain/callbackTarget';
 import { createApp } from './http/app';
-import { isLoopback } from './http/loopbackHost';
+import { isLoopback } from './http/hostCheck';
 import { Metrics } from './metrics';
 import { AckCommitter } from './service/ackCommitter';
 import { ackItems } from './service/ackItems';

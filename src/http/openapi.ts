@@ -63,7 +63,7 @@ function queryParameters(schema: z.ZodObject): JsonObject[] {
 
 /** The OpenAPI 3.1 document of the whole API, generated from the schemas that validate requests. */
 export function openApiDocument(): JsonObject {
-  /** Every route: the Host check runs before any of them (loopbackHost.ts). */
+  /** Every route: the Host check runs before any of them (hostCheck.ts). */
   const misdirected = { '421': failure('misdirected_request: a token-less loopback service named by a non-loopback Host') };
   const unauthorized = { '401': failure('unauthorized (when tokens are configured)'), ...misdirected };
   /** The API's reads (GET). */
