@@ -18,8 +18,8 @@ export class TcpProxy {
   private readonly frozen = new Set<[net.Socket, net.Socket]>();
   /** While set, the database's answers are held and a client's close does not reach it (`holdAnswers()`). */
   private holding = false;
-  /** Set by `freezeConnectionSending()`: what to look for in what clients send, and whom to tell. */
-  private tripwire: { text: Buffer; tripped: () => void } | null = null;
+  /** Set by `freezeConnectionSending()`: what to look for in what clients send, whom to tell, and whether it stays set. */
+  private tripwire: { text: Buffer; tripped: () => void; every: boolean } | null = null;
 
   async open(): Promise<void> {
     const server = net.createServer((client) => {
@@ -43,7 +43,7 @@ export class TcpProxy {
       client.on('data', (chunk: Buffer) => {
         const wire = this.tripwire;
         if (!wire || !chunk.includes(wire.text)) return;
-        this.tripwire = null;
+        if (!wire.every) this.tripwire = null;
         this.freezePair(pair);
         wire.tripped();
       });
@@ -100,7 +100,15 @@ export class TcpProxy {
    * half-open TCP connection) while the pool's others work. Resolves once it has frozen.
    */
   freezeConnectionSending(text: string): Promise<void> {
-    return new Promise((tripped) => (this.tripwire = { text: Buffer.from(text), tripped }));
+    return new Promise((tripped) => (this.tripwire = { text: Buffer.from(text), tripped, every: false }));
+  }
+
+  /**
+   * As `freezeConnectionSending()`, for every connection that sends `text` (until `speak()`): a
+   * statement that hangs wherever it runs, as one waiting on a lock does. Resolves at the first.
+   */
+  freezeEveryConnectionSending(text: string): Promise<void> {
+    return new Promise((tripped) => (this.tripwire = { text: Buffer.from(text), tripped, every: true }));
   }
 
   private freezePair(pair: [net.Socket, net.Socket]): void {
@@ -115,6 +123,7 @@ export class TcpProxy {
   /** New connections reach the database again, and connections `freeze()` stopped carry on. */
   speak(): void {
     this.silent = false;
+    if (this.tripwire?.every) this.tripwire = null;
     for (const [client, upstream] of this.frozen) client.pipe(upstream, { end: false }).pipe(client);
     this.frozen.clear();
   }
