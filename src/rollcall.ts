@@ -5,6 +5,7 @@ import { Config } from './config';
 import { AckCall } from './domain/ackCall';
 import { BatchRecord } from './domain/batch';
 import { CallbackTargetPolicy } from './domain/callbackTarget';
+import { ShareLimits } from './domain/fairShare';
 import { createApp } from './http/app';
 import { isLoopback } from './http/hostCheck';
 import { Metrics } from './metrics';
@@ -213,18 +214,31 @@ function ackCommitter(config: Config, deps: ServiceDeps, metrics: Metrics): AckC
   });
 }
 
+/**
+ * With several tenants, a host's slots go to each tenant's due events up to half of them first, and
+ * one tenant never holds the last: a tenant whose events hang at a host that others use too (a
+ * webhook provider, another tenant's receiver) leaves them slots there.
+ */
+function shareOnHost(perHost: number, tenants: number): ShareLimits['perTenantOnHost'] {
+  if (tenants < 2) return { fair: perHost, most: perHost };
+  return { fair: Math.ceil(perHost / 2), most: Math.max(1, perHost - 1) };
+}
+
+const tenantsOf = (config: Config) => new Set((config.tokens ?? []).map((t) => t.tenant)).size;
+
 /** Callback delivery settings; a tenant's own callbackSecret signs its events, else CALLBACK_SECRET. */
 function deliveryOptions(config: Config): DeliveryOptions {
   const secrets = new Map((config.tokens ?? []).filter((t) => t.callbackSecret).map((t) => [t.tenant, t.callbackSecret as string]));
   // A tenant holds at most half the slots, and one receiving host half of a tenant's: a host that
   // never answers leaves its own tenant's other hosts slots too (CALLBACK_CONCURRENCY ≥ 4).
   const perTenant = Math.max(1, Math.ceil(config.CALLBACK_CONCURRENCY / 2));
+  const perHost = Math.max(1, Math.ceil(perTenant / 2));
   return {
     secretFor: (tenant) => secrets.get(tenant) ?? config.CALLBACK_SECRET,
     timeoutMs: config.CALLBACK_TIMEOUT,
     backoff: { baseMs: config.CALLBACK_BACKOFF_BASE, capMs: config.CALLBACK_BACKOFF_CAP },
     maxAgeMs: config.CALLBACK_MAX_AGE,
     concurrency: config.CALLBACK_CONCURRENCY,
-    share: { perTenant, perHost: Math.max(1, Math.ceil(perTenant / 2)) },
+    share: { perTenant, perHost, perTenantOnHost: shareOnHost(perHost, tenantsOf(config)) },
   };
 }

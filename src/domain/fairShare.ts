@@ -9,44 +9,64 @@ export interface ShareLimits {
   perTenant: number;
   /** Deliveries in flight per receiving host at most. */
   perHost: number;
+  /**
+   * Of one host's slots, how many one tenant holds before other tenants' events for that host go
+   * first (`fair`), and how many it may hold at most (`most`): below `perHost` where several tenants
+   * may share a host, so another tenant's event always finds one of its slots free.
+   */
+  perTenantOnHost: { fair: number; most: number };
 }
 
-/** Deliveries in flight now, by tenant and by host. */
+/** Deliveries in flight now, by tenant, by host, and by tenant on a host. */
 export interface Load {
   tenants: Map<string, number>;
   hosts: Map<string, number>;
+  pairs: Map<string, { pair: Claimant; count: number }>;
 }
 
 export function loadOf(inFlight: Iterable<Claimant>): Load {
-  const load: Load = { tenants: new Map(), hosts: new Map() };
+  const load: Load = { tenants: new Map(), hosts: new Map(), pairs: new Map() };
   for (const c of inFlight) add(load, c);
   return load;
 }
 
+const pairKey = (c: Claimant) => JSON.stringify([c.tenant, c.host]);
+const onHost = (load: Load, c: Claimant) => load.pairs.get(pairKey(c))?.count ?? 0;
+
 function add(load: Load, c: Claimant): void {
   load.tenants.set(c.tenant, (load.tenants.get(c.tenant) ?? 0) + 1);
   load.hosts.set(c.host, (load.hosts.get(c.host) ?? 0) + 1);
+  load.pairs.set(pairKey(c), { pair: { tenant: c.tenant, host: c.host }, count: onHost(load, c) + 1 });
 }
 
-/** Tenants and hosts that use their whole share: their events need not even be read. */
-export function saturated(load: Load, limits: ShareLimits): { tenants: string[]; hosts: string[] } {
+function copyOf(load: Load): Load {
+  const pairs = new Map([...load.pairs].map(([key, { pair, count }]) => [key, { pair, count }]));
+  return { tenants: new Map(load.tenants), hosts: new Map(load.hosts), pairs };
+}
+
+/**
+ * Tenants, hosts, and tenants on a host that use their whole share (a tenant on a host: `onHost`
+ * slots of it): their events need not even be read.
+ */
+export function saturated(load: Load, limits: ShareLimits, onHostLimit: number): { tenants: string[]; hosts: string[]; pairs: Claimant[] } {
   return {
     tenants: [...load.tenants].filter(([, n]) => n >= limits.perTenant).map(([t]) => t),
     hosts: [...load.hosts].filter(([, n]) => n >= limits.perHost).map(([h]) => h),
+    pairs: [...load.pairs.values()].filter(({ count }) => count >= onHostLimit).map(({ pair }) => pair),
   };
 }
 
 /**
- * Chooses up to `slots` of the due candidates (oldest first) without taking any tenant or host past
- * its share: a receiver that never answers holds at most `perHost` slots, a tenant at most
- * `perTenant`, and the rest go to everyone else.
+ * Chooses up to `slots` of the due candidates (oldest first) without taking any tenant, host, or
+ * tenant on a host past its share (`onHostLimit`): a receiver that never answers holds at most
+ * `perHost` slots, a tenant at most `perTenant`, and the rest go to everyone else.
  */
-export function pickFairly<T extends Claimant>(candidates: readonly T[], load: Load, limits: ShareLimits, slots: number): T[] {
+export function pickFairly<T extends Claimant>(candidates: readonly T[], load: Load, limits: ShareLimits, slots: number, onHostLimit: number): T[] {
   const picked: T[] = [];
-  const after: Load = { tenants: new Map(load.tenants), hosts: new Map(load.hosts) };
+  const after = copyOf(load);
   for (const c of candidates) {
     if (picked.length >= slots) break;
-    if ((after.tenants.get(c.tenant) ?? 0) >= limits.perTenant || (after.hosts.get(c.host) ?? 0) >= limits.perHost) continue;
+    if ((after.tenants.get(c.tenant) ?? 0) >= limits.perTenant || (after.hosts.get(c.host) ?? 0) >= limits.perHost || onHost(after, c) >= onHostLimit) continue;
     picked.push(c);
     add(after, c);
   }

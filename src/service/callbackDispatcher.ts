@@ -2,7 +2,8 @@ import { randomUUID } from 'node:crypto';
 
 import { BackoffPolicy, retryDelay, signBody } from '../domain/delivery';
 import { loadOf, pickFairly, saturated, ShareLimits } from '../domain/fairShare';
-import { claimEvents, dueEvents, markDelivered, markFailed, OutboxEvent } from '../store/outbox';
+import { Queryable } from '../store/db';
+import { claimEvents, DueEvent, dueEvents, markDelivered, markFailed, OutboxEvent } from '../store/outbox';
 import { inTransaction } from '../store/transaction';
 import { ServiceDeps } from './deps';
 import { PostCallback } from './postCallback';
@@ -16,7 +17,7 @@ export interface DeliveryOptions {
   maxAgeMs: number;
   /** Events delivered at once by this process. */
   concurrency: number;
-  /** Of those, how many one tenant, and one receiving host, may hold. */
+  /** Of those, how many one tenant, one receiving host, and one tenant on a host, may hold. */
   share: ShareLimits;
 }
 
@@ -55,13 +56,11 @@ export class CallbackDispatcher {
   async startDue(): Promise<number> {
     const slots = this.options.concurrency - this.inFlight.size;
     if (slots <= 0) return 0;
-    const load = loadOf([...this.inFlight.values()].map((f) => f.event));
     const now = this.deps.now();
     const claimStarted = performance.now();
     const leaseMs = this.options.timeoutMs + LEASE_BEYOND_TIMEOUT_MS;
     const claimed = await inTransaction(this.deps.db, this.deps.tx, async (trx) => {
-      const due = await dueEvents(trx, now, slots * CANDIDATES_PER_SLOT, { ...saturated(load, this.options.share), eventIds: [...this.inFlight.keys()] });
-      const chosen = pickFairly(due, load, this.options.share, slots);
+      const chosen = await this.chooseDue(trx, now, slots);
       return claimEvents(
         trx,
         chosen.map((e) => e.id),
@@ -82,6 +81,32 @@ export class CallbackDispatcher {
       this.inFlight.set(event.id, { event, done });
     }
     return claimed.length;
+  }
+
+  /**
+   * The due events to claim for `slots` free slots. First each tenant takes up to its fair share of
+   * each host, so another tenant's events for a host one tenant floods are read and sent; then, when
+   * slots are left and some tenant was held to that share, up to the most one tenant may hold there,
+   * so no slot idles for tenants with nothing due.
+   */
+  private async chooseDue(trx: Queryable, now: number, slots: number): Promise<DueEvent[]> {
+    const { fair, most } = this.options.share.perTenantOnHost;
+    const chosen = await this.pickDue(trx, now, slots, [], fair);
+    const heldToFairShare = saturated(this.loadWith(chosen), this.options.share, fair).pairs.length > 0;
+    if (most === fair || chosen.length >= slots || !heldToFairShare) return chosen;
+    return chosen.concat(await this.pickDue(trx, now, slots - chosen.length, chosen, most));
+  }
+
+  /** Up to `slots` due events besides those in flight and `chosen`, no tenant past `onHostLimit` of a host. */
+  private async pickDue(trx: Queryable, now: number, slots: number, chosen: DueEvent[], onHostLimit: number): Promise<DueEvent[]> {
+    const load = this.loadWith(chosen);
+    const skip = { ...saturated(load, this.options.share, onHostLimit), eventIds: [...this.inFlight.keys(), ...chosen.map((e) => e.id)] };
+    const due = await dueEvents(trx, now, slots * CANDIDATES_PER_SLOT, skip);
+    return pickFairly(due, load, this.options.share, slots, onHostLimit);
+  }
+
+  private loadWith(chosen: DueEvent[]) {
+    return loadOf([...[...this.inFlight.values()].map((f) => f.event), ...chosen]);
   }
 
   /** Delivers every event due now and waits for those deliveries; returns how many were attempted. */

@@ -104,10 +104,11 @@ export interface DueEvent {
   host: string;
 }
 
-/** Events not to claim: those of tenants and hosts whose share is in use, and those this process is still delivering. */
+/** Events not to claim: those of tenants, hosts and tenants on a host whose share is in use, and those this process is still delivering. */
 export interface Saturated {
   tenants: string[];
   hosts: string[];
+  pairs: Array<{ tenant: string; host: string }>;
   /** Delivering here already (a lease that ran out while the outcome was being recorded). */
   eventIds: string[];
 }
@@ -153,13 +154,15 @@ function inOrder(q: Queryable, query: Knex.QueryBuilder): Knex.QueryBuilder {
 
 /**
  * Up to `limit` due pending events that may be sent now (inOrder), oldest due first, leaving out
- * saturated tenants and hosts (so hundreds of events waiting on one receiver never hide another's).
+ * saturated tenants, hosts and tenants on a host (so hundreds of events waiting on one receiver, or
+ * one tenant's on a shared host, never hide another's).
  * A plain read that locks nothing: claimEvents then takes the ones chosen, if still due.
  */
 export async function dueEvents(q: Queryable, now: number, limit: number, saturated: Saturated): Promise<DueEvent[]> {
   let ready = inOrder(q, q('outbox').select('id', 'tenant', 'host').where('status', 'pending').where('next_attempt_at', '<=', now));
   if (saturated.tenants.length > 0) ready = ready.whereNotIn('outbox.tenant', saturated.tenants);
   if (saturated.hosts.length > 0) ready = ready.whereNotIn('outbox.host', saturated.hosts);
+  for (const { tenant, host } of saturated.pairs) ready = ready.whereNot((pair) => pair.where('outbox.tenant', tenant).where('outbox.host', host));
   if (saturated.eventIds.length > 0) ready = ready.whereNotIn('outbox.id', saturated.eventIds);
   return (await ready.orderBy('next_attempt_at').limit(limit)) as DueEvent[];
 }

@@ -16,6 +16,8 @@ export class Receiver {
   /** Statuses to answer, in order; when empty, `fallback`. `'hang'` never answers; `{ status, delayMs }` answers late. */
   script: Array<number | 'hang' | { status: number; delayMs: number }> = [];
   fallback: number | 'hang' = 200;
+  /** Decides the answer from what arrived, before `script` and `fallback` (undefined: leave it to them). */
+  answerFor: ((delivery: Delivery) => number | 'hang' | undefined) | null = null;
   url = '';
 
   async start(port = 0, host = '127.0.0.1'): Promise<void> {
@@ -25,7 +27,7 @@ export class Receiver {
       req.on('end', () => {
         const delivery: Delivery = { headers: req.headers, body, receivedAt: Date.now() };
         this.deliveries.push(delivery);
-        const status = this.script.shift() ?? this.fallback;
+        const status = this.answerFor?.(delivery) ?? this.script.shift() ?? this.fallback;
         const answer = (code: number) => {
           delivery.answered = { status: code, at: Date.now() };
           res.writeHead(code).end();

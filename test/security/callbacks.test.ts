@@ -1,6 +1,7 @@
 import { verifySignature } from '../../src/domain/delivery';
 import { backends } from '../helpers/backends';
 import { batchWith } from '../helpers/batches';
+import { until } from '../helpers/realTime';
 import { Receiver } from '../helpers/receiver';
 import { startService, TestService } from '../helpers/service';
 
@@ -137,6 +138,39 @@ describe.each(backends())('fair callback delivery (%s)', (_name, backend) => {
       await blackhole.stop();
       await svc.stop();
       await healthy.stop();
+    }
+  });
+});
+
+describe.each(backends())('callbacks of several tenants to one receiving host (%s)', (_name, backend) => {
+  jest.setTimeout(60_000);
+
+  it("when one tenant's events hang at a host that others use too, then another tenant's callback to that host still arrives within seconds", async () => {
+    // A shared webhook host: tenant a's endpoint on it never answers, tenant b's answers at once.
+    const shared = new Receiver();
+    shared.answerFor = (delivery) => (JSON.parse(delivery.body).tenant === 'a' ? 'hang' : 200);
+    await shared.start(0, '127.0.0.2');
+    const svc = await startService(backend, {
+      API_TOKENS: JSON.stringify(TOKENS),
+      CALLBACK_ALLOW_HOSTS: '127.0.0.0/8',
+      CALLBACK_TIMEOUT: '30s',
+      CALLBACK_POLL_INTERVAL: '100ms',
+    });
+    try {
+      for (let i = 0; i < 50; i++) await completedWithCallback(svc, tokenA, `${shared.url}/a`);
+      svc.rollcall.startBackground();
+      await shared.waitFor(3);
+      await new Promise((resolve) => setTimeout(resolve, 300)); // a's deliveries take every slot they may
+      const hanging = shared.deliveries.length;
+      const started = Date.now();
+      const b = await completedWithCallback(svc, tokenB, `${shared.url}/b`);
+      await until(() => shared.deliveries.some((d) => d.body.includes(b)), 5000);
+      console.log(`shared host (${backend.name}): tenant b's callback arrived after ${Date.now() - started} ms, ${hanging} of a's hanging there`);
+      // a alone used every slot of the host (4 of CALLBACK_CONCURRENCY 16) but the one kept for others.
+      expect(hanging).toBe(3);
+    } finally {
+      await shared.stop();
+      await svc.stop();
     }
   });
 });

@@ -25,7 +25,37 @@ describe.each(backends())('claiming callback events fairly (%s)', (_name, backen
       created_at: 1,
     });
     await db('outbox').insert([event('00000000-0000-7000-8000-000000000001', 'Acme'), event('00000000-0000-7000-8000-000000000002', 'acme')]);
-    const due = await dueEvents(db, 10, 10, { tenants: ['Acme'], hosts: [], eventIds: [] });
+    const due = await dueEvents(db, 10, 10, { tenants: ['Acme'], hosts: [], pairs: [], eventIds: [] });
     expect(due.map((e) => e.tenant)).toEqual(['acme']);
+  });
+
+  it("when tenant a uses its share of a host, then tenant b's events for that host, and a's for other hosts, are still read", async () => {
+    const db = svc.rollcall.db;
+    const event = (n: number, tenant: string, host: string) => ({
+      id: `00000000-0000-7000-8000-00000000010${n}`,
+      batch_id: `00000000-0000-7000-8000-00000000010${n}`,
+      tenant,
+      host,
+      event: 'batch.completed',
+      url: `http://${host}/`,
+      payload: '{}',
+      status: 'pending',
+      attempts: 0,
+      next_attempt_at: 1,
+      created_at: 1,
+    });
+    await db('outbox').insert([
+      event(1, 'a', 'shared.example:80'),
+      event(2, 'b', 'shared.example:80'),
+      event(3, 'a', 'own.example:80'),
+      event(4, 'b', 'own.example:80'),
+    ]);
+    const due = await dueEvents(db, 10, 10, { tenants: [], hosts: [], pairs: [{ tenant: 'a', host: 'shared.example:80' }], eventIds: [] });
+    expect(
+      due
+        .filter((e) => ['a', 'b'].includes(e.tenant))
+        .map((e) => `${e.tenant} ${e.host}`)
+        .sort(),
+    ).toEqual(['a own.example:80', 'b own.example:80', 'b shared.example:80']);
   });
 });
