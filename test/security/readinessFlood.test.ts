@@ -29,15 +29,30 @@ describeEachOrSkip(serverBackends())('many readiness probes at once while the ch
 
   it('then batches still open and take items, and every probe is answered ready once the check goes on', async () => {
     const hung = proxy.freezeEveryConnectionSending('rollcall_migrations');
-    const probes = Array.from({ length: 20 }, () => app.api.get('/readyz').then((res) => res.status)); // supertest sends on then()
-    await hung;
-    // Time for every probe to reach the service and ask for a connection, as it would without sharing.
-    await new Promise((resolve) => setTimeout(resolve, 300));
+    const probes: Array<Promise<number>> = [];
+    // Three waves, each past the time probes share one check: each would start a check of its own.
+    for (let wave = 0; wave < 3; wave++) {
+      probes.push(...Array.from({ length: 20 }, () => app.api.get('/readyz').then((res) => res.status))); // supertest sends on then()
+      if (wave === 0) await hung;
+      // Time for every probe to reach the service and ask for a connection, as it would without sharing.
+      await new Promise((resolve) => setTimeout(resolve, 1_100));
+    }
 
     const opened = await app.api.post('/v1/batches').send({});
     const added = await app.api.post(`/v1/batches/${opened.body.id}/items`).send({ count: 10 });
     proxy.speak();
     expect([opened.status, added.status]).toEqual([201, 201]);
-    expect(await Promise.all(probes)).toEqual(Array(20).fill(200));
+    expect(await Promise.all(probes)).toEqual(Array(60).fill(200));
+  }, 30_000);
+
+  it('when one check is stuck on a connection that stopped answering, then probes a second later are answered by a check of their own', async () => {
+    const stuck = proxy.freezeConnectionSending('rollcall_migrations');
+    const first = app.api.get('/readyz').then((res) => res.status);
+    await stuck;
+    await new Promise((resolve) => setTimeout(resolve, 1_100));
+    const later = await app.api.get('/readyz');
+    proxy.speak();
+    expect(later.status).toBe(200);
+    expect(await first).toBe(200);
   }, 30_000);
 });

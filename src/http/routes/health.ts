@@ -11,7 +11,7 @@ import { ensureSchemaWritable, schemaState, unknownMigrations } from '../../stor
  */
 export function healthRoutes(db: Db): Router {
   const router = Router();
-  const readiness = oneAtATime(() => checkReady(db));
+  const readiness = shared(() => checkReady(db));
   router.get('/healthz', (_req, res) => {
     res.json({ status: 'ok' });
   });
@@ -33,14 +33,29 @@ async function checkReady(db: Db): Promise<void> {
   await ensureSchemaWritable(db);
 }
 
+/** How long probes join a check under way; past it one is left to finish alone (a connection that stopped answering). */
+const SHARED_FOR_MS = 1_000;
+/** Checks that may run at once, so a flood holds this many pooled connections at most. */
+const MOST_CHECKS = 2;
+
 /**
- * Callers that arrive while a check runs share its outcome instead of starting their own: anyone may
- * ask /readyz, and a flood of probes then holds at most one of the pool's connections.
+ * Probes that arrive while a check runs share its outcome instead of starting their own: anyone may
+ * ask /readyz, and a flood of probes then holds at most MOST_CHECKS of the pool's connections. A
+ * check still running after SHARED_FOR_MS (stuck on a connection that stopped answering, until
+ * DB_QUERY_TIMEOUT or for good) no longer takes the probes that come after it: they start another.
  */
-function oneAtATime(check: () => Promise<void>): () => Promise<void> {
-  let running: Promise<void> | null = null;
-  return () =>
-    (running ??= check().finally(() => {
-      running = null;
-    }));
+function shared(check: () => Promise<void>): () => Promise<void> {
+  let newest: { outcome: Promise<void>; startedAt: number } | null = null;
+  let running = 0;
+  return () => {
+    const now = performance.now();
+    if (newest && (now - newest.startedAt < SHARED_FOR_MS || running >= MOST_CHECKS)) return newest.outcome;
+    running += 1;
+    const outcome: Promise<void> = check().finally(() => {
+      running -= 1;
+      if (newest?.outcome === outcome) newest = null;
+    });
+    newest = { outcome, startedAt: now };
+    return outcome;
+  };
 }
