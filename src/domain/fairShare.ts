@@ -57,6 +57,18 @@ export function saturated(load: Load, limits: ShareLimits, onHostLimit: number):
 }
 
 /**
+ * Tenants on a host held to their fair share of its slots that may take more there (below the most a
+ * tenant may hold on a host, with their tenant's and the host's shares not used up).
+ */
+export function heldToFairShare(load: Load, limits: ShareLimits): Claimant[] {
+  const { fair, most } = limits.perTenantOnHost;
+  return [...load.pairs.values()]
+    .filter(({ count }) => count >= fair && count < most)
+    .filter(({ pair }) => (load.tenants.get(pair.tenant) ?? 0) < limits.perTenant && (load.hosts.get(pair.host) ?? 0) < limits.perHost)
+    .map(({ pair }) => pair);
+}
+
+/**
  * Chooses up to `slots` of the due candidates (oldest first) without taking any tenant, host, or
  * tenant on a host past its share (`onHostLimit`): a receiver that never answers holds at most
  * `perHost` slots, a tenant at most `perTenant`, and the rest go to everyone else.

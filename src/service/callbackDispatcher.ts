@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 
 import { BackoffPolicy, retryDelay, signBody } from '../domain/delivery';
-import { loadOf, pickFairly, saturated, ShareLimits } from '../domain/fairShare';
+import { Claimant, heldToFairShare, loadOf, pickFairly, saturated, ShareLimits } from '../domain/fairShare';
 import { Queryable } from '../store/db';
 import { claimEvents, DueEvent, dueEvents, markDelivered, markFailed, OutboxEvent } from '../store/outbox';
 import { inTransaction } from '../store/transaction';
@@ -23,6 +23,8 @@ export interface DeliveryOptions {
 
 /** Due events read per free slot, so saturated tenants' events do not crowd out the others'. */
 const CANDIDATES_PER_SLOT = 4;
+/** Reads of due events per pass of a claim at most (each leaves out what the picks before it filled). */
+const READS_PER_PASS = 3;
 
 /** How much longer than a POST may take an event's claim lasts (the claim itself, the outcome's write). */
 const LEASE_BEYOND_TIMEOUT_MS = 5_000;
@@ -85,24 +87,37 @@ export class CallbackDispatcher {
 
   /**
    * The due events to claim for `slots` free slots. First each tenant takes up to its fair share of
-   * each host, so another tenant's events for a host one tenant floods are read and sent; then, when
-   * slots are left and some tenant was held to that share, up to the most one tenant may hold there,
-   * so no slot idles for tenants with nothing due.
+   * each host, so other tenants' events for a host that one tenant floods are read and sent; then the
+   * tenants held to that share take more there, up to the most one may hold, so no slot idles while
+   * only they have events due.
    */
   private async chooseDue(trx: Queryable, now: number, slots: number): Promise<DueEvent[]> {
     const { fair, most } = this.options.share.perTenantOnHost;
-    const chosen = await this.pickDue(trx, now, slots, [], fair);
-    const heldToFairShare = saturated(this.loadWith(chosen), this.options.share, fair).pairs.length > 0;
-    if (most === fair || chosen.length >= slots || !heldToFairShare) return chosen;
-    return chosen.concat(await this.pickDue(trx, now, slots - chosen.length, chosen, most));
+    const chosen: DueEvent[] = [];
+    await this.pickDue(trx, now, slots, chosen, fair);
+    if (most === fair || chosen.length >= slots) return chosen;
+    const held = heldToFairShare(this.loadWith(chosen), this.options.share);
+    if (held.length > 0) await this.pickDue(trx, now, slots, chosen, most, held);
+    return chosen;
   }
 
-  /** Up to `slots` due events besides those in flight and `chosen`, no tenant past `onHostLimit` of a host. */
-  private async pickDue(trx: Queryable, now: number, slots: number, chosen: DueEvent[], onHostLimit: number): Promise<DueEvent[]> {
-    const load = this.loadWith(chosen);
-    const skip = { ...saturated(load, this.options.share, onHostLimit), eventIds: [...this.inFlight.keys(), ...chosen.map((e) => e.id)] };
-    const due = await dueEvents(trx, now, slots * CANDIDATES_PER_SLOT, skip);
-    return pickFairly(due, load, this.options.share, slots, onHostLimit);
+  /**
+   * Adds due events to `chosen`, up to `slots` in all and no tenant past `onHostLimit` of a host (of
+   * `only` these tenants on these hosts, if given). Reads again when a read's window was full yet
+   * left slots free: the tenants and hosts its picks filled hid the events behind them.
+   */
+  private async pickDue(trx: Queryable, now: number, slots: number, chosen: DueEvent[], onHostLimit: number, only?: Claimant[]): Promise<void> {
+    for (let read = 0; read < READS_PER_PASS; read++) {
+      const left = slots - chosen.length;
+      if (left <= 0) return;
+      const load = this.loadWith(chosen);
+      const window = left * CANDIDATES_PER_SLOT;
+      const skip = { ...saturated(load, this.options.share, onHostLimit), eventIds: [...this.inFlight.keys(), ...chosen.map((e) => e.id)], only };
+      const due = await dueEvents(trx, now, window, skip);
+      const picked = pickFairly(due, load, this.options.share, left, onHostLimit);
+      chosen.push(...picked);
+      if (due.length < window || picked.length === left) return;
+    }
   }
 
   private loadWith(chosen: DueEvent[]) {

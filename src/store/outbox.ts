@@ -109,6 +109,8 @@ export interface Saturated {
   tenants: string[];
   hosts: string[];
   pairs: Array<{ tenant: string; host: string }>;
+  /** When given, only these tenants' events for these hosts are read. */
+  only?: Array<{ tenant: string; host: string }>;
   /** Delivering here already (a lease that ran out while the outcome was being recorded). */
   eventIds: string[];
 }
@@ -163,6 +165,10 @@ export async function dueEvents(q: Queryable, now: number, limit: number, satura
   if (saturated.tenants.length > 0) ready = ready.whereNotIn('outbox.tenant', saturated.tenants);
   if (saturated.hosts.length > 0) ready = ready.whereNotIn('outbox.host', saturated.hosts);
   for (const { tenant, host } of saturated.pairs) ready = ready.whereNot((pair) => pair.where('outbox.tenant', tenant).where('outbox.host', host));
+  const only = saturated.only;
+  if (only?.length === 0) return [];
+  if (only)
+    ready = ready.where((any) => only.forEach(({ tenant, host }) => any.orWhere((pair) => pair.where('outbox.tenant', tenant).where('outbox.host', host))));
   if (saturated.eventIds.length > 0) ready = ready.whereNotIn('outbox.id', saturated.eventIds);
   return (await ready.orderBy('next_attempt_at').limit(limit)) as DueEvent[];
 }

@@ -16,7 +16,7 @@ describe('sharing delivery slots', () => {
     expect(names(picked)).toEqual(['a@h', 'a@h', 'a@h']);
   });
 
-  it('when a host is full, then a tenant still takes slots at its other hosts up to its own share', () => {
+  it('when a host is full, then a tenant still takes slots at its other hosts, up to the most it may hold at each', () => {
     const load = loadOf([...on('a', 'h', 3), ...on('b', 'h', 1)]);
     const picked = pickFairly([...on('a', 'h', 2), ...on('a', 'g', 9)], load, limits, 10, limits.perTenantOnHost.most);
     expect(names(picked)).toEqual(['a@g', 'a@g', 'a@g']);

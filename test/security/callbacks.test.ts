@@ -173,4 +173,52 @@ describe.each(backends())('callbacks of several tenants to one receiving host (%
       await svc.stop();
     }
   });
+
+  it("when two tenants' events are due at once for a host where they hang, then each tenant holds half of its slots", async () => {
+    const shared = new Receiver();
+    shared.fallback = 'hang';
+    await shared.start(0, '127.0.0.2');
+    const svc = await startService(backend, {
+      API_TOKENS: JSON.stringify(TOKENS),
+      CALLBACK_ALLOW_HOSTS: '127.0.0.0/8',
+      CALLBACK_TIMEOUT: '30s',
+      CALLBACK_POLL_INTERVAL: '100ms',
+    });
+    try {
+      // a's are older: taken oldest first with no share by tenant, a would hold all the host's slots it may.
+      for (let i = 0; i < 20; i++) await completedWithCallback(svc, tokenA, `${shared.url}/a`);
+      for (let i = 0; i < 5; i++) await completedWithCallback(svc, tokenB, `${shared.url}/b`);
+      svc.rollcall.startBackground();
+      await shared.waitFor(4);
+      await new Promise((resolve) => setTimeout(resolve, 300));
+      const tenants = shared.deliveries.map((d) => JSON.parse(d.body).tenant as string).sort();
+      expect(tenants).toEqual(['a', 'a', 'b', 'b']);
+    } finally {
+      await shared.stop();
+      await svc.stop();
+    }
+  });
+
+  it("when one tenant's backlog at a host fills a claim's read, then the same claim still takes its events for another host", async () => {
+    const flooded = new Receiver();
+    flooded.fallback = 'hang';
+    await flooded.start(0, '127.0.0.2');
+    const other = new Receiver();
+    other.fallback = 'hang';
+    await other.start(0, '127.0.0.3');
+    const svc = await startService(backend, { API_TOKENS: JSON.stringify(TOKENS), CALLBACK_ALLOW_HOSTS: '127.0.0.0/8', CALLBACK_TIMEOUT: '30s' });
+    try {
+      // More than one read's window (4 per free slot) of a's events at the flooded host, older than those for the other.
+      for (let i = 0; i < 70; i++) await completedWithCallback(svc, tokenA, flooded.url);
+      for (let i = 0; i < 5; i++) await completedWithCallback(svc, tokenA, other.url);
+      // One claim, no background loop: the most a may hold at each host (all but one of its 4 slots).
+      expect(await svc.rollcall.dispatcher.startDue()).toBe(6);
+      await until(() => flooded.deliveries.length + other.deliveries.length === 6, 5000);
+      expect([flooded.deliveries.length, other.deliveries.length]).toEqual([3, 3]);
+    } finally {
+      await flooded.stop();
+      await other.stop();
+      await svc.stop();
+    }
+  });
 });
