@@ -16,6 +16,7 @@ import { Knex } from 'knex';
 import { call, FROM_BUILD, ServiceProcess, spawnService } from '../test/helpers/processes';
 import { BullmqEndToEndResult, describeCpu, runBullmqEndToEnd } from './lib/bullmqEndToEnd';
 import { BULLMQ_VERSION, runBullmq } from './lib/bullmqPeer';
+import { ClaimReads, measureClaimReads } from './lib/claimReads';
 import { Accounted } from './lib/cpu';
 import { MARIADB_SERVER, POSTGRES_SERVER, withMariadbDatabase, withPostgresDatabase } from './lib/database';
 import { sequentialLatency } from './lib/latency';
@@ -147,6 +148,7 @@ interface Figures {
   health: Latency;
   mergeFactor: number;
   rssMiB: number;
+  claimReads: ClaimReads;
 }
 
 type Latency = Awaited<ReturnType<typeof sequentialLatency>>;
@@ -278,6 +280,7 @@ async function measureOn(database: BenchDatabase, noop: NoopServer, servedAlike:
     const pid = service.child.pid!;
     const phase = (name: string) => console.log(`  after ${name}: service RSS peak so far ${peakRssMiB(pid).toFixed(1)} MiB`);
     const url = service.url;
+    let figures: Omit<Figures, 'claimReads'>;
     try {
       const adds = await measureAdds(url);
       phase('adds and status');
@@ -301,10 +304,12 @@ async function measureOn(database: BenchDatabase, noop: NoopServer, servedAlike:
         database.server,
       ]);
       const { big: _big, ...addFigures } = adds;
-      return { database: database.name, version, ...addFigures, ...storage, ...batched, rounds, status, health, mergeFactor, rssMiB, endToEnd };
+      figures = { database: database.name, version, ...addFigures, ...storage, ...batched, rounds, status, health, mergeFactor, rssMiB, endToEnd };
     } finally {
       await service.stop();
     }
+    // With the service stopped: its dispatcher would claim the due events the read is timed on.
+    return { ...figures, claimReads: await measureClaimReads(db) };
   });
 }
 
@@ -372,6 +377,12 @@ function rowsOf(f: Figures, bull: Awaited<ReturnType<typeof runBullmq>>, noopBat
     ],
     ['   compact acks of the 10M batch (10,000 items/request): items/s', fmt(10_000_000 / f.compact.seconds), '', ''],
     [`7. service RSS peak${on}`, `${fmt(rssMB, 1)} MB (${fmt(f.rssMiB, 1)} MiB)`, '', rssMB < 150 ? 'target < 150 MB: met' : 'target < 150 MB: MISSED'],
+    [
+      `8. callback claim: the dispatcher's read of 64 due events, 50,000 others waiting (median of 21)${on}`,
+      `${fmt(f.claimReads.backoffMs, 1)} ms`,
+      `those 50,000 due, of a tenant whose share is in use: ${fmt(f.claimReads.saturatedMs, 1)} ms`,
+      '',
+    ],
   ];
 }
 

@@ -15,6 +15,7 @@ import * as m0012 from './0012_create_child_outcomes';
 import * as m0013 from './0013_create_child_links';
 import * as m0014 from './0014_distribute_on_citus';
 import * as m0015 from './0015_text_in_utf8mb4';
+import * as m0016 from './0016_index_outbox_by_event';
 
 export interface Migration {
   up(knex: Knex): Promise<void>;
@@ -41,4 +42,5 @@ export const migrations: ReadonlyArray<readonly [name: string, migration: Migrat
   ['0013_create_child_links', m0013],
   ['0014_distribute_on_citus', m0014],
   ['0015_text_in_utf8mb4', m0015],
+  ['0016_index_outbox_by_event', m0016],
 ];
