@@ -66,8 +66,9 @@ function reasonsOf(options: RollcallDeadLetterOptions): ReadonlySet<string> {
  * rollcallDeadLetterConsumer(client, channel))`. For each message:
  * - dead-lettered for one of `options.reasons`: its item is acked `failed` (`dead-lettered by
  *   RabbitMQ (delivery_limit) from queue thumbnails`), then the message is acked. An item that
- *   already succeeded stays succeeded (a duplicate), and a later replay's success still counts while
- *   the batch is open (a retry won);
+ *   already succeeded stays succeeded (a duplicate), one already failed keeps its reason (the
+ *   worker's, recorded before its message's ack was lost), and a later replay's success still
+ *   counts while the batch is open (a retry won);
  * - dead-lettered for another reason, or rollcall refuses the ack (`ack_rejected`), or it has no item
  *   ID (`missing_item_id`): nacked without requeue, so it goes on to this queue's own dead-letter
  *   exchange (a parking queue) if it has one, and is dropped if not;
@@ -87,7 +88,21 @@ export function rollcallDeadLetterConsumer(client: RollcallClient, channel: Acki
     if (death.reason === undefined || !reasons.has(death.reason)) return messages.settle(message, 'drop');
     const itemId = messages.itemIdOrDrop(message);
     if (itemId === undefined) return;
+    // The worker's own error says more than that RabbitMQ gave up on a message redelivered after it.
+    if (await recordedFailed(client, itemId)) return messages.settle(message, 'ack');
     const from = death.queue === undefined ? '' : ` from queue ${death.queue}`;
     return messages.record(message, itemId, 'failed', `dead-lettered by RabbitMQ (${death.reason})${from}`);
   });
+}
+
+/**
+ * Whether the item is recorded failed already. Not when rollcall cannot tell: recording the failure
+ * then says why (a refusal is parked and reported, an outage requeues the dead letter).
+ */
+async function recordedFailed(client: RollcallClient, itemId: string): Promise<boolean> {
+  try {
+    return (await client.item(itemId)).state === 'failed';
+  } catch {
+    return false;
+  }
 }

@@ -212,6 +212,27 @@ describeWith(amqpUrl).each(backends())('rollcall/amqp dead letters on a real Rab
     await recorder.close();
   });
 
+  it("when the dead letter of an item already recorded failed arrives (the worker's failure was recorded, its message's ack lost), then the worker's reason stays", async () => {
+    const client = new RollcallClient({ baseUrl: svc.url });
+    const t = await topology({});
+    const batch = await produce(client, t.work, 2);
+    const ids = (await takeAll(t.work)).map((message) => String(message.properties.headers?.['x-rollcall-item-id']));
+    await client.ack([ids[0] as string], { outcome: 'failed', error: 'the thumbnail service answered 500' });
+    for (const id of ids)
+      admin.sendToQueue(t.recorded, Buffer.from('{}'), {
+        headers: { 'x-rollcall-item-id': id, 'x-first-death-reason': 'delivery_limit', 'x-first-death-queue': t.work },
+      });
+    const { channel: recorder, errors } = await recordDeadLetters(client, t.recorded);
+    expect(await client.waitForCompletion(batch.id, { timeoutMs: 10_000 })).toMatchObject({ state: 'complete', failed: 2 });
+    const reasons = Object.fromEntries((await client.failures(batch.id)).failures.map((f) => [f.id, f.error]));
+    expect(reasons).toEqual({
+      [ids[0] as string]: 'the thumbnail service answered 500',
+      [ids[1] as string]: `dead-lettered by RabbitMQ (delivery_limit) from queue ${t.work}`,
+    });
+    await recorder.close();
+    expect([await count(t.recorded), await count(t.parked), errors]).toEqual([0, 0, []]);
+  });
+
   it('when a dead letter was rejected by a consumer, then it is recorded only where options.reasons names rejected', async () => {
     const client = new RollcallClient({ baseUrl: svc.url });
     const t = await topology({});
