@@ -16,6 +16,7 @@ import * as m0013 from './0013_create_child_links';
 import * as m0014 from './0014_distribute_on_citus';
 import * as m0015 from './0015_text_in_utf8mb4';
 import * as m0016 from './0016_index_outbox_by_event';
+import * as m0017 from './0017_index_outbox_for_shares';
 
 export interface Migration {
   up(knex: Knex): Promise<void>;
@@ -43,4 +44,5 @@ export const migrations: ReadonlyArray<readonly [name: string, migration: Migrat
   ['0014_distribute_on_citus', m0014],
   ['0015_text_in_utf8mb4', m0015],
   ['0016_index_outbox_by_event', m0016],
+  ['0017_index_outbox_for_shares', m0017],
 ];
