@@ -177,8 +177,8 @@ export class RollcallClient {
   }
 
   /** One item's state and its batch's state (ask before costly work: a cancelled batch needs none). */
-  item(itemId: string): Promise<ItemStatus> {
-    return this.request('GET', `/v1/items/${pathPart(itemId)}`, undefined, { shape: isItemStatus });
+  item(itemId: string, options: { signal?: AbortSignal } = {}): Promise<ItemStatus> {
+    return this.request('GET', `/v1/items/${pathPart(itemId)}`, undefined, { shape: isItemStatus, signal: options.signal });
   }
 
   /** A page of a batch's kept failure reasons, oldest first. */

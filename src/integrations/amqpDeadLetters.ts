@@ -89,19 +89,24 @@ export function rollcallDeadLetterConsumer(client: RollcallClient, channel: Acki
     const itemId = messages.itemIdOrDrop(message);
     if (itemId === undefined) return;
     // The worker's own error says more than that RabbitMQ gave up on a message redelivered after it.
-    if (await recordedFailed(client, itemId)) return messages.settle(message, 'ack');
+    if (await settledAlready(client, itemId)) return messages.settle(message, 'ack');
     const from = death.queue === undefined ? '' : ` from queue ${death.queue}`;
     return messages.record(message, itemId, 'failed', `dead-lettered by RabbitMQ (${death.reason})${from}`);
   });
 }
 
+/** How long the look-up before a record may take: past it the failure is recorded as if it had found nothing. */
+const LOOKUP_TIMEOUT_MS = 2_000;
+
 /**
- * Whether the item is recorded failed already. Not when rollcall cannot tell: recording the failure
- * then says why (a refusal is parked and reported, an outage requeues the dead letter).
+ * Whether the item is recorded failed already, or its batch cancelled (nothing to record). Not when
+ * rollcall cannot tell in time: recording the failure then says why (a refusal is parked and
+ * reported, an outage holds and requeues the dead letter).
  */
-async function recordedFailed(client: RollcallClient, itemId: string): Promise<boolean> {
+async function settledAlready(client: RollcallClient, itemId: string): Promise<boolean> {
   try {
-    return (await client.item(itemId)).state === 'failed';
+    const item = await client.item(itemId, { signal: AbortSignal.timeout(LOOKUP_TIMEOUT_MS) });
+    return item.state === 'failed' || item.batchState === 'cancelled';
   } catch {
     return false;
   }

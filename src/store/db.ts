@@ -495,6 +495,11 @@ export interface PoolStats {
   pendingAcquires: number;
 }
 
+/** How many connections the pool may hold at once (DB_POOL_SIZE; 1 for SQLite). */
+export function poolCapacity(db: Db): number {
+  return (db.client.config as { pool?: { max?: number } }).pool?.max ?? 1;
+}
+
 /** The connection pool's state for metrics; null before knex has made its pool. */
 export function poolStats(db: Db): PoolStats | null {
   const pool = (db.client as { pool?: { numUsed(): number; numFree(): number; numPendingAcquires(): number } }).pool;

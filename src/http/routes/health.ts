@@ -1,7 +1,7 @@
 import { Router } from 'express';
 
 import { NewerSchemaError, UnavailableError } from '../../domain/errors';
-import { Db, ping } from '../../store/db';
+import { Db, ping, poolCapacity } from '../../store/db';
 import { ensureSchemaWritable, schemaState, unknownMigrations } from '../../store/migrations';
 
 /**
@@ -11,7 +11,8 @@ import { ensureSchemaWritable, schemaState, unknownMigrations } from '../../stor
  */
 export function healthRoutes(db: Db): Router {
   const router = Router();
-  const readiness = shared(() => checkReady(db));
+  // Two checks at once at most, and never the pool's last connection where it has more than one.
+  const readiness = shared(() => checkReady(db), Math.min(2, Math.max(1, poolCapacity(db) - 1)));
   router.get('/healthz', (_req, res) => {
     res.json({ status: 'ok' });
   });
@@ -35,21 +36,18 @@ async function checkReady(db: Db): Promise<void> {
 
 /** How long probes join a check under way; past it one is left to finish alone (a connection that stopped answering). */
 const SHARED_FOR_MS = 1_000;
-/** Checks that may run at once, so a flood holds this many pooled connections at most. */
-const MOST_CHECKS = 2;
-
 /**
  * Probes that arrive while a check runs share its outcome instead of starting their own: anyone may
- * ask /readyz, and a flood of probes then holds at most MOST_CHECKS of the pool's connections. A
+ * ask /readyz, and a flood of probes then holds at most `mostChecks` of the pool's connections. A
  * check still running after SHARED_FOR_MS (stuck on a connection that stopped answering, until
  * DB_QUERY_TIMEOUT or for good) no longer takes the probes that come after it: they start another.
  */
-function shared(check: () => Promise<void>): () => Promise<void> {
+function shared(check: () => Promise<void>, mostChecks: number): () => Promise<void> {
   let newest: { outcome: Promise<void>; startedAt: number } | null = null;
   let running = 0;
   return () => {
     const now = performance.now();
-    if (newest && (now - newest.startedAt < SHARED_FOR_MS || running >= MOST_CHECKS)) return newest.outcome;
+    if (newest && (now - newest.startedAt < SHARED_FOR_MS || running >= mostChecks)) return newest.outcome;
     running += 1;
     const outcome: Promise<void> = check().finally(() => {
       running -= 1;
