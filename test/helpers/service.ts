@@ -5,6 +5,7 @@ import { createServer } from '../../src/http/server';
 import { createRollcall, Rollcall } from '../../src/rollcall';
 import { Backend, TestDatabase } from './backends';
 import { listen } from './listening';
+import { TcpProxy } from './tcpProxy';
 
 /** An app in-process: supertest for requests whose shape a test checks, a real client for the rest. */
 export interface TestApp {
@@ -86,4 +87,31 @@ export function chunks<T>(items: T[], size: number): T[][] {
 /** A second app on the same database and clock: another replica, in-process. */
 export async function startReplica(svc: TestService): Promise<TestApp> {
   return serve(await createRollcall(svc.database.config, { now: () => svc.clock.now }));
+}
+
+/** An app whose database connections pass through a proxy the test controls (to hold, freeze or cut them). */
+export interface ProxiedService extends TestApp {
+  proxy: TcpProxy;
+  /** Lets held connections go, stops the app, closes the proxy and drops the database. */
+  stop(): Promise<void>;
+}
+
+/** Starts the app in-process on its own fresh database, reached through a TcpProxy. */
+export async function startBehindProxy(backend: Backend, env: Record<string, string> = {}): Promise<ProxiedService> {
+  const database = await backend.create(env);
+  const url = new URL(database.config.DATABASE_URL as string);
+  const proxy = new TcpProxy(url.hostname, Number(url.port));
+  await proxy.open();
+  url.host = `127.0.0.1:${proxy.port}`;
+  const app = await serve(await createRollcall({ ...database.config, DATABASE_URL: url.toString() }));
+  return {
+    ...app,
+    proxy,
+    async stop() {
+      proxy.speak();
+      await app.stop();
+      await proxy.cut();
+      await database.drop();
+    },
+  };
 }

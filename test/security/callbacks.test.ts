@@ -144,81 +144,70 @@ describe.each(backends())('fair callback delivery (%s)', (_name, backend) => {
 
 describe.each(backends())('callbacks of several tenants to one receiving host (%s)', (_name, backend) => {
   jest.setTimeout(60_000);
+  /** A host that tenants a and b both send callbacks to; it answers none unless a test says otherwise. */
+  let shared: Receiver;
+  let svc: TestService;
+  beforeEach(async () => {
+    shared = new Receiver();
+    shared.fallback = 'hang';
+    await shared.start(0, '127.0.0.2');
+    svc = await startService(backend, {
+      API_TOKENS: JSON.stringify(TOKENS),
+      CALLBACK_ALLOW_HOSTS: '127.0.0.0/8',
+      CALLBACK_TIMEOUT: '30s',
+      CALLBACK_POLL_INTERVAL: '100ms',
+    });
+  });
+  afterEach(async () => {
+    await shared.stop();
+    await svc.stop();
+  });
+
+  async function completedMany(token: string, callbackUrl: string, count: number): Promise<void> {
+    for (let i = 0; i < count; i++) await completedWithCallback(svc, token, callbackUrl);
+  }
 
   it("when one tenant's events hang at a host that others use too, then another tenant's callback to that host still arrives within seconds", async () => {
     // A shared webhook host: tenant a's endpoint on it never answers, tenant b's answers at once.
-    const shared = new Receiver();
     shared.answerFor = (delivery) => (JSON.parse(delivery.body).tenant === 'a' ? 'hang' : 200);
-    await shared.start(0, '127.0.0.2');
-    const svc = await startService(backend, {
-      API_TOKENS: JSON.stringify(TOKENS),
-      CALLBACK_ALLOW_HOSTS: '127.0.0.0/8',
-      CALLBACK_TIMEOUT: '30s',
-      CALLBACK_POLL_INTERVAL: '100ms',
-    });
-    try {
-      for (let i = 0; i < 50; i++) await completedWithCallback(svc, tokenA, `${shared.url}/a`);
-      svc.rollcall.startBackground();
-      await shared.waitFor(3);
-      await new Promise((resolve) => setTimeout(resolve, 300)); // a's deliveries take every slot they may
-      const hanging = shared.deliveries.length;
-      const started = Date.now();
-      const b = await completedWithCallback(svc, tokenB, `${shared.url}/b`);
-      await until(() => shared.deliveries.some((d) => d.body.includes(b)), 5000);
-      console.log(`shared host (${backend.name}): tenant b's callback arrived after ${Date.now() - started} ms, ${hanging} of a's hanging there`);
-      // a alone used every slot of the host (4 of CALLBACK_CONCURRENCY 16) but the one kept for others.
-      expect(hanging).toBe(3);
-    } finally {
-      await shared.stop();
-      await svc.stop();
-    }
+    await completedMany(tokenA, `${shared.url}/a`, 50);
+    svc.rollcall.startBackground();
+    await shared.waitFor(3);
+    await new Promise((resolve) => setTimeout(resolve, 300)); // a's deliveries take every slot they may
+    const hanging = shared.deliveries.length;
+    const started = Date.now();
+    const b = await completedWithCallback(svc, tokenB, `${shared.url}/b`);
+    await until(() => shared.deliveries.some((d) => d.body.includes(b)), 5000);
+    console.log(`shared host (${backend.name}): tenant b's callback arrived after ${Date.now() - started} ms, ${hanging} of a's hanging there`);
+    // a alone used every slot of the host (4 of CALLBACK_CONCURRENCY 16) but the one kept for others.
+    expect(hanging).toBe(3);
   });
 
   it("when two tenants' events are due at once for a host where they hang, then each tenant holds half of its slots", async () => {
-    const shared = new Receiver();
-    shared.fallback = 'hang';
-    await shared.start(0, '127.0.0.2');
-    const svc = await startService(backend, {
-      API_TOKENS: JSON.stringify(TOKENS),
-      CALLBACK_ALLOW_HOSTS: '127.0.0.0/8',
-      CALLBACK_TIMEOUT: '30s',
-      CALLBACK_POLL_INTERVAL: '100ms',
-    });
-    try {
-      // a's are older: taken oldest first with no share by tenant, a would hold all the host's slots it may.
-      for (let i = 0; i < 20; i++) await completedWithCallback(svc, tokenA, `${shared.url}/a`);
-      for (let i = 0; i < 5; i++) await completedWithCallback(svc, tokenB, `${shared.url}/b`);
-      svc.rollcall.startBackground();
-      await shared.waitFor(4);
-      await new Promise((resolve) => setTimeout(resolve, 300));
-      const tenants = shared.deliveries.map((d) => JSON.parse(d.body).tenant as string).sort();
-      expect(tenants).toEqual(['a', 'a', 'b', 'b']);
-    } finally {
-      await shared.stop();
-      await svc.stop();
-    }
+    // a's are older: taken oldest first with no share by tenant, a would hold all the host's slots it may.
+    await completedMany(tokenA, `${shared.url}/a`, 20);
+    await completedMany(tokenB, `${shared.url}/b`, 5);
+    svc.rollcall.startBackground();
+    await shared.waitFor(4);
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    const tenants = shared.deliveries.map((d) => JSON.parse(d.body).tenant as string).sort();
+    expect(tenants).toEqual(['a', 'a', 'b', 'b']);
   });
 
   it("when one tenant's backlog at a host fills a claim's read, then the same claim still takes its events for another host", async () => {
-    const flooded = new Receiver();
-    flooded.fallback = 'hang';
-    await flooded.start(0, '127.0.0.2');
     const other = new Receiver();
     other.fallback = 'hang';
     await other.start(0, '127.0.0.3');
-    const svc = await startService(backend, { API_TOKENS: JSON.stringify(TOKENS), CALLBACK_ALLOW_HOSTS: '127.0.0.0/8', CALLBACK_TIMEOUT: '30s' });
     try {
-      // More than one read's window (4 per free slot) of a's events at the flooded host, older than those for the other.
-      for (let i = 0; i < 70; i++) await completedWithCallback(svc, tokenA, flooded.url);
-      for (let i = 0; i < 5; i++) await completedWithCallback(svc, tokenA, other.url);
+      // More than one read's window (4 per free slot) of a's events at the shared host, older than those for the other.
+      await completedMany(tokenA, shared.url, 70);
+      await completedMany(tokenA, other.url, 5);
       // One claim, no background loop: the most a may hold at each host (all but one of its 4 slots).
       expect(await svc.rollcall.dispatcher.startDue()).toBe(6);
-      await until(() => flooded.deliveries.length + other.deliveries.length === 6, 5000);
-      expect([flooded.deliveries.length, other.deliveries.length]).toEqual([3, 3]);
+      await until(() => shared.deliveries.length + other.deliveries.length === 6, 5000);
+      expect([shared.deliveries.length, other.deliveries.length]).toEqual([3, 3]);
     } finally {
-      await flooded.stop();
       await other.stop();
-      await svc.stop();
     }
   });
 });

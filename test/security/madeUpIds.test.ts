@@ -1,9 +1,8 @@
 import { randomUUID } from 'node:crypto';
 
-import { createRollcall } from '../../src/rollcall';
-import { describeEachOrSkip, serverBackends, TestDatabase } from '../helpers/backends';
+import { describeEachOrSkip, serverBackends } from '../helpers/backends';
 import { batchWith } from '../helpers/batches';
-import { serve, TestApp } from '../helpers/service';
+import { ProxiedService, startBehindProxy } from '../helpers/service';
 import { TcpProxy } from '../helpers/tcpProxy';
 
 const TOKENS = [
@@ -22,23 +21,13 @@ const aboveAll = () => `ffffffff-ffff-7fff-bfff-${randomUUID().slice(-12)}`;
  * adds items meanwhile: nothing of A's is in B's way.
  */
 describeEachOrSkip(serverBackends())("one tenant's requests naming batches and groups that do not exist (%s)", (_name, backend) => {
-  let database: TestDatabase;
+  let app: ProxiedService;
   let proxy: TcpProxy;
-  let app: TestApp;
   beforeAll(async () => {
-    database = await backend.create({ API_TOKENS: JSON.stringify(TOKENS), LOCK_TIMEOUT: '1s' });
-    const url = new URL(database.config.DATABASE_URL as string);
-    proxy = new TcpProxy(url.hostname, Number(url.port));
-    await proxy.open();
-    url.host = `127.0.0.1:${proxy.port}`;
-    app = await serve(await createRollcall({ ...database.config, DATABASE_URL: url.toString() }));
+    app = await startBehindProxy(backend, { API_TOKENS: JSON.stringify(TOKENS), LOCK_TIMEOUT: '1s' });
+    proxy = app.proxy;
   });
-  afterAll(async () => {
-    proxy.speak();
-    await app.stop();
-    await proxy.cut();
-    await database.drop();
-  });
+  afterAll(() => app.stop());
 
   const asA = (path: string, body: object) => app.api.post(path).set('Authorization', `Bearer ${tokenA}`).send(body);
 

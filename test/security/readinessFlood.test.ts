@@ -1,6 +1,5 @@
-import { createRollcall } from '../../src/rollcall';
-import { describeEachOrSkip, serverBackends, TestDatabase } from '../helpers/backends';
-import { serve, TestApp } from '../helpers/service';
+import { describeEachOrSkip, serverBackends } from '../helpers/backends';
+import { ProxiedService, startBehindProxy } from '../helpers/service';
 import { TcpProxy } from '../helpers/tcpProxy';
 
 /**
@@ -9,23 +8,13 @@ import { TcpProxy } from '../helpers/tcpProxy';
  * once: they share one check, so the pool's other connections stay free for the API.
  */
 describeEachOrSkip(serverBackends())('many readiness probes at once while the check hangs (%s)', (_name, backend) => {
-  let database: TestDatabase;
+  let app: ProxiedService;
   let proxy: TcpProxy;
-  let app: TestApp;
   beforeAll(async () => {
-    database = await backend.create({ DB_POOL_SIZE: '3' });
-    const url = new URL(database.config.DATABASE_URL as string);
-    proxy = new TcpProxy(url.hostname, Number(url.port));
-    await proxy.open();
-    url.host = `127.0.0.1:${proxy.port}`;
-    app = await serve(await createRollcall({ ...database.config, DATABASE_URL: url.toString() }));
+    app = await startBehindProxy(backend, { DB_POOL_SIZE: '3' });
+    proxy = app.proxy;
   });
-  afterAll(async () => {
-    proxy.speak();
-    await app.stop();
-    await proxy.cut();
-    await database.drop();
-  });
+  afterAll(() => app.stop());
 
   it('then batches still open and take items, and every probe is answered ready once the check goes on', async () => {
     const hung = proxy.freezeEveryConnectionSending('rollcall_migrations');
