@@ -28,9 +28,18 @@ export function findExistingBatch(deps: ServiceDeps, caller: Caller, batchId: st
  * lower-case id: the same batch spelt in other cases (2^20 spellings of a UUID) took a queue each, so
  * many calls again waited for its row on pooled connections, the pool ran dry, and other tenants'
  * requests got 503. An id that is not a UUID is batch_not_found without a transaction.
+ *
+ * The batch is first read without a lock: another tenant's call is answered batch_not_found before
+ * it joins the batch's queue or waits for its row. Else, while the row was locked, it got 503 after
+ * LOCK_TIMEOUT, which told it the batch exists, and its calls took turns with the owner's.
  */
-export function withLockedBatch<T>(deps: ServiceDeps, caller: Caller, batchId: string, work: (trx: Transaction, batch: BatchRecord) => Promise<T>): Promise<T> {
-  if (!isUuid(batchId)) return Promise.reject(new BatchNotFoundError(batchId));
+export async function withLockedBatch<T>(
+  deps: ServiceDeps,
+  caller: Caller,
+  batchId: string,
+  work: (trx: Transaction, batch: BatchRecord) => Promise<T>,
+): Promise<T> {
+  await findExistingBatch(deps, caller, batchId);
   return inBatchTransaction(deps.db, deps.tx, batchId.toLowerCase(), async (trx) =>
     work(trx, await existingBatch(caller, batchId, (id) => lockBatch(trx, id))),
   );
