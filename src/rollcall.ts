@@ -11,6 +11,7 @@ import { isLoopback } from './http/hostCheck';
 import { Metrics } from './metrics';
 import { AckCommitter } from './service/ackCommitter';
 import { ackItems } from './service/ackItems';
+import { BatchOwners } from './service/batchOwners';
 import { CallbackDispatcher, DeliveryOptions } from './service/callbackDispatcher';
 import { ChildOutcomeDispatcher } from './service/childOutcomeDispatcher';
 import { CompletionWatcher } from './service/completionWatcher';
@@ -60,8 +61,15 @@ export async function createRollcall(config: Config, options: RollcallOptions = 
   const watcher = new CompletionWatcher(deps, config.WAIT_POLL_INTERVAL);
   const loops = backgroundLoops(config, deps, metrics, options.postCallback);
   completionListeners.push((batches) => watcher.notify(batches), loops.onCompleted);
-  const committer = ackCommitter(config, deps, metrics);
-  const submitAck = committer ? (call: AckCall) => committer.submit(call) : async (call: AckCall) => (await ackItems(deps, [call]))[0]!;
+  // With several tenants, calls naming another tenant's batch leave its row alone (batchOwners.ts).
+  const owners = tenantsOf(config) > 1 ? new BatchOwners(deps) : null;
+  const committer = ackCommitter(config, deps, metrics, owners);
+  const submitAck = committer
+    ? (call: AckCall) => committer.submit(call)
+    : async (call: AckCall) => {
+        await owners?.screen(call);
+        return (await ackItems(deps, [call]))[0]!;
+      };
   const app = createApp({
     service: deps,
     submitAck,
@@ -194,7 +202,7 @@ function backgroundLoops(config: Config, deps: ServiceDeps, metrics: Metrics, po
 }
 
 /** The group committer for acks, or null when ACK_GROUP_COMMIT=off. */
-function ackCommitter(config: Config, deps: ServiceDeps, metrics: Metrics): AckCommitter | null {
+function ackCommitter(config: Config, deps: ServiceDeps, metrics: Metrics, owners: BatchOwners | null): AckCommitter | null {
   if (config.ACK_GROUP_COMMIT !== 'on') return null;
   const writers = writerSlots(deps.db);
   const options = {
@@ -206,7 +214,8 @@ function ackCommitter(config: Config, deps: ServiceDeps, metrics: Metrics): AckC
     concurrency: Math.min(config.ACK_GROUP_COMMIT_CONCURRENCY, writers),
     maxQueuedIds: config.ACK_QUEUE_MAX_IDS,
     // With several tenants, one may hold at most half: the other half stays for the rest.
-    maxQueuedIdsPerTenant: new Set((config.tokens ?? []).map((t) => t.tenant)).size > 1 ? Math.floor(config.ACK_QUEUE_MAX_IDS / 2) : config.ACK_QUEUE_MAX_IDS,
+    maxQueuedIdsPerTenant: tenantsOf(config) > 1 ? Math.floor(config.ACK_QUEUE_MAX_IDS / 2) : config.ACK_QUEUE_MAX_IDS,
+    screen: owners ? (call: AckCall) => owners.screen(call) : undefined,
   };
   return new AckCommitter(deps, options, (calls, ids) => {
     metrics.groupCommitCalls.observe(calls);

@@ -10,6 +10,11 @@ export interface AckTarget {
   groupId: string;
   prefix: string;
   indexes: number[];
+  /**
+   * Its batch is another tenant's, or none at all, as this process read it before the call queued
+   * (BatchOwners): unknown_batch without the batch's row being read or locked.
+   */
+  foreign?: true;
 }
 
 /** One ack request, grouped by the group row it touches, plus the IDs rejected as malformed. */

@@ -150,7 +150,7 @@ class AckPlanner {
   /** The items of one call that name one group; unknown batches (or other tenants') and groups are rejected. */
   private applyTarget(call: AckCall, target: AckTarget, result: CallResult, closed: Set<BatchRecord>): void {
     const found = this.batches.get(target.batchId);
-    const stored = found && found.tenant === call.tenant ? found : undefined;
+    const stored = found && found.tenant === call.tenant && !target.foreign ? found : undefined;
     const key = groupKey(target.batchId, target.groupId);
     const storedGroup = stored ? this.groups.get(key) : undefined;
     if (!stored || !storedGroup) {

@@ -21,6 +21,11 @@ export interface AckMergeOptions {
   maxQueuedIds: number;
   /** Of those, what one tenant's calls may hold, so that one tenant cannot fill the queue for all. */
   maxQueuedIdsPerTenant: number;
+  /**
+   * Marks the targets of a call that are not its caller's before it queues (BatchOwners.screen): a
+   * promise while it reads, counted against the limits above meanwhile.
+   */
+  screen?: (call: AckCall) => Promise<void> | null;
 }
 
 interface Waiting {
@@ -33,7 +38,8 @@ interface Waiting {
   again?: true;
 }
 
-const batchIdsOf = (call: AckCall): string[] => [...new Set(call.targets.map((t) => t.batchId))];
+/** The batches whose rows the call's round reads and locks (not those known to be others'). */
+const batchIdsOf = (call: AckCall): string[] => [...new Set(call.targets.filter((t) => !t.foreign).map((t) => t.batchId))];
 
 /** How long a batch found held by another connection keeps its calls out of other batches' rounds. */
 const HELD_MEMORY_MS = 60_000;
@@ -74,6 +80,8 @@ export class AckCommitter {
   private readonly queuedByTenant = new Map<string, number>();
   private timer: NodeJS.Timeout | null = null;
   private readonly inFlight = new Set<Promise<void>>();
+  /** Calls being screened before they queue (their IDs already count as waiting). */
+  private readonly screening = new Set<Promise<void>>();
   /** Batches that a round in flight touches. */
   private readonly busy = new Set<string>();
   /** Batches found held by another connection, with when that finding is forgotten. */
@@ -94,7 +102,7 @@ export class AckCommitter {
 
   submit(call: AckCall): Promise<AckResult> {
     const size = callSize(call);
-    if (this.queue.length > 0 && this.queuedIds + size > this.options.maxQueuedIds) {
+    if (this.queuedIds > 0 && this.queuedIds + size > this.options.maxQueuedIds) {
       return Promise.reject(new UnavailableError(`more than ${this.options.maxQueuedIds} acked IDs are waiting for the database in this process; try again`));
     }
     const tenantWaiting = this.queuedByTenant.get(call.tenant) ?? 0;
@@ -106,18 +114,36 @@ export class AckCommitter {
       );
     }
     return new Promise<AckResult>((resolve, reject) => {
-      this.queue.push({ call, size, batchIds: batchIdsOf(call), resolve, reject });
       this.queuedIds += size;
       this.queuedByTenant.set(call.tenant, tenantWaiting + size);
-      this.schedule();
+      const entry: Waiting = { call, size, batchIds: [], resolve, reject };
+      const screening = this.options.screen?.(call);
+      if (!screening) return this.enqueue(entry);
+      const screened: Promise<void> = screening
+        .then(
+          () => this.enqueue(entry),
+          (error: unknown) => {
+            this.leavesQueue(entry);
+            this.queuedIds -= size;
+            reject(error);
+          },
+        )
+        .finally(() => this.screening.delete(screened));
+      this.screening.add(screened);
     });
+  }
+
+  private enqueue(entry: Waiting): void {
+    entry.batchIds = batchIdsOf(entry.call);
+    this.queue.push(entry);
+    this.schedule();
   }
 
   /** Resolves once every submitted call has been answered. */
   async drain(): Promise<void> {
-    while (this.inFlight.size > 0 || this.queue.length > 0) {
+    while (this.inFlight.size > 0 || this.queue.length > 0 || this.screening.size > 0) {
       if (this.inFlight.size === 0) this.flush();
-      await Promise.race(this.inFlight);
+      await Promise.race([...this.inFlight, ...this.screening]);
     }
   }
 

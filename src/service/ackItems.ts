@@ -13,11 +13,12 @@ import { ServiceDeps } from './deps';
 
 export type { AckResult };
 
-/** The group ids each batch of these calls names. */
+/** The group ids each batch of these calls names (not batches known to be others'). */
 function groupIdsByBatch(calls: AckCall[]): Map<string, Set<string>> {
   const byBatch = new Map<string, Set<string>>();
   for (const call of calls) {
     for (const target of call.targets) {
+      if (target.foreign) continue;
       let ids = byBatch.get(target.batchId);
       if (!ids) byBatch.set(target.batchId, (ids = new Set()));
       ids.add(target.groupId);
@@ -29,7 +30,7 @@ function groupIdsByBatch(calls: AckCall[]): Map<string, Set<string>> {
 /** Batches named by calls that carry a failure reason: only their stored reasons are read. */
 function batchesWithReasons(calls: AckCall[]): string[] {
   const ids = new Set<string>();
-  for (const call of calls) if (call.error !== undefined) for (const target of call.targets) ids.add(target.batchId);
+  for (const call of calls) if (call.error !== undefined) for (const target of call.targets) if (!target.foreign) ids.add(target.batchId);
   return [...ids].sort();
 }
 

@@ -98,6 +98,18 @@ export async function findBatch(q: Queryable, id: string): Promise<BatchRecord |
   return row ? batchFromRow(row) : null;
 }
 
+/** The tenant of each of these batches that exists, by id; read without locks, in chunks of 1,000 ids. */
+export async function findBatchTenants(q: Queryable, ids: string[]): Promise<Map<string, string>> {
+  const tenants = new Map<string, string>();
+  for (let i = 0; i < ids.length; i += 1000) {
+    const rows = (await q('batches')
+      .select('id', 'tenant')
+      .whereIn('id', ids.slice(i, i + 1000))) as Array<{ id: string; tenant: string }>;
+    for (const row of rows) tenants.set(row.id, row.tenant);
+  }
+  return tenants;
+}
+
 /** Reads and row-locks one batch until the transaction ends. Returns null when it does not exist. */
 export async function lockBatch(trx: Knex.Transaction, id: string): Promise<BatchRecord | null> {
   const [row] = (await lockBatchQuery(trx, id)) as BatchRow[];
