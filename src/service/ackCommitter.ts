@@ -80,8 +80,9 @@ export class AckCommitter {
   private readonly queuedByTenant = new Map<string, number>();
   private timer: NodeJS.Timeout | null = null;
   private readonly inFlight = new Set<Promise<void>>();
-  /** Calls being screened before they queue (their IDs already count as waiting). */
+  /** Calls being screened before they queue (their IDs already count as waiting), and their IDs. */
   private readonly screening = new Set<Promise<void>>();
+  private screeningIds = 0;
   /** Batches that a round in flight touches. */
   private readonly busy = new Set<string>();
   /** Batches found held by another connection, with when that finding is forgotten. */
@@ -119,10 +120,15 @@ export class AckCommitter {
       const entry: Waiting = { call, size, batchIds: [], resolve, reject };
       const screening = this.options.screen?.(call);
       if (!screening) return this.enqueue(entry);
+      this.screeningIds += size;
       const screened: Promise<void> = screening
         .then(
-          () => this.enqueue(entry),
+          () => {
+            this.screeningIds -= size;
+            this.enqueue(entry);
+          },
           (error: unknown) => {
+            this.screeningIds -= size;
             this.leavesQueue(entry);
             this.queuedIds -= size;
             reject(error);
@@ -153,7 +159,7 @@ export class AckCommitter {
     // its length to the call's answer (a lone caller, such as a client that merges its own acks,
     // waited ~2.5 ms of a ~5 ms call). Calls that arrive while this round runs gather for the next.
     const idle = this.inFlight.size === 0 && !this.options.waitWhenIdle;
-    if (idle || this.queuedIds >= this.options.maxIds || this.options.windowMs === 0) {
+    if (idle || this.queuedIds - this.screeningIds >= this.options.maxIds || this.options.windowMs === 0) {
       this.flush();
     } else if (!this.timer) {
       this.timer = setTimeout(() => this.flush(), this.options.windowMs);
@@ -240,7 +246,11 @@ export class AckCommitter {
    * can be named (the lock was released meanwhile, or was on another table, or the answer took too
    * long), every call of the round gets the 503, as before.
    */
-  private async lockWaitFailed(round: Waiting[], batchIds: string[], error: LockHeldError): Promise<void> {
+  private async lockWaitFailed(whole: Waiting[], batchIds: string[], error: LockHeldError): Promise<void> {
+    // A call that names no batch row (its IDs malformed, or in other tenants' batches) waited for no
+    // lock of its own: it runs again, once, instead of sharing the 503 of a batch it never named.
+    const round = whole.filter((w) => w.batchIds.length > 0 || w.again);
+    this.requeue(whole.filter((w) => !round.includes(w)).map((w) => ({ ...w, again: true })));
     const distinct = [...new Set(batchIds)];
     if (distinct.length === 1) {
       this.markHeld(distinct);

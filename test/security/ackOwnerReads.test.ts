@@ -5,7 +5,7 @@ import { ProxiedService, startBehindProxy } from '../helpers/service';
 
 const TOKENS = [
   { token: 'tenant-a-token-0123456789', tenant: 'a', scopes: ['consume'] },
-  { token: 'tenant-b-token-0123456789', tenant: 'b', scopes: ['consume'] },
+  { token: 'tenant-b-token-0123456789', tenant: 'b', scopes: ['consume', 'produce'] },
 ];
 
 /** `count` IDs of one group of a batch that does not exist. */
@@ -23,7 +23,7 @@ const madeUpIds = (count: number) => {
 describeEachOrSkip(serverBackends())('acks while the read of whose batches they name hangs (%s)', (name, backend) => {
   let app: ProxiedService;
   beforeAll(async () => {
-    app = await startBehindProxy(backend, { API_TOKENS: JSON.stringify(TOKENS), ACK_QUEUE_MAX_IDS: '10000' });
+    app = await startBehindProxy(backend, { API_TOKENS: JSON.stringify(TOKENS), ACK_QUEUE_MAX_IDS: '10000', DB_POOL_SIZE: '3' });
   });
   afterAll(() => app.stop());
 
@@ -34,9 +34,10 @@ describeEachOrSkip(serverBackends())('acks while the read of whose batches they 
       .send({ ids })
       .then((res) => res); // supertest sends on then()
 
+  const ownerReadOf = (backendName: string) => (isPostgresBackend(backendName) ? '"tenant" from "batches"' : '`tenant` from `batches`');
+
   it("then a tenant's calls past half the limit are 503 at once, the other tenant's wait, and all that waited are answered once it answers", async () => {
-    const ownerRead = isPostgresBackend(name) ? '"tenant" from "batches"' : '`tenant` from `batches`';
-    const hung = app.proxy.freezeEveryConnectionSending(ownerRead);
+    const hung = app.proxy.freezeEveryConnectionSending(ownerReadOf(name));
     const first = madeUpIds(3_000);
     const waiting = ack(TOKENS[0]!.token, first);
     await hung;
@@ -52,5 +53,19 @@ describeEachOrSkip(serverBackends())('acks while the read of whose batches they 
     expect([answered.status, answeredB.status]).toEqual([200, 200]);
     expect(answered.body.rejected).toEqual(first.map((id) => ({ id, reason: 'unknown_batch' })));
     expect(answeredB.body).toMatchObject({ acked: 0 });
+  }, 30_000);
+
+  it("then a tenant's many calls naming batches none knows take one pooled connection, and the other tenant's opens go on", async () => {
+    const hung = app.proxy.freezeEveryConnectionSending(ownerReadOf(name));
+    const calls = [ack(TOKENS[0]!.token, madeUpIds(1))];
+    await hung;
+    calls.push(...Array.from({ length: 10 }, () => ack(TOKENS[0]!.token, madeUpIds(1))));
+    await new Promise((resolve) => setTimeout(resolve, 200)); // they reach the service and wait for a read
+
+    const opened = await app.api.post('/v1/batches').set('Authorization', `Bearer ${TOKENS[1]!.token}`).send({});
+    app.proxy.speak();
+
+    expect(opened.status).toBe(201);
+    expect((await Promise.all(calls)).map((res) => res.status)).toEqual(Array(11).fill(200));
   }, 30_000);
 });

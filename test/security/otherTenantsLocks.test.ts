@@ -118,3 +118,40 @@ describeEachOrSkip(serverBackends())("another tenant's acks naming a batch whose
     });
   });
 });
+
+/**
+ * One merged round at a time (ACK_GROUP_COMMIT_CONCURRENCY 1): a's call naming only b's batch is
+ * merged into a round with b's own call of it while b's row is held, and that round's lock wait fails.
+ */
+describeEachOrSkip(serverBackends())("another tenant's acks merged with acks of a batch whose row is locked (%s)", (_name, backend) => {
+  const { svc, holder, observer } = lockedBatchSetup(backend, { ACK_GROUP_COMMIT_CONCURRENCY: '1' });
+  let secondHolder: Knex;
+  beforeAll(() => {
+    secondHolder = otherConnections(svc().database);
+  });
+  afterAll(() => secondHolder.destroy());
+
+  const ackAs = (token: string, ids: string[]) =>
+    svc()
+      .api.post('/v1/acks')
+      .set('Authorization', `Bearer ${token}`)
+      .send({ ids })
+      .then((res) => res); // supertest sends on then()
+
+  it("then a is answered 200 with b's IDs unknown_batch, not the 503 of b's lock", async () => {
+    const [x, y] = [await batchWith(svc().clientWith(tokenB), 4), await batchWith(svc().clientWith(tokenB), 4)];
+    const releases = [await holdBatchRow(holder(), y.id), await holdBatchRow(secondHolder, x.id)];
+    let answers;
+    try {
+      const running = ackAs(tokenB, y.ids); // the one round in flight, waiting for y's row
+      await until(async () => (await lockWaiters(observer(), isPostgresBackend(backend.name))) > 0);
+      const queued = [ackAs(tokenB, x.ids.slice(0, 2)), ackAs(tokenA, x.ids.slice(2))]; // the next round, together
+      answers = await Promise.all([running, ...queued]);
+    } finally {
+      for (const release of releases) await release();
+    }
+    const [ofY, ofX, ofA] = answers;
+    expect([ofY.status, ofX.status]).toEqual([503, 503]);
+    expect([ofA.status, ofA.body.rejected]).toEqual([200, x.ids.slice(2).map((id) => ({ id, reason: 'unknown_batch' }))]);
+  });
+});
