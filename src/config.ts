@@ -130,6 +130,7 @@ export const configSchema = z.object({
   ALLOWED_HOSTS: commaList(invalidHostName),
   CALLBACK_DNS_SERVERS: commaList(invalidDnsServer),
   WAIT_POLL_INTERVAL: duration('250ms', 10),
+  WAIT_MAX: int(1, 1_000_000).default(10_000),
   API_TOKENS: z.string().optional(),
   API_TOKENS_FILE: z.string().optional(),
   PUBLIC_METRICS: z.enum(['on', 'off']).default('on'),

@@ -79,4 +79,16 @@ export class Metrics {
       },
     });
   }
+
+  /** Reports how many long-polls this process holds, as `rollcall_waits_held`. */
+  countWaits(held: () => number): void {
+    new Gauge({
+      name: 'rollcall_waits_held',
+      help: 'Long-polls (GET /v1/batches/:id/wait) this process holds now; WAIT_MAX bounds them',
+      registers: [this.registry],
+      collect() {
+        this.set(held());
+      },
+    });
+  }
 }

@@ -14,7 +14,7 @@ import { ackItems } from './service/ackItems';
 import { BatchOwners } from './service/batchOwners';
 import { CallbackDispatcher, DeliveryOptions } from './service/callbackDispatcher';
 import { ChildOutcomeDispatcher } from './service/childOutcomeDispatcher';
-import { CompletionWatcher } from './service/completionWatcher';
+import { CompletionWatcher, WaitLimits } from './service/completionWatcher';
 import { ServiceDeps } from './service/deps';
 import { PeriodicTask } from './service/periodic';
 import { callbackPoster, PostCallback } from './service/postCallback';
@@ -58,7 +58,8 @@ export async function createRollcall(config: Config, options: RollcallOptions = 
   const metrics = new Metrics(db);
   const completionListeners: CompletionListener[] = [];
   const deps = serviceDeps(config, db, log, metrics, options.now ?? Date.now, completionListeners);
-  const watcher = new CompletionWatcher(deps, config.WAIT_POLL_INTERVAL);
+  const watcher = new CompletionWatcher(deps, config.WAIT_POLL_INTERVAL, waitLimits(config));
+  metrics.countWaits(() => watcher.holding);
   const loops = backgroundLoops(config, deps, metrics, options.postCallback);
   completionListeners.push((batches) => watcher.notify(batches), loops.onCompleted);
   // With several tenants, calls naming another tenant's batch leave its row alone (batchOwners.ts).
@@ -234,6 +235,11 @@ function shareOnHost(perHost: number, tenants: number): ShareLimits['perTenantOn
 }
 
 const tenantsOf = (config: Config) => new Set((config.tokens ?? []).map((t) => t.tenant)).size;
+
+/** WAIT_MAX long-polls per process; with several tenants one may hold at most half (at least one). */
+function waitLimits(config: Config): WaitLimits {
+  return { total: config.WAIT_MAX, perTenant: tenantsOf(config) > 1 ? Math.max(1, Math.floor(config.WAIT_MAX / 2)) : config.WAIT_MAX };
+}
 
 /** Callback delivery settings; a tenant's own callbackSecret signs its events, else CALLBACK_SECRET. */
 function deliveryOptions(config: Config): DeliveryOptions {

@@ -91,6 +91,12 @@ export class IdempotencyConflictError extends RollcallError {
   }
 }
 
+/** A long-poll past what this process holds at once, for all callers or for the caller's tenant (WAIT_MAX). */
+export class TooManyWaitsError extends RollcallError {
+  readonly code = 'too_many_waits';
+  readonly status = 429;
+}
+
 export class UnauthorizedError extends RollcallError {
   readonly code = 'unauthorized';
   readonly status = 401;

@@ -35,6 +35,9 @@ export const errorHandler: ErrorRequestHandler = (caught, req, res, _next) => {
     // Busy or down, not broken: worth a retry shortly (API.md, "Input limits that protect other callers").
     res.setHeader('retry-after', '1');
     req.log.warn({ err: error }, 'request answered 503');
+  } else if (status === 429) {
+    res.setHeader('retry-after', '1');
+    req.log.info({ err: error }, 'request answered 429');
   } else if (status >= 500) req.log.error({ err: error }, 'request failed');
   else req.log.debug({ err: error }, 'request refused');
   res.status(status).json(answer[1]);

@@ -114,7 +114,12 @@ export function openApiDocument(): JsonObject {
         get: {
           summary: 'Read a batch',
           parameters: [batchId],
-          responses: { '200': answer('the batch', 'Batch'), '404': failure('batch_not_found'), ...common },
+          responses: {
+            '200': answer('the batch', 'Batch'),
+            '404': failure('batch_not_found'),
+            '429': failure('too_many_waits, with Retry-After: this process holds WAIT_MAX waits, or its tenant half of them'),
+            ...common,
+          },
         },
         delete: {
           summary: 'Delete a batch with its groups and callbacks',
@@ -163,7 +168,12 @@ export function openApiDocument(): JsonObject {
         get: {
           summary: 'Wait until the batch is complete or cancelled, or the timeout',
           parameters: [batchId, ...queryParameters(req.waitQuery)],
-          responses: { '200': answer('the batch', 'Batch'), '404': failure('batch_not_found'), ...common },
+          responses: {
+            '200': answer('the batch', 'Batch'),
+            '404': failure('batch_not_found'),
+            '429': failure('too_many_waits, with Retry-After: this process holds WAIT_MAX waits, or its tenant half of them'),
+            ...common,
+          },
         },
       },
       '/v1/batches/{batchId}/cancel': {

@@ -1,6 +1,7 @@
 import { toBatchView } from '../contract/batchView';
 import { BatchView } from '../contract/responses';
 import { BatchRecord, Caller, isFinished } from '../domain/batch';
+import { TooManyWaitsError } from '../domain/errors';
 import { findFinishedOrGone } from '../store/batches';
 import { ServiceDeps } from './deps';
 import { getBatch } from './readBatches';
@@ -10,6 +11,12 @@ const POLL_OVERDUE_MS = 5_000;
 
 /** Wakes a waiter: with the batch that ended, or with nothing (it reads the state itself: timed out, released, or gone). */
 type Wake = (batch: BatchRecord | null) => void;
+
+/** Long-polls one process holds at once: in all, and of one tenant (WAIT_MAX). */
+export interface WaitLimits {
+  total: number;
+  perTenant: number;
+}
 
 /**
  * Long-poll for completion (or cancellation: both end a batch). Waiters of this process are woken at once by completions made here,
@@ -26,16 +33,25 @@ export class CompletionWatcher {
    * DB_QUERY_TIMEOUT, or for good without one) does not stop the others' completions reaching waiters.
    */
   private pollStartedAt: number | null = null;
+  /** Long-polls held now (from before their first read to their answer), in all and by tenant. */
+  private held = 0;
+  private readonly heldByTenant = new Map<string, number>();
 
   constructor(
     private readonly deps: ServiceDeps,
     private readonly pollIntervalMs: number,
+    private readonly limits: WaitLimits = { total: Infinity, perTenant: Infinity },
   ) {}
 
   get waiting(): number {
     let n = 0;
     for (const set of this.waiters.values()) n += set.size;
     return n;
+  }
+
+  /** Long-polls this process holds now (what WAIT_MAX bounds). */
+  get holding(): number {
+    return this.held;
   }
 
   /** Completions and cancellations committed in this process. */
@@ -51,11 +67,43 @@ export class CompletionWatcher {
     for (const wake of set) wake(batch);
   }
 
-  /** Answers as soon as the batch is complete or cancelled, or after `timeoutMs` with its state then. */
+  /**
+   * Answers as soon as the batch is complete or cancelled, or after `timeoutMs` with its state then.
+   * A wait that would hold more than the limits is refused before it reads anything: each one holds a
+   * connection, timers and a place in every poll for up to a minute, so one tenant's thousands must
+   * not take a replica's memory and polls from the others. A timeout of 0 holds nothing.
+   */
   async wait(caller: Caller, batchId: string, timeoutMs: number, abandoned: AbortSignal): Promise<BatchView> {
+    if (timeoutMs === 0) return getBatch(this.deps, caller, batchId);
+    const release = this.hold(caller.tenant);
+    try {
+      return await this.waitHolding(caller, batchId, timeoutMs, abandoned);
+    } finally {
+      release();
+    }
+  }
+
+  /** Takes one of the places WaitLimits allows, or throws TooManyWaitsError; returns its release. */
+  private hold(tenant: string): () => void {
+    const ofTenant = this.heldByTenant.get(tenant) ?? 0;
+    if (this.held >= this.limits.total) throw new TooManyWaitsError(`this process holds ${this.limits.total} waits (WAIT_MAX); try again shortly`);
+    if (ofTenant >= this.limits.perTenant) {
+      throw new TooManyWaitsError(`this tenant holds ${this.limits.perTenant} waits in this process, half of WAIT_MAX; try again shortly`);
+    }
+    this.held += 1;
+    this.heldByTenant.set(tenant, ofTenant + 1);
+    return () => {
+      this.held -= 1;
+      const left = (this.heldByTenant.get(tenant) ?? 1) - 1;
+      if (left > 0) this.heldByTenant.set(tenant, left);
+      else this.heldByTenant.delete(tenant);
+    };
+  }
+
+  private async waitHolding(caller: Caller, batchId: string, timeoutMs: number, abandoned: AbortSignal): Promise<BatchView> {
     const now = await getBatch(this.deps, caller, batchId);
     // A caller gone during that read is not waited for (its abort has fired: no listener would hear it).
-    if (isFinished(now.state) || timeoutMs === 0 || abandoned.aborted) return now;
+    if (isFinished(now.state) || abandoned.aborted) return now;
     const completed = await new Promise<BatchRecord | null>((resolve) => {
       const set = this.waiters.get(now.id) ?? new Set<Wake>();
       this.waiters.set(now.id, set);
