@@ -17,6 +17,7 @@ import * as m0014 from './0014_distribute_on_citus';
 import * as m0015 from './0015_text_in_utf8mb4';
 import * as m0016 from './0016_index_outbox_by_event';
 import * as m0017 from './0017_index_outbox_for_shares';
+import * as m0018 from './0018_index_batches_by_tenant_state';
 
 export interface Migration {
   up(knex: Knex): Promise<void>;
@@ -45,4 +46,5 @@ export const migrations: ReadonlyArray<readonly [name: string, migration: Migrat
   ['0015_text_in_utf8mb4', m0015],
   ['0016_index_outbox_by_event', m0016],
   ['0017_index_outbox_for_shares', m0017],
+  ['0018_index_batches_by_tenant_state', m0018],
 ];

@@ -131,6 +131,8 @@ export const configSchema = z.object({
   CALLBACK_DNS_SERVERS: commaList(invalidDnsServer),
   WAIT_POLL_INTERVAL: duration('250ms', 10),
   WAIT_MAX: int(1, 1_000_000).default(10_000),
+  TENANT_MAX_BATCHES: int(0, 1_000_000_000).optional(),
+  TENANT_MAX_ITEMS: int(0, Number.MAX_SAFE_INTEGER).optional(),
   API_TOKENS: z.string().optional(),
   API_TOKENS_FILE: z.string().optional(),
   PUBLIC_METRICS: z.enum(['on', 'off']).default('on'),

@@ -19,6 +19,7 @@ import { ServiceDeps } from './service/deps';
 import { PeriodicTask } from './service/periodic';
 import { callbackPoster, PostCallback } from './service/postCallback';
 import { sweepOnce, SweepResult } from './service/sweep';
+import { TenantQuota } from './service/tenantQuota';
 import { Db, openDb, writerSlots } from './store/db';
 import { migrateLatest } from './store/migrations';
 
@@ -129,6 +130,7 @@ function serviceDeps(config: Config, db: Db, log: Logger, metrics: Metrics, now:
     groupSize: config.GROUP_SIZE,
     callbackTargets: new CallbackTargetPolicy(config.tokens !== null, config.CALLBACK_ALLOW_HOSTS),
     failureReasonsPerBatch: config.FAILURE_REASONS_PER_BATCH,
+    quota: tenantQuota(config, db),
     tx: {
       retries: config.TX_RETRIES,
       lockTimeoutMs: config.LOCK_TIMEOUT,
@@ -235,6 +237,13 @@ function shareOnHost(perHost: number, tenants: number): ShareLimits['perTenantOn
 }
 
 const tenantsOf = (config: Config) => new Set((config.tokens ?? []).map((t) => t.tenant)).size;
+
+/** TENANT_MAX_BATCHES and TENANT_MAX_ITEMS, each unset or 0 for no limit; null when neither limits. */
+function tenantQuota(config: Config, db: Db): TenantQuota | null {
+  const limit = (set: number | undefined) => (set ? set : Infinity);
+  const limits = { batches: limit(config.TENANT_MAX_BATCHES), items: limit(config.TENANT_MAX_ITEMS) };
+  return limits.batches === Infinity && limits.items === Infinity ? null : new TenantQuota(db, limits);
+}
 
 /** WAIT_MAX long-polls per process; with several tenants one may hold at most half (at least one). */
 function waitLimits(config: Config): WaitLimits {

@@ -97,6 +97,12 @@ export class TooManyWaitsError extends RollcallError {
   readonly status = 429;
 }
 
+/** An open or add past the caller's tenant's quota of unfinished batches or their items (TENANT_MAX_*). */
+export class QuotaExceededError extends RollcallError {
+  readonly code = 'quota_exceeded';
+  readonly status = 429;
+}
+
 export class UnauthorizedError extends RollcallError {
   readonly code = 'unauthorized';
   readonly status = 401;

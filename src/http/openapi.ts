@@ -101,6 +101,7 @@ export function openApiDocument(): JsonObject {
             '201': answer('the new batch', 'Batch'),
             '404': failure('item_not_found (parentItem)'),
             '409': failure('item_not_pending (parentItem)'),
+            '429': failure('quota_exceeded, with Retry-After: the tenant holds TENANT_MAX_BATCHES unfinished batches, or TENANT_MAX_ITEMS items in them'),
             ...withBody,
           },
         },
@@ -114,12 +115,7 @@ export function openApiDocument(): JsonObject {
         get: {
           summary: 'Read a batch',
           parameters: [batchId],
-          responses: {
-            '200': answer('the batch', 'Batch'),
-            '404': failure('batch_not_found'),
-            '429': failure('too_many_waits, with Retry-After: this process holds WAIT_MAX waits, or its tenant half of them'),
-            ...common,
-          },
+          responses: { '200': answer('the batch', 'Batch'), '404': failure('batch_not_found'), ...common },
         },
         delete: {
           summary: 'Delete a batch with its groups and callbacks',
@@ -136,6 +132,7 @@ export function openApiDocument(): JsonObject {
             '201': answer('the groups made', 'AddResult'),
             '404': failure('batch_not_found'),
             '409': failure('batch_not_open or idempotency_key_reused'),
+            '429': failure('quota_exceeded, with Retry-After: the tenant holds TENANT_MAX_BATCHES unfinished batches, or TENANT_MAX_ITEMS items in them'),
             ...withBody,
           },
         },

@@ -4,6 +4,7 @@ import type { BatchRecord } from '../domain/batch';
 import type { CallbackTargetPolicy } from '../domain/callbackTarget';
 import type { Db } from '../store/db';
 import type { TransactionOptions } from '../store/transaction';
+import type { TenantQuota } from './tenantQuota';
 
 /** What use cases report as it happens (metrics listen here; use cases know nothing of them). */
 export interface Observer {
@@ -25,6 +26,8 @@ export interface ServiceDeps {
   /** Failure reasons kept per batch (FAILURE_REASONS_PER_BATCH); more are only counted as dropped. */
   failureReasonsPerBatch: number;
   tx: TransactionOptions;
+  /** Each tenant's quota of unfinished batches and items; null when neither is limited. */
+  quota: TenantQuota | null;
   log: Logger;
   observe: Observer;
   /** Called after a transaction that completed (or cancelled) batches has committed. */

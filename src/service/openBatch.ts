@@ -45,6 +45,8 @@ export async function openBatch(deps: ServiceDeps, caller: Caller, input: OpenBa
     throw new InvalidRequestError('body.callbackUrl: a loopback, private or link-local address is not allowed here (see CALLBACK_ALLOW_HOSTS)');
   }
   const parentItem = input.parentItem === undefined ? null : await checkParentItem(deps, caller, input.parentItem);
+  const usage = await deps.quota?.usage(caller.tenant);
+  const taken = usage && deps.quota?.take(usage, { batches: 1, items: 0 });
   const now = deps.now();
   const batch: BatchRecord = {
     id: uuidv7(),
@@ -69,11 +71,13 @@ export async function openBatch(deps: ServiceDeps, caller: Caller, input: OpenBa
   try {
     await insertBatch(deps.db, deps.tx, batch);
   } catch (caught) {
+    taken?.release();
     const error = toError(caught);
     // The child link's key: another child already stands for this item (also when two creates race).
     if (parentItem !== null && isDuplicateKey(error)) throw new ItemNotPendingError(`another batch already stands for item ${parentItem}`, { cause: error });
     throw asUnavailable(error);
   }
+  taken?.commit();
   deps.observe.batchOpened();
   return toBatchView(batch);
 }

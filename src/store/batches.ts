@@ -110,6 +110,15 @@ export async function findBatchTenants(q: Queryable, ids: string[]): Promise<Map
   return tenants;
 }
 
+/** A tenant's unfinished (open or sealed) batches and the items they hold; no locks, from one index. */
+export async function unfinishedUsage(q: Queryable, tenant: string): Promise<{ batches: number; items: number }> {
+  const [row] = (await q('batches')
+    .where('tenant', tenant)
+    .whereIn('state', ['open', 'sealed'])
+    .select(q.raw('count(*) as batches'), q.raw('coalesce(sum(total), 0) as items'))) as Array<{ batches: unknown; items: unknown }>;
+  return { batches: Number(row?.batches ?? 0), items: Number(row?.items ?? 0) };
+}
+
 /** Reads and row-locks one batch until the transaction ends. Returns null when it does not exist. */
 export async function lockBatch(trx: Knex.Transaction, id: string): Promise<BatchRecord | null> {
   const [row] = (await lockBatchQuery(trx, id)) as BatchRow[];

@@ -1,0 +1,133 @@
+import { QuotaExceededError } from '../domain/errors';
+import { unfinishedUsage } from '../store/batches';
+import { Db } from '../store/db';
+import { reading } from './reading';
+
+/** How old a tenant's counted usage may be before a check reads it again. */
+const FRESH_MS = 1_000;
+
+/** How long a read may run before callers stop waiting for it and start another (a dead connection). */
+const READ_OVERDUE_MS = 5_000;
+
+/** What one tenant's unfinished (open or sealed) batches may hold at most; Infinity for no limit. */
+export interface QuotaLimits {
+  batches: number;
+  items: number;
+}
+
+interface Amount {
+  batches: number;
+  items: number;
+}
+
+/** Taken from a tenant's quota: `commit` once its writes committed, `release` if it made nothing. */
+export interface Reservation {
+  commit(): void;
+  release(): void;
+}
+
+/**
+ * One tenant's usage as this process knows it: the last read, what this process committed since that
+ * read began, and what it reserved and has not settled (calls in flight, which no read sees yet).
+ */
+class TenantUsage {
+  constructor(readonly tenant: string) {}
+
+  read: Amount = { batches: 0, items: 0 };
+  readAt = -Infinity;
+  readStartedAt = -Infinity;
+  sinceRead: Amount = { batches: 0, items: 0 };
+  /** Committed since the read now running began: what sinceRead becomes when it lands. */
+  sinceNextRead: Amount | null = null;
+  inFlight: Amount = { batches: 0, items: 0 };
+  running: Promise<void> | null = null;
+
+  total(kind: keyof Amount): number {
+    return this.read[kind] + this.sinceRead[kind] + this.inFlight[kind];
+  }
+}
+
+const addTo = (to: Amount, amount: Amount, sign = 1) => {
+  to.batches += sign * amount.batches;
+  to.items += sign * amount.items;
+};
+
+/**
+ * Per-tenant quotas of unfinished batches and of the items they hold (TENANT_MAX_BATCHES,
+ * TENANT_MAX_ITEMS). A tenant's usage is read about once a second per process, from one index
+ * (migration 0018), however many calls a tenant at its quota sends; on top of it count what this
+ * process committed since that read began and what it has reserved and not settled. So within a
+ * process calls never pass a limit together (checked and reserved in one synchronous step); across
+ * replicas each may pass it by what it does not yet see of the others' (their last second). A batch
+ * that finishes frees its share at the next read.
+ *
+ * Two steps, so that a call is refused only once it would make something: `usage` (may read, before
+ * any transaction), then `take` (synchronous, where the call knows it will write: after an
+ * Idempotency-Key's repeat is answered and the batch is found open).
+ */
+export type { TenantUsage };
+
+export class TenantQuota {
+  private readonly tenants = new Map<string, TenantUsage>();
+
+  constructor(
+    private readonly db: Db,
+    private readonly limits: QuotaLimits,
+  ) {}
+
+  /** The tenant's usage, read again first when the last read is older than FRESH_MS. */
+  async usage(tenant: string): Promise<TenantUsage> {
+    let usage = this.tenants.get(tenant);
+    if (!usage) this.tenants.set(tenant, (usage = new TenantUsage(tenant)));
+    const now = performance.now();
+    if (now - usage.readAt < FRESH_MS) return usage;
+    if (!usage.running || now - usage.readStartedAt > READ_OVERDUE_MS) usage.running = this.readAgain(usage);
+    await usage.running;
+    return usage;
+  }
+
+  /** Takes `amount` from the quota, or throws QuotaExceededError. */
+  take(usage: TenantUsage, amount: Amount): Reservation {
+    if (amount.batches > 0 && usage.total('batches') + amount.batches > this.limits.batches) {
+      throw new QuotaExceededError(
+        `this tenant has ${usage.total('batches')} unfinished batches, the most it may have (TENANT_MAX_BATCHES ${this.limits.batches}); complete, cancel or delete some first`,
+      );
+    }
+    if (amount.items > 0 && usage.total('items') + amount.items > this.limits.items) {
+      throw new QuotaExceededError(
+        `this tenant's unfinished batches hold ${usage.total('items')} items; ${amount.items} more would pass TENANT_MAX_ITEMS (${this.limits.items})`,
+      );
+    }
+    addTo(usage.inFlight, amount);
+    let settled = false;
+    const settle = (committed: boolean) => {
+      if (settled) return;
+      settled = true;
+      addTo(usage.inFlight, amount, -1);
+      if (!committed) return;
+      addTo(usage.sinceRead, amount);
+      if (usage.sinceNextRead) addTo(usage.sinceNextRead, amount);
+    };
+    return { commit: () => settle(true), release: () => settle(false) };
+  }
+
+  private async readAgain(usage: TenantUsage): Promise<void> {
+    const startedAt = performance.now();
+    usage.readStartedAt = startedAt;
+    // Commits from now on may or may not be in what the read sees: count them on top (a little early refused, never late).
+    const sinceStart: Amount = { batches: 0, items: 0 };
+    usage.sinceNextRead = sinceStart;
+    try {
+      const found = await reading(() => unfinishedUsage(this.db, usage.tenant));
+      if (usage.readStartedAt !== startedAt) return; // an overdue read landing after the one that replaced it
+      usage.read = found;
+      usage.sinceRead = sinceStart;
+      usage.readAt = startedAt;
+    } finally {
+      if (usage.readStartedAt === startedAt) {
+        usage.sinceNextRead = null;
+        usage.running = null;
+      }
+    }
+  }
+}

@@ -1,0 +1,114 @@
+import { backends, describeEachOrSkip, isPostgresBackend, serverBackends } from '../helpers/backends';
+import { until } from '../helpers/realTime';
+import { ProxiedService, startBehindProxy, startService, TestService } from '../helpers/service';
+
+const TOKENS = ['a', 'b', 'c', 'd', 'e'].map((tenant) => ({ token: `tenant-${tenant}-token-0123456789`, tenant, scopes: ['produce', 'read'] }));
+const tokenOf = (tenant: string) => `tenant-${tenant}-token-0123456789`;
+
+/**
+ * One tenant must not fill the database every tenant shares: TENANT_MAX_BATCHES bounds its unfinished
+ * (open or sealed) batches, TENANT_MAX_ITEMS the items they hold. Past either, an open or add is
+ * 429 quota_exceeded and makes nothing; other tenants go on; finished batches free their share.
+ */
+describeEachOrSkip(backends())('tenant quotas (%s)', (_name, backend) => {
+  let svc: TestService;
+  beforeAll(async () => {
+    svc = await startService(backend, { API_TOKENS: JSON.stringify(TOKENS), TENANT_MAX_BATCHES: '3', TENANT_MAX_ITEMS: '100' });
+  });
+  afterAll(() => svc.stop());
+
+  const as = (tenant: string) => ({
+    open: () =>
+      svc.api
+        .post('/v1/batches')
+        .set('Authorization', `Bearer ${tokenOf(tenant)}`)
+        .send({}),
+    add: (batchId: string, count: number, key?: string) => {
+      const call = svc.api.post(`/v1/batches/${batchId}/items`).set('Authorization', `Bearer ${tokenOf(tenant)}`);
+      return (key === undefined ? call : call.set('Idempotency-Key', key)).send({ count });
+    },
+    cancel: (batchId: string) => svc.api.post(`/v1/batches/${batchId}/cancel`).set('Authorization', `Bearer ${tokenOf(tenant)}`),
+    list: () => svc.api.get('/v1/batches').set('Authorization', `Bearer ${tokenOf(tenant)}`),
+  });
+
+  it("then a tenant's open past its unfinished batches is 429 and opens nothing, another tenant's opens go on, and a cancel frees one", async () => {
+    const a = as('a');
+    const opened = [await a.open(), await a.open(), await a.open()];
+    const refused = await a.open();
+    const ofB = await as('b').open();
+
+    expect(opened.map((res) => res.status)).toEqual([201, 201, 201]);
+    expect([refused.status, refused.body.error?.code, refused.headers['retry-after']]).toEqual([429, 'quota_exceeded', '1']);
+    expect(ofB.status).toBe(201);
+    expect((await a.list()).body.batches).toHaveLength(3);
+
+    await a.cancel(opened[0]!.body.id);
+    let again;
+    await until(async () => (again = await a.open()).status === 201, 5_000); // at the next read of a's usage, within a second
+    expect((await a.list()).body.batches).toHaveLength(4);
+    expect((await a.open()).status).toBe(429);
+  });
+
+  it("then a tenant's add past its items is 429 and adds nothing, a repeated add counts once, and another tenant's adds go on", async () => {
+    const c = as('c');
+    const { id } = (await c.open()).body;
+    const first = await c.add(id, 30, 'k1');
+    const repeated = await c.add(id, 30, 'k1');
+    const fills = await c.add(id, 70);
+    const past = await c.add(id, 1);
+    const ofD = await as('d').add((await as('d').open()).body.id, 100);
+
+    expect([first.status, repeated.status, repeated.body.groups]).toEqual([201, first.status, first.body.groups]);
+    expect(fills.status).toBe(201);
+    expect([past.status, past.body.error?.code]).toEqual([429, 'quota_exceeded']);
+    expect(ofD.status).toBe(201);
+    const batch = await svc.api.get(`/v1/batches/${id}`).set('Authorization', `Bearer ${tokenOf('c')}`);
+    expect(batch.body.total).toBe(100);
+
+    await new Promise((resolve) => setTimeout(resolve, 1_100)); // c's usage is read again from the database
+    expect((await c.add(id, 1)).status).toBe(429);
+    const other = (await c.open()).body.id;
+    expect((await c.add(other, 1)).status).toBe(429);
+    // At its quota, a repeat of an add (its answer lost, say) is still answered, and a cancelled batch is still 409.
+    const again = await c.add(id, 30, 'k1');
+    expect([again.status, again.body.groups]).toEqual([first.status, first.body.groups]);
+    await c.cancel(other);
+    expect((await c.add(other, 1)).body.error?.code).toBe('batch_not_open');
+  });
+
+  it("then of a tenant's 20 opens at once, exactly its quota's worth is opened", async () => {
+    const e = as('e');
+    const answers = await Promise.all(Array.from({ length: 20 }, () => e.open().then((res) => res.status)));
+    expect(answers.filter((status) => status === 201)).toHaveLength(3);
+    expect(answers.filter((status) => status === 429)).toHaveLength(17);
+    expect((await e.list()).body.batches).toHaveLength(3);
+  });
+});
+
+/** An add still in flight when the tenant's usage is read again: the read cannot see it, the process must. */
+describeEachOrSkip(serverBackends())('tenant quotas with an add in flight (%s)', (name, backend) => {
+  let app: ProxiedService;
+  beforeAll(async () => {
+    app = await startBehindProxy(backend, { API_TOKENS: JSON.stringify(TOKENS), TENANT_MAX_ITEMS: '100' });
+  });
+  afterAll(() => app.stop());
+
+  const asA = (call: ReturnType<ProxiedService['api']['post']>) => call.set('Authorization', `Bearer ${tokenOf('a')}`);
+
+  it("then an add after the next read still counts the first add's items, and is refused", async () => {
+    const [one, two] = [(await asA(app.api.post('/v1/batches')).send({})).body.id, (await asA(app.api.post('/v1/batches')).send({})).body.id];
+    const hung = app.proxy.freezeEveryConnectionSending(isPostgresBackend(name) ? 'insert into "item_groups"' : 'insert into `item_groups`');
+    const first = asA(app.api.post(`/v1/batches/${one}/items`))
+      .send({ count: 60 })
+      .then((res) => res); // supertest sends on then()
+    await hung;
+    await new Promise((resolve) => setTimeout(resolve, 1_100)); // the usage is read again for the next add
+    const started = performance.now();
+    const second = await asA(app.api.post(`/v1/batches/${two}/items`)).send({ count: 60 });
+    const secondMs = performance.now() - started;
+    app.proxy.speak();
+
+    expect([second.status, second.body.error?.code, secondMs < 1_000]).toEqual([429, 'quota_exceeded', true]);
+    expect((await first).status).toBe(201);
+  }, 30_000);
+});
