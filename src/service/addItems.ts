@@ -8,7 +8,7 @@ import { updateBatch } from '../store/batches';
 import { insertGroups } from '../store/groups';
 import { ServiceDeps } from './deps';
 import { withLockedBatch } from './existingBatch';
-import { Reservation } from './tenantQuota';
+import { Reservation, settleFailed } from './tenantQuota';
 
 /**
  * Adds `count` items as new groups of at most GROUP_SIZE. Locks the batch row first (refusing
@@ -55,7 +55,7 @@ export async function addItems(deps: ServiceDeps, caller: Caller, batchId: strin
     taken?.commit();
     return answer;
   } catch (caught) {
-    taken?.release();
+    settleFailed(taken, caught);
     throw caught;
   }
 }

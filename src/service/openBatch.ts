@@ -12,6 +12,7 @@ import { findGroup } from '../store/groups';
 import { asUnavailable } from '../store/transaction';
 import { ServiceDeps } from './deps';
 import { reading } from './reading';
+import { settleFailed } from './tenantQuota';
 
 export interface OpenBatchInput {
   userKey?: string;
@@ -71,7 +72,7 @@ export async function openBatch(deps: ServiceDeps, caller: Caller, input: OpenBa
   try {
     await insertBatch(deps.db, deps.tx, batch);
   } catch (caught) {
-    taken?.release();
+    settleFailed(taken ?? undefined, caught);
     const error = toError(caught);
     // The child link's key: another child already stands for this item (also when two creates race).
     if (parentItem !== null && isDuplicateKey(error)) throw new ItemNotPendingError(`another batch already stands for item ${parentItem}`, { cause: error });

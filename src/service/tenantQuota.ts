@@ -1,4 +1,4 @@
-import { QuotaExceededError } from '../domain/errors';
+import { CommitUnconfirmedError, InvalidRequestError, QuotaExceededError } from '../domain/errors';
 import { unfinishedUsage } from '../store/batches';
 import { Db } from '../store/db';
 import { reading } from './reading';
@@ -24,6 +24,15 @@ interface Amount {
 export interface Reservation {
   commit(): void;
   release(): void;
+}
+
+/**
+ * Settles a reservation whose call failed: a COMMIT that failed without saying whether it took effect
+ * counts as made (the next read tells), anything else as not.
+ */
+export function settleFailed(taken: Reservation | undefined, error: unknown): void {
+  if (error instanceof CommitUnconfirmedError) taken?.commit();
+  else taken?.release();
 }
 
 /**
@@ -75,19 +84,27 @@ export class TenantQuota {
     private readonly limits: QuotaLimits,
   ) {}
 
-  /** The tenant's usage, read again first when the last read is older than FRESH_MS. */
+  /**
+   * The tenant's usage, read again first when the last read began more than FRESH_MS before this
+   * call. Until such a read has landed: an overdue read that another replaced is discarded when it
+   * lands, and its waiters then wait for the one that replaced it.
+   */
   async usage(tenant: string): Promise<TenantUsage> {
     let usage = this.tenants.get(tenant);
     if (!usage) this.tenants.set(tenant, (usage = new TenantUsage(tenant)));
-    const now = performance.now();
-    if (now - usage.readAt < FRESH_MS) return usage;
-    if (!usage.running || now - usage.readStartedAt > READ_OVERDUE_MS) usage.running = this.readAgain(usage);
-    await usage.running;
+    const oldestFresh = performance.now() - FRESH_MS;
+    while (usage.readAt < oldestFresh) {
+      if (!usage.running || performance.now() - usage.readStartedAt > READ_OVERDUE_MS) usage.running = this.readAgain(usage);
+      await usage.running;
+    }
     return usage;
   }
 
-  /** Takes `amount` from the quota, or throws QuotaExceededError. */
+  /** Takes `amount` from the quota, or throws QuotaExceededError (InvalidRequestError for more than the whole quota). */
   take(usage: TenantUsage, amount: Amount): Reservation {
+    if (amount.items > this.limits.items) {
+      throw new InvalidRequestError(`body.count: this service's tenants may have at most ${this.limits.items} unfinished items (TENANT_MAX_ITEMS)`);
+    }
     if (amount.batches > 0 && usage.total('batches') + amount.batches > this.limits.batches) {
       throw new QuotaExceededError(
         `this tenant has ${usage.total('batches')} unfinished batches, the most it may have (TENANT_MAX_BATCHES ${this.limits.batches}); complete, cancel or delete some first`,

@@ -51,6 +51,7 @@ describeEachOrSkip(backends())('tenant quotas (%s)', (_name, backend) => {
   it("then a tenant's add past its items is 429 and adds nothing, a repeated add counts once, and another tenant's adds go on", async () => {
     const c = as('c');
     const { id } = (await c.open()).body;
+    const whole = await c.add(id, 101); // more than the whole quota: no wait would help
     const first = await c.add(id, 30, 'k1');
     const repeated = await c.add(id, 30, 'k1');
     const fills = await c.add(id, 70);
@@ -58,6 +59,7 @@ describeEachOrSkip(backends())('tenant quotas (%s)', (_name, backend) => {
     const ofD = await as('d').add((await as('d').open()).body.id, 100);
 
     expect([first.status, repeated.status, repeated.body.groups]).toEqual([201, first.status, first.body.groups]);
+    expect([whole.status, whole.body.error?.code]).toEqual([400, 'invalid_request']);
     expect(fills.status).toBe(201);
     expect([past.status, past.body.error?.code]).toEqual([429, 'quota_exceeded']);
     expect(ofD.status).toBe(201);
