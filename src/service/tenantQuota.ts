@@ -61,6 +61,8 @@ const addTo = (to: Amount, amount: Amount, sign = 1) => {
   to.items += sign * amount.items;
 };
 
+export type { TenantUsage };
+
 /**
  * Per-tenant quotas of unfinished batches and of the items they hold (TENANT_MAX_BATCHES,
  * TENANT_MAX_ITEMS). A tenant's usage is read about once a second per process, from one index
@@ -74,8 +76,6 @@ const addTo = (to: Amount, amount: Amount, sign = 1) => {
  * any transaction), then `take` (synchronous, where the call knows it will write: after an
  * Idempotency-Key's repeat is answered and the batch is found open).
  */
-export type { TenantUsage };
-
 export class TenantQuota {
   private readonly tenants = new Map<string, TenantUsage>();
 
