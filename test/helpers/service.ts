@@ -92,6 +92,8 @@ export async function startReplica(svc: TestService): Promise<TestApp> {
 /** An app whose database connections pass through a proxy the test controls (to hold, freeze or cut them). */
 export interface ProxiedService extends TestApp {
   proxy: TcpProxy;
+  /** Its database, reached directly (not through the proxy): for another replica beside it. */
+  database: TestDatabase;
   /** Lets held connections go, stops the app, closes the proxy and drops the database. */
   stop(): Promise<void>;
 }
@@ -107,6 +109,7 @@ export async function startBehindProxy(backend: Backend, env: Record<string, str
   return {
     ...app,
     proxy,
+    database,
     async stop() {
       proxy.speak();
       await app.stop();

@@ -19,7 +19,7 @@ export class TcpProxy {
   /** While set, the database's answers are held and a client's close does not reach it (`holdAnswers()`). */
   private holding = false;
   /** Set by `freezeConnectionSending()`: what to look for in what clients send, whom to tell, and whether it stays set. */
-  private tripwire: { text: Buffer; tripped: () => void; every: boolean } | null = null;
+  private tripwire: { text: Buffer; tripped: (thaw: () => void) => void; every: boolean } | null = null;
 
   async open(): Promise<void> {
     const server = net.createServer((client) => {
@@ -45,7 +45,7 @@ export class TcpProxy {
         if (!wire || !chunk.includes(wire.text)) return;
         if (!wire.every) this.tripwire = null;
         this.freezePair(pair);
-        wire.tripped();
+        wire.tripped(() => this.thawPair(pair));
       });
       client.on('close', () => this.holding || upstream.destroy());
       upstream.on('close', () => {
@@ -97,9 +97,10 @@ export class TcpProxy {
    * The first connection that sends `text` from now on freezes as `freeze()` freezes them all: that
    * statement reaches the database, but its answer, and anything after, waits (until `speak()`).
    * Every other connection, and new ones, carry on: one connection whose host stopped answering (a
-   * half-open TCP connection) while the pool's others work. Resolves once it has frozen.
+   * half-open TCP connection) while the pool's others work. Resolves once it has frozen, with a
+   * function that lets that one connection carry on (`speak()` lets them all).
    */
-  freezeConnectionSending(text: string): Promise<void> {
+  freezeConnectionSending(text: string): Promise<() => void> {
     return new Promise((tripped) => (this.tripwire = { text: Buffer.from(text), tripped, every: false }));
   }
 
@@ -108,7 +109,7 @@ export class TcpProxy {
    * statement that hangs wherever it runs, as one waiting on a lock does. Resolves at the first.
    */
   freezeEveryConnectionSending(text: string): Promise<void> {
-    return new Promise((tripped) => (this.tripwire = { text: Buffer.from(text), tripped, every: true }));
+    return new Promise((tripped) => (this.tripwire = { text: Buffer.from(text), tripped: () => tripped(), every: true }));
   }
 
   private freezePair(pair: [net.Socket, net.Socket]): void {
@@ -124,8 +125,13 @@ export class TcpProxy {
   speak(): void {
     this.silent = false;
     if (this.tripwire?.every) this.tripwire = null;
-    for (const [client, upstream] of this.frozen) client.pipe(upstream, { end: false }).pipe(client);
-    this.frozen.clear();
+    for (const pair of this.frozen) this.thawPair(pair);
+  }
+
+  private thawPair(pair: [net.Socket, net.Socket]): void {
+    if (!this.frozen.delete(pair)) return;
+    const [client, upstream] = pair;
+    client.pipe(upstream, { end: false }).pipe(client);
   }
 
   /** Drops every connection and stops accepting new ones: the database "goes away". */

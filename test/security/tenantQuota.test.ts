@@ -1,6 +1,7 @@
+import { createRollcall } from '../../src/rollcall';
 import { backends, describeEachOrSkip, isPostgresBackend, serverBackends } from '../helpers/backends';
 import { until } from '../helpers/realTime';
-import { ProxiedService, startBehindProxy, startService, TestService } from '../helpers/service';
+import { ProxiedService, serve, startBehindProxy, startService, TestApp, TestService } from '../helpers/service';
 
 const TOKENS = ['a', 'b', 'c', 'd', 'e'].map((tenant) => ({ token: `tenant-${tenant}-token-0123456789`, tenant, scopes: ['produce', 'read'] }));
 const tokenOf = (tenant: string) => `tenant-${tenant}-token-0123456789`;
@@ -111,5 +112,51 @@ describeEachOrSkip(serverBackends())('tenant quotas with an add in flight (%s)',
 
     expect([second.status, second.body.error?.code, secondMs < 1_000]).toEqual([429, 'quota_exceeded', true]);
     expect((await first).status).toBe(201);
+  }, 30_000);
+});
+
+/**
+ * A usage read that hangs (a dead connection) is replaced after 5 s by another; the calls that
+ * waited for the first must be checked against the second, never against the usage the first saw
+ * late, nor against none when the first lands while the second still runs.
+ */
+describeEachOrSkip(serverBackends())('tenant quotas when a usage read hangs (%s)', (_name, backend) => {
+  let app: ProxiedService;
+  let replica: TestApp;
+  beforeAll(async () => {
+    app = await startBehindProxy(backend, { API_TOKENS: JSON.stringify(TOKENS), TENANT_MAX_BATCHES: '3' });
+    replica = await serve(await createRollcall(app.database.config));
+  });
+  afterAll(async () => {
+    await replica.stop();
+    await app.stop();
+  });
+
+  const openOn = (on: TestApp) =>
+    on.api
+      .post('/v1/batches')
+      .set('Authorization', `Bearer ${tokenOf('a')}`)
+      .send({})
+      .then((res) => res); // supertest sends on then()
+  const usageRead = 'count(*) as batches';
+
+  it('then a call that waited for it is checked against the read that replaced it, even when it lands first', async () => {
+    const firstRead = app.proxy.freezeConnectionSending(usageRead);
+    const waited = openOn(app); // its usage read sees no batch, but its answer is held
+    const thawFirst = await firstRead;
+    const onReplica = [await openOn(replica), await openOn(replica), await openOn(replica)];
+    await new Promise((resolve) => setTimeout(resolve, 5_200)); // the first read is overdue
+    const secondRead = app.proxy.freezeConnectionSending(usageRead);
+    const replacing = openOn(app); // replaces it: sees the replica's 3 batches, its answer held too
+    const thawSecond = await secondRead;
+    thawFirst(); // the overdue read lands first, with no batch
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    thawSecond();
+
+    expect(onReplica.map((res) => res.status)).toEqual([201, 201, 201]);
+    expect([(await waited).status, (await waited).body.error?.code]).toEqual([429, 'quota_exceeded']);
+    expect((await replacing).status).toBe(429);
+    const listed = await replica.api.get('/v1/batches').set('Authorization', `Bearer ${tokenOf('a')}`);
+    expect(listed.body.batches).toHaveLength(3);
   }, 30_000);
 });
