@@ -8,6 +8,7 @@ import { CallbackTargetPolicy } from './domain/callbackTarget';
 import { ShareLimits } from './domain/fairShare';
 import { createApp } from './http/app';
 import { isLoopback } from './http/hostCheck';
+import { tenantRateLimiter } from './http/rateLimit';
 import { Metrics } from './metrics';
 import { AckCommitter } from './service/ackCommitter';
 import { ackItems } from './service/ackItems';
@@ -72,6 +73,7 @@ export async function createRollcall(config: Config, options: RollcallOptions = 
         await owners?.screen(call);
         return (await ackItems(deps, [call]))[0]!;
       };
+  const tenantRate = config.TENANT_RATE_LIMIT ? tenantRateLimiter({ requests: config.TENANT_RATE_LIMIT, windowMs: config.TENANT_RATE_WINDOW }) : null;
   const app = createApp({
     service: deps,
     submitAck,
@@ -80,6 +82,7 @@ export async function createRollcall(config: Config, options: RollcallOptions = 
     watcher,
     sweepNow: loops.sweep,
     tokens: config.tokens,
+    tenantRate: tenantRate?.handler ?? null,
     metrics,
     publicMetrics: config.PUBLIC_METRICS === 'on',
     publicOpenapi: config.PUBLIC_OPENAPI === 'on',
@@ -99,6 +102,7 @@ export async function createRollcall(config: Config, options: RollcallOptions = 
     startBackground: () => loops.start(),
     async close() {
       watcher.close();
+      tenantRate?.close();
       await loops.stop();
       await committer?.drain();
       await db.destroy();

@@ -103,6 +103,12 @@ export class QuotaExceededError extends RollcallError {
   readonly status = 429;
 }
 
+/** A request past what the caller's tenant may send one process within a window (TENANT_RATE_LIMIT). */
+export class RateLimitedError extends RollcallError {
+  readonly code = 'rate_limited';
+  readonly status = 429;
+}
+
 export class UnauthorizedError extends RollcallError {
   readonly code = 'unauthorized';
   readonly status = 401;

@@ -1,4 +1,4 @@
-import express, { Express } from 'express';
+import express, { Express, RequestHandler } from 'express';
 import type { Logger } from 'pino';
 
 import type { TokenEntry } from '../config';
@@ -33,6 +33,8 @@ export interface AppDeps {
   bodyLimit: string;
   log: Logger;
   tokens: TokenEntry[] | null;
+  /** Counts each tenant's API requests (TENANT_RATE_LIMIT); null when unlimited. */
+  tenantRate: RequestHandler | null;
   metrics: Metrics;
   /** /metrics and /openapi.json answer without a token (else they need an admin token). */
   publicMetrics: boolean;
@@ -53,7 +55,13 @@ export function createApp(deps: AppDeps): Express {
   ];
   // A form's content type is refused (415) before its origin is asked: the cross-site check is for the
   // bodiless writes no content-type rule catches.
-  const apiRequest = [authenticate(deps.tokens), requireJsonBody, ...(deps.tokens ? [] : [refuseCrossSiteWrites()]), readJsonBody(deps.bodyLimit)];
+  const apiRequest = [
+    authenticate(deps.tokens),
+    ...(deps.tenantRate ? [deps.tenantRate] : []),
+    requireJsonBody,
+    ...(deps.tokens ? [] : [refuseCrossSiteWrites()]),
+    readJsonBody(deps.bodyLimit),
+  ];
   // The hottest route first, its whole chain as handlers of one route: a one-ID ack then runs them in
   // a single route dispatch instead of walking the router's layer stack once per middleware.
   app.post('/v1/acks', ...everyRequest, ...apiRequest, ...ackHandlers(deps.submitAck));

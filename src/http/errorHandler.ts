@@ -36,8 +36,9 @@ export const errorHandler: ErrorRequestHandler = (caught, req, res, _next) => {
     res.setHeader('retry-after', '1');
     req.log.warn({ err: error }, 'request answered 503');
   } else if (status === 429) {
-    res.setHeader('retry-after', '1');
-    req.log.info({ err: error }, 'request answered 429');
+    if (!res.hasHeader('retry-after')) res.setHeader('retry-after', '1'); // a rate limit's says when its window ends
+    // Which limit and which tenant, without a stack: a tenant past a limit may send thousands a second.
+    req.log.info({ code: answer[1].error.code, tenant: req.caller?.tenant, reason: error.message }, 'request answered 429');
   } else if (status >= 500) req.log.error({ err: error }, 'request failed');
   else req.log.debug({ err: error }, 'request refused');
   res.status(status).json(answer[1]);

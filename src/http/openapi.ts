@@ -66,11 +66,15 @@ export function openApiDocument(): JsonObject {
   /** Every route: the Host check runs before any of them (hostCheck.ts). */
   const misdirected = { '421': failure('misdirected_request: a token-less loopback service named by a non-loopback Host') };
   const unauthorized = { '401': failure('unauthorized (when tokens are configured)'), ...misdirected };
+  const rateLimited = 'rate_limited, with Retry-After until the window ends: the tenant sent this process TENANT_RATE_LIMIT requests in TENANT_RATE_WINDOW';
+  /** A route's own 429, besides the rate limit every API route has. */
+  const tooMany = (own: string) => ({ '429': failure(`${own}; or ${rateLimited}`) });
   /** The API's reads (GET). */
   const common = {
     '400': failure('invalid_request'),
     ...unauthorized,
     '403': failure('forbidden'),
+    '429': failure(rateLimited),
     '503': failure('unavailable, with Retry-After: database down, LOCK_TIMEOUT passed, retries used up, ack queue full'),
   };
   /** The API's writes (POST, DELETE), which read a JSON body (it may be empty where the request body is optional). */
@@ -101,8 +105,8 @@ export function openApiDocument(): JsonObject {
             '201': answer('the new batch', 'Batch'),
             '404': failure('item_not_found (parentItem)'),
             '409': failure('item_not_pending (parentItem)'),
-            '429': failure('quota_exceeded, with Retry-After: the tenant holds TENANT_MAX_BATCHES unfinished batches, or TENANT_MAX_ITEMS items in them'),
             ...withBody,
+            ...tooMany('quota_exceeded, with Retry-After: the tenant holds TENANT_MAX_BATCHES unfinished batches, or TENANT_MAX_ITEMS items in them'),
           },
         },
         get: {
@@ -132,8 +136,8 @@ export function openApiDocument(): JsonObject {
             '201': answer('the groups made', 'AddResult'),
             '404': failure('batch_not_found'),
             '409': failure('batch_not_open or idempotency_key_reused'),
-            '429': failure('quota_exceeded, with Retry-After: the tenant holds TENANT_MAX_BATCHES unfinished batches, or TENANT_MAX_ITEMS items in them'),
             ...withBody,
+            ...tooMany('quota_exceeded, with Retry-After: the tenant holds TENANT_MAX_BATCHES unfinished batches, or TENANT_MAX_ITEMS items in them'),
           },
         },
       },
@@ -168,8 +172,8 @@ export function openApiDocument(): JsonObject {
           responses: {
             '200': answer('the batch', 'Batch'),
             '404': failure('batch_not_found'),
-            '429': failure('too_many_waits, with Retry-After: this process holds WAIT_MAX waits, or its tenant half of them'),
             ...common,
+            ...tooMany('too_many_waits, with Retry-After: this process holds WAIT_MAX waits, or its tenant half of them'),
           },
         },
       },
@@ -199,7 +203,12 @@ export function openApiDocument(): JsonObject {
           responses: { '200': answer('the item', 'Item'), '404': failure('item_not_found'), ...common },
         },
       },
-      '/v1/whoami': { get: { summary: 'The tenant and scopes of the token in use', responses: { '200': answer('who is asking', 'Whoami'), ...unauthorized } } },
+      '/v1/whoami': {
+        get: {
+          summary: 'The tenant and scopes of the token in use',
+          responses: { '200': answer('who is asking', 'Whoami'), ...unauthorized, '429': failure(rateLimited) },
+        },
+      },
       '/v1/batches/{batchId}/events': {
         get: {
           summary: 'Callback events of a batch and their delivery state',
