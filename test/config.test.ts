@@ -59,6 +59,9 @@ describe('configuration', () => {
     ['ALLOWED_HOSTS', 'rollcall.example.com:8080'],
     ['ALLOWED_HOSTS', 'https://rollcall.example.com'],
     ['ALLOWED_HOSTS', '*.example.com'],
+    // The RateLimit headers and Retry-After count whole seconds: a shorter window would be told as one.
+    ['TENANT_RATE_WINDOW', '500ms'],
+    ['TENANT_RATE_LIMIT', '-1'],
   ])('when %s is %s, then loading stops with a message naming the key', (key, value) => {
     expect(() => loadConfig({ [key]: value })).toThrow(ConfigError);
     expect(() => loadConfig({ [key]: value })).toThrow(new RegExp(key));

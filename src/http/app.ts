@@ -55,11 +55,12 @@ export function createApp(deps: AppDeps): Express {
   ];
   // A form's content type is refused (415) before its origin is asked: the cross-site check is for the
   // bodiless writes no content-type rule catches.
+  // The rate limit counts what passed the cheap refusals, before a body is read.
   const apiRequest = [
     authenticate(deps.tokens),
-    ...(deps.tenantRate ? [deps.tenantRate] : []),
     requireJsonBody,
     ...(deps.tokens ? [] : [refuseCrossSiteWrites()]),
+    ...(deps.tenantRate ? [deps.tenantRate] : []),
     readJsonBody(deps.bodyLimit),
   ];
   // The hottest route first, its whole chain as handlers of one route: a one-ID ack then runs them in
@@ -77,6 +78,6 @@ export function createApp(deps: AppDeps): Express {
   app.use(metaRoutes(deps));
   app.use(dashboardRoutes());
   app.use((req, _res, next) => next(new RouteNotFoundError(`no route for ${req.method} ${req.path}`)));
-  app.use(errorHandler);
+  app.use(errorHandler());
   return app;
 }

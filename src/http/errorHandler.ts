@@ -1,6 +1,6 @@
 import type { Duplex } from 'node:stream';
 
-import type { ErrorRequestHandler } from 'express';
+import type { ErrorRequestHandler, Request } from 'express';
 
 import { RollcallError, toError } from '../domain/errors';
 
@@ -20,29 +20,49 @@ function fromRouter(error: Error): [number, ErrorBody] | null {
   return null;
 }
 
+const REFUSAL_LOG_EVERY_MS = 1_000;
+
+/**
+ * Logs a 429 with its limit and tenant at info at most once a second per tenant and code, the rest
+ * at debug: a tenant past a limit may send thousands a second. `logged`: when each was last logged.
+ */
+function logRefusal(logged: Map<string, number>, req: Request, code: string, reason: string): void {
+  const tenant = req.caller?.tenant;
+  const key = `${code}\u0000${tenant}`;
+  const now = performance.now();
+  const due = (logged.get(key) ?? -Infinity) + REFUSAL_LOG_EVERY_MS <= now;
+  if (due) {
+    if (logged.size >= 10_000) logged.clear(); // tenants are bounded by API_TOKENS; a bound all the same
+    logged.set(key, now);
+  }
+  req.log[due ? 'info' : 'debug']({ code, tenant, reason }, 'request answered 429');
+}
+
 /**
  * The one place errors become HTTP answers: typed errors by their status and code (a body that
  * could not be read becomes one in readJsonBody), the router's by their kind, anything else a 500
- * whose message says nothing of the internals.
+ * whose message says nothing of the internals. One per app.
  */
-export const errorHandler: ErrorRequestHandler = (caught, req, res, _next) => {
-  const error = toError(caught);
-  let answer: [number, ErrorBody];
-  if (error instanceof RollcallError) answer = [error.status, body(error.code, error.message)];
-  else answer = fromRouter(error) ?? [500, body('internal', 'internal error')];
-  const [status] = answer;
-  if (status === 503) {
-    // Busy or down, not broken: worth a retry shortly (API.md, "Input limits that protect other callers").
-    res.setHeader('retry-after', '1');
-    req.log.warn({ err: error }, 'request answered 503');
-  } else if (status === 429) {
-    if (!res.hasHeader('retry-after')) res.setHeader('retry-after', '1'); // a rate limit's says when its window ends
-    // Which limit and which tenant, without a stack: a tenant past a limit may send thousands a second.
-    req.log.info({ code: answer[1].error.code, tenant: req.caller?.tenant, reason: error.message }, 'request answered 429');
-  } else if (status >= 500) req.log.error({ err: error }, 'request failed');
-  else req.log.debug({ err: error }, 'request refused');
-  res.status(status).json(answer[1]);
-};
+export function errorHandler(): ErrorRequestHandler {
+  const refusalsLogged = new Map<string, number>();
+  return (caught, req, res, _next) => {
+    const error = toError(caught);
+    let answer: [number, ErrorBody];
+    if (error instanceof RollcallError) answer = [error.status, body(error.code, error.message)];
+    else answer = fromRouter(error) ?? [500, body('internal', 'internal error')];
+    const [status] = answer;
+    if (status === 503) {
+      // Busy or down, not broken: worth a retry shortly (API.md, "Input limits that protect other callers").
+      res.setHeader('retry-after', '1');
+      req.log.warn({ err: error }, 'request answered 503');
+    } else if (status === 429) {
+      if (!res.hasHeader('retry-after')) res.setHeader('retry-after', '1'); // a rate limit's says when its window ends
+      logRefusal(refusalsLogged, req, answer[1].error.code, error.message);
+    } else if (status >= 500) req.log.error({ err: error }, 'request failed');
+    else req.log.debug({ err: error }, 'request refused');
+    res.status(status).json(answer[1]);
+  };
+}
 
 /**
  * What Node's HTTP parser refuses before express sees a request (headers past 16 KiB, a malformed

@@ -19,7 +19,7 @@ export class TcpProxy {
   /** While set, the database's answers are held and a client's close does not reach it (`holdAnswers()`). */
   private holding = false;
   /** Set by `freezeConnectionSending()`: what to look for in what clients send, whom to tell, and whether it stays set. */
-  private tripwire: { text: Buffer; tripped: (thaw: () => void) => void; every: boolean } | null = null;
+  private tripwire: { text: Buffer; tripped: (thaw: () => Promise<void>) => void; every: boolean } | null = null;
 
   async open(): Promise<void> {
     const server = net.createServer((client) => {
@@ -98,9 +98,10 @@ export class TcpProxy {
    * statement reaches the database, but its answer, and anything after, waits (until `speak()`).
    * Every other connection, and new ones, carry on: one connection whose host stopped answering (a
    * half-open TCP connection) while the pool's others work. Resolves once it has frozen, with a
-   * function that lets that one connection carry on (`speak()` lets them all).
+   * function that lets that one connection carry on (`speak()` lets them all), resolving once the
+   * database's held answer has been passed on.
    */
-  freezeConnectionSending(text: string): Promise<() => void> {
+  freezeConnectionSending(text: string): Promise<() => Promise<void>> {
     return new Promise((tripped) => (this.tripwire = { text: Buffer.from(text), tripped, every: false }));
   }
 
@@ -125,13 +126,16 @@ export class TcpProxy {
   speak(): void {
     this.silent = false;
     if (this.tripwire?.every) this.tripwire = null;
-    for (const pair of this.frozen) this.thawPair(pair);
+    for (const pair of this.frozen) void this.thawPair(pair);
   }
 
-  private thawPair(pair: [net.Socket, net.Socket]): void {
-    if (!this.frozen.delete(pair)) return;
+  /** Lets a frozen connection carry on; resolves once the database's next bytes reached the client. */
+  private thawPair(pair: [net.Socket, net.Socket]): Promise<void> {
+    if (!this.frozen.delete(pair)) return Promise.resolve();
     const [client, upstream] = pair;
+    const passedOn = new Promise<void>((resolve) => upstream.once('data', () => setImmediate(resolve)));
     client.pipe(upstream, { end: false }).pipe(client);
+    return passedOn;
   }
 
   /** Drops every connection and stops accepting new ones: the database "goes away". */

@@ -149,9 +149,9 @@ describeEachOrSkip(serverBackends())('tenant quotas when a usage read hangs (%s)
     const secondRead = app.proxy.freezeConnectionSending(usageRead);
     const replacing = openOn(app); // replaces it: sees the replica's 3 batches, its answer held too
     const thawSecond = await secondRead;
-    thawFirst(); // the overdue read lands first, with no batch
-    await new Promise((resolve) => setTimeout(resolve, 300));
-    thawSecond();
+    await thawFirst(); // the overdue read lands first, with no batch
+    await new Promise((resolve) => setTimeout(resolve, 100)); // its waiter runs on
+    await thawSecond();
 
     expect(onReplica.map((res) => res.status)).toEqual([201, 201, 201]);
     expect([(await waited).status, (await waited).body.error?.code]).toEqual([429, 'quota_exceeded']);
