@@ -131,6 +131,8 @@ export interface RetryLimits {
   until?: number;
   /** Told of each transient failure that another try follows. */
   onRetry?: (error: unknown) => void;
+  /** Which failures are tried again (default isTransient): a call that is not idempotent narrows it to those that made nothing. */
+  retryable?: (error: unknown) => boolean;
   /**
    * Whether the pauses between tries keep the process alive (default true). False: a process with
    * nothing else to do ends during a pause, its call given up: for the integrations' acks, whose jobs
@@ -155,7 +157,7 @@ export async function withRetries<T>(call: () => Promise<T>, policy: RetryPolicy
       return await call();
     } catch (error) {
       const leftMs = until - Date.now();
-      if (last || attempt >= policy.attempts || !isTransient(error) || leftMs <= 0) throw error;
+      if (last || attempt >= policy.attempts || !(limits.retryable ?? isTransient)(error) || leftMs <= 0) throw error;
       limits.onRetry?.(error);
       const backoffMs = retryDelayMs(policy, attempt, error);
       last = backoffMs >= leftMs;

@@ -5,7 +5,8 @@
 import { randomUUID } from 'node:crypto';
 
 import type { Batch, RollcallClient } from '../client';
-import { withRetries } from '../client/retry';
+import { RollcallApiError } from '../client/apiError';
+import { DEFAULT_RETRY, withRetries } from '../client/retry';
 import { MAX_GROUP_SIZE, MAX_GROUPS_PER_ADD, MIN_GROUP_SIZE } from '../contract/vocabulary';
 import { IntegrationErrorCode, RollcallIntegrationError } from './errors';
 
@@ -61,7 +62,7 @@ export async function openBatch(client: RollcallClient, input: OpenBatchInput): 
   if (typeof enqueue !== 'function') throw new TypeError(`enqueue must be a function, not ${typeof enqueue}`);
   // Only the open's own fields: an input object that also carries the caller's other settings (a
   // queue name, say) would be refused by the service's strict body schema.
-  const batch = await client.open({ userKey, metadata, callbackUrl, parentItem });
+  const batch = await withRetries(() => client.open({ userKey, metadata, callbackUrl, parentItem }), DEFAULT_RETRY, { retryable: refusedUntried });
   const progress = { enqueued: 0 };
   /** Runs one step on the open batch; its failure names the batch (or the caller could not reach it again) and how far enqueue got. */
   const step = async <T>(code: IntegrationErrorCode, what: string, work: () => Promise<T>): Promise<T> => {
@@ -86,6 +87,13 @@ export async function openBatch(client: RollcallClient, input: OpenBatchInput): 
   }
   return step('seal_failed', 'the seal', () => withRetries(() => client.seal(batch.id, { expectedItems: count })));
 }
+
+/**
+ * A `429` made nothing (a rate limit, a quota, or a proxy's limit refuses before any write), so an
+ * open refused with it can be sent again, though an open has no idempotency key; any other failure
+ * may hide a batch that was made.
+ */
+const refusedUntried = (error: unknown): boolean => error instanceof RollcallApiError && error.status === 429;
 
 /**
  * Hands every ID to `enqueue`, a chunk at a time, counting those it took. Whether a chunk was the
