@@ -134,8 +134,8 @@ export const configSchema = z.object({
   TENANT_MAX_BATCHES: int(0, 1_000_000_000).optional(),
   TENANT_MAX_ITEMS: int(0, Number.MAX_SAFE_INTEGER).optional(),
   TENANT_RATE_LIMIT: int(0, 1_000_000_000).optional(),
-  // Whole seconds at least: the RateLimit headers and Retry-After count in seconds.
-  TENANT_RATE_WINDOW: duration('1s', 1000, 86_400_000),
+  // Whole seconds: the RateLimit headers and Retry-After count in seconds.
+  TENANT_RATE_WINDOW: duration('1s', 1000, 86_400_000).refine((ms) => ms % 1000 === 0, 'must be whole seconds (1s, 30s, 1m)'),
   API_TOKENS: z.string().optional(),
   API_TOKENS_FILE: z.string().optional(),
   PUBLIC_METRICS: z.enum(['on', 'off']).default('on'),

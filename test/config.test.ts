@@ -61,6 +61,7 @@ describe('configuration', () => {
     ['ALLOWED_HOSTS', '*.example.com'],
     // The RateLimit headers and Retry-After count whole seconds: a shorter window would be told as one.
     ['TENANT_RATE_WINDOW', '500ms'],
+    ['TENANT_RATE_WINDOW', '1500ms'],
     ['TENANT_RATE_LIMIT', '-1'],
   ])('when %s is %s, then loading stops with a message naming the key', (key, value) => {
     expect(() => loadConfig({ [key]: value })).toThrow(ConfigError);

@@ -62,7 +62,10 @@ export async function openBatch(client: RollcallClient, input: OpenBatchInput): 
   if (typeof enqueue !== 'function') throw new TypeError(`enqueue must be a function, not ${typeof enqueue}`);
   // Only the open's own fields: an input object that also carries the caller's other settings (a
   // queue name, say) would be refused by the service's strict body schema.
-  const batch = await withRetries(() => client.open({ userKey, metadata, callbackUrl, parentItem }), DEFAULT_RETRY, { retryable: refusedUntried });
+  const batch = await withRetries(() => client.open({ userKey, metadata, callbackUrl, parentItem }), DEFAULT_RETRY, {
+    retryable: refusedUntried,
+    until: Date.now() + OPEN_WAITS_MS,
+  });
   const progress = { enqueued: 0 };
   /** Runs one step on the open batch; its failure names the batch (or the caller could not reach it again) and how far enqueue got. */
   const step = async <T>(code: IntegrationErrorCode, what: string, work: () => Promise<T>): Promise<T> => {
@@ -89,11 +92,16 @@ export async function openBatch(client: RollcallClient, input: OpenBatchInput): 
 }
 
 /**
- * A `429` made nothing (a rate limit, a quota, or a proxy's limit refuses before any write), so an
- * open refused with it can be sent again, though an open has no idempotency key; any other failure
- * may hide a batch that was made.
+ * rollcall's own refusals of an open that made nothing (its rate limit and its quota answer before any
+ * write), so an open refused with one can be sent again, though an open has no idempotency key. Any
+ * other failure may hide a batch that was made: a 503, a lost answer, or a 429 of a proxy that may
+ * have retried the open on another replica after the first committed it.
  */
-const refusedUntried = (error: unknown): boolean => error instanceof RollcallApiError && error.status === 429;
+const refusedUntried = (error: unknown): boolean =>
+  error instanceof RollcallApiError && error.status === 429 && (error.code === 'rate_limited' || error.code === 'quota_exceeded');
+
+/** How long an open waits out rollcall's refusals at most before it throws the last. */
+const OPEN_WAITS_MS = 60_000;
 
 /**
  * Hands every ID to `enqueue`, a chunk at a time, counting those it took. Whether a chunk was the

@@ -5,7 +5,7 @@ import { Queue, Worker } from 'bullmq';
 import { HttpSend, httpSend, RollcallClient } from '../../src/client';
 import { rollcallProcessor } from '../../src/integrations/bullmq';
 import { openBatch } from '../../src/integrations/producer';
-import { backends } from '../helpers/backends';
+import { backends, describeEachOrSkip } from '../helpers/backends';
 import { describeWith, redisConnection, redisUrl } from '../helpers/brokers';
 import { startService, TestService } from '../helpers/service';
 import { TestJobData } from './fixtures/jobs';
@@ -87,8 +87,8 @@ describeWith(redisUrl).each(backends())('rollcall/producer and rollcall/bullmq u
   }, 90_000);
 });
 
-/** An open has no idempotency key, so openBatch sends one again only when it was refused with a 429, which made nothing. */
-describeWith(redisUrl).each(backends())('rollcall/producer when its open meets a tenant rate limit (%s)', (_name, backend) => {
+/** An open has no idempotency key, so openBatch sends one again only when rollcall refused it with a 429, which made nothing. */
+describeEachOrSkip(backends())('rollcall/producer when its open meets a tenant rate limit (%s)', (_name, backend) => {
   let svc: TestService;
   beforeAll(async () => {
     svc = await startService(backend, { API_TOKENS: JSON.stringify(TOKENS), TENANT_RATE_LIMIT: '1', TENANT_RATE_WINDOW: '2s' });
@@ -108,4 +108,36 @@ describeWith(redisUrl).each(backends())('rollcall/producer when its open meets a
     await new Promise((resolve) => setTimeout(resolve, 2_100)); // a window of its own for the list
     expect((await client.list()).batches.map((listed) => listed.id)).toEqual([batch.id]);
   }, 60_000);
+});
+
+/**
+ * Answers that may hide an open that was made: a 503, or a 429 that is not rollcall's own (a proxy
+ * that may have sent the open on to another replica first). openBatch must not send the open again.
+ */
+describeEachOrSkip(backends())('rollcall/producer when its open was made but answered otherwise (%s)', (_name, backend) => {
+  let svc: TestService;
+  beforeAll(async () => {
+    svc = await startService(backend, { API_TOKENS: JSON.stringify(TOKENS) });
+  });
+  afterAll(() => svc.stop());
+
+  it.each([
+    [503, { error: { code: 'unavailable', message: 'the answer was lost' } }],
+    [429, { message: "a proxy's own limit" }],
+  ])('then, answered %s, it throws and one batch was made, not two', async (status, body) => {
+    const send = httpSend();
+    const client = new RollcallClient({
+      baseUrl: svc.url,
+      token: TOKENS[0]!.token,
+      fetch: async (url, request) => {
+        const answer = await send(url, request); // made
+        if (request.method !== 'POST' || !url.endsWith('/v1/batches')) return answer;
+        return { ok: false, status, text: async () => JSON.stringify(body), headers: { get: (name: string) => (name === 'retry-after' ? '0' : null) } };
+      },
+    });
+    const before = (await client.list()).batches.length;
+
+    await expect(openBatch(client, { count: 1, enqueue: async () => undefined })).rejects.toMatchObject({ status });
+    expect((await client.list()).batches).toHaveLength(before + 1);
+  });
 });
