@@ -32,14 +32,18 @@ export function findExistingBatch(deps: ServiceDeps, caller: Caller, batchId: st
  * The batch is first read without a lock: another tenant's call is answered batch_not_found before
  * it joins the batch's queue or waits for its row. Else, while the row was locked, it got 503 after
  * LOCK_TIMEOUT, which told it the batch exists, and its calls took turns with the owner's.
+ * `whenFound` runs on what that read found, before the transaction (a read the work may need, done
+ * without holding the row).
  */
 export async function withLockedBatch<T>(
   deps: ServiceDeps,
   caller: Caller,
   batchId: string,
   work: (trx: Transaction, batch: BatchRecord) => Promise<T>,
+  whenFound?: (batch: BatchRecord) => Promise<void>,
 ): Promise<T> {
-  await findExistingBatch(deps, caller, batchId);
+  const found = await findExistingBatch(deps, caller, batchId);
+  await whenFound?.(found);
   return inBatchTransaction(deps.db, deps.tx, batchId.toLowerCase(), async (trx) =>
     work(trx, await existingBatch(caller, batchId, (id) => lockBatch(trx, id))),
   );

@@ -160,3 +160,39 @@ describeEachOrSkip(serverBackends())('tenant quotas when a usage read hangs (%s)
     expect(listed.body.batches).toHaveLength(3);
   }, 30_000);
 });
+
+/** The usage read is for adds that will write: an add to a batch that does not exist or is closed is answered without it. */
+describeEachOrSkip(serverBackends())('tenant quotas, an add that will not write (%s)', (_name, backend) => {
+  let app: ProxiedService;
+  beforeAll(async () => {
+    app = await startBehindProxy(backend, { API_TOKENS: JSON.stringify(TOKENS), TENANT_MAX_ITEMS: '100' });
+  });
+  afterAll(() => app.stop());
+
+  const asA = <T extends { set(name: string, value: string): T }>(call: T) => call.set('Authorization', `Bearer ${tokenOf('a')}`);
+
+  it('then a 404 or 409 is answered while the usage read hangs, and an add to an open batch waits for it', async () => {
+    const open = (await asA(app.api.post('/v1/batches')).send({})).body.id as string;
+    const closed = (await asA(app.api.post('/v1/batches')).send({})).body.id as string;
+    await asA(app.api.post(`/v1/batches/${closed}/seal`)).send({});
+    await new Promise((resolve) => setTimeout(resolve, 1_100)); // the next add reads the usage again
+    const hung = app.proxy.freezeConnectionSending('count(*) as batches');
+    const adding = asA(app.api.post(`/v1/batches/${open}/items`))
+      .send({ count: 10 })
+      .then((res) => res); // supertest sends on then()
+    await hung;
+
+    const refusals = Promise.all([
+      asA(app.api.post('/v1/batches/00000000-0000-7000-8000-000000000000/items')).send({ count: 10 }),
+      asA(app.api.post(`/v1/batches/${closed}/items`)).send({ count: 10 }),
+    ]);
+    const answeredWhileHung = await Promise.race([refusals.then(() => true), new Promise((resolve) => setTimeout(() => resolve(false), 1_000))]);
+    const addedMeanwhile = await Promise.race([adding.then(() => true), new Promise((resolve) => setTimeout(() => resolve(false), 200))]);
+    app.proxy.speak();
+    const [unknown, ofClosed] = await refusals;
+
+    expect([answeredWhileHung, unknown.status, ofClosed.status, ofClosed.body.error?.code]).toEqual([true, 404, 409, 'batch_not_open']);
+    expect(addedMeanwhile).toBe(false);
+    expect((await adding).status).toBe(201);
+  }, 30_000);
+});
