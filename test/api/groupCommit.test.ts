@@ -24,8 +24,9 @@ describe.each(backends())('group commit of concurrent acks (%s)', (_name, backen
     const stats = svc.rollcall.committer!.stats;
     expect(stats.calls - before.calls).toBe(calls.length);
     // supertest opens its connections one by one, so calls trickle in; a call that finds no round
-    // running starts one at once, so merged rounds hold ~4 calls here, not all that were sent.
-    expect(stats.transactions - before.transactions).toBeLessThan(calls.length / 3);
+    // running starts one at once, so merged rounds hold ~4 calls here, not all that were sent (2.7 on
+    // a slow, busy CI machine's PostgreSQL): at least two on average, where one each would be 300.
+    expect(stats.transactions - before.transactions).toBeLessThan(calls.length / 2);
 
     let acked = 0;
     let completions = 0;
