@@ -8,6 +8,7 @@ import { updateBatch } from '../store/batches';
 import { insertGroups } from '../store/groups';
 import { ServiceDeps } from './deps';
 import { withLockedBatch } from './existingBatch';
+import { reading } from './reading';
 import { Reservation, settleFailed, TenantUsage } from './tenantQuota';
 
 /**
@@ -15,12 +16,16 @@ import { Reservation, settleFailed, TenantUsage } from './tenantQuota';
  * unless open), inserts the groups, bumps total and open_groups, all in one transaction. With an
  * Idempotency-Key, a repeat returns the first answer and adds nothing. The items are taken from the
  * tenant's quota (TENANT_MAX_ITEMS) once the add is known to write, so a repeat is never refused.
- * The tenant's usage is read only once the batch was found open, so a 404 or 409 never waits for it.
+ * The tenant's usage is read only once the batch was found open and the add is not a known repeat,
+ * so a 404, a 409 or a repeat never waits for it.
  */
 export async function addItems(deps: ServiceDeps, caller: Caller, batchId: string, count: number, idempotencyKey?: string): Promise<AddAnswer> {
   let usage: TenantUsage | undefined;
   const readUsage = async (found: BatchRecord) => {
-    if (deps.quota && found.state === 'open') usage = await deps.quota.usage(caller.tenant);
+    if (!deps.quota || found.state !== 'open') return;
+    // A repeat of a keyed add writes nothing, so it does not wait for (or fail with) that read.
+    if (idempotencyKey !== undefined && (await reading(() => findAddRequest(deps.db, found.id, idempotencyKey)))) return;
+    usage = await deps.quota.usage(caller.tenant);
   };
   let taken: Reservation | undefined;
   try {

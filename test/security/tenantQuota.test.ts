@@ -161,7 +161,7 @@ describeEachOrSkip(serverBackends())('tenant quotas when a usage read hangs (%s)
   }, 30_000);
 });
 
-/** The usage read is for adds that will write: an add to a batch that does not exist or is closed is answered without it. */
+/** The usage read is for adds that will write: an add to a batch that does not exist or is closed, or a repeat, is answered without it. */
 describeEachOrSkip(serverBackends())('tenant quotas, an add that will not write (%s)', (_name, backend) => {
   let app: ProxiedService;
   beforeAll(async () => {
@@ -170,29 +170,37 @@ describeEachOrSkip(serverBackends())('tenant quotas, an add that will not write 
   afterAll(() => app.stop());
 
   const asA = <T extends { set(name: string, value: string): T }>(call: T) => call.set('Authorization', `Bearer ${tokenOf('a')}`);
+  const addTo = (batchId: string, count: number, key?: string) => {
+    const call = asA(app.api.post(`/v1/batches/${batchId}/items`));
+    return (key === undefined ? call : call.set('Idempotency-Key', key)).send({ count });
+  };
 
-  it('then a 404 or 409 is answered while the usage read hangs, and an add to an open batch waits for it', async () => {
+  it('then a 404, a 409 or a keyed repeat is answered while the usage read hangs, and an add to an open batch waits for it', async () => {
     const open = (await asA(app.api.post('/v1/batches')).send({})).body.id as string;
-    const closed = (await asA(app.api.post('/v1/batches')).send({})).body.id as string;
-    await asA(app.api.post(`/v1/batches/${closed}/seal`)).send({});
+    const complete = (await asA(app.api.post('/v1/batches')).send({})).body.id as string;
+    await asA(app.api.post(`/v1/batches/${complete}/seal`)).send({});
+    const sealed = (await asA(app.api.post('/v1/batches')).send({})).body.id as string;
+    await addTo(sealed, 5);
+    await asA(app.api.post(`/v1/batches/${sealed}/seal`)).send({});
+    const first = await addTo(open, 10, 'k1');
     await new Promise((resolve) => setTimeout(resolve, 1_100)); // the next add reads the usage again
     const hung = app.proxy.freezeConnectionSending('count(*) as batches');
-    const adding = asA(app.api.post(`/v1/batches/${open}/items`))
-      .send({ count: 10 })
-      .then((res) => res); // supertest sends on then()
+    const adding = addTo(open, 10).then((res) => res); // supertest sends on then()
     await hung;
 
-    const refusals = Promise.all([
-      asA(app.api.post('/v1/batches/00000000-0000-7000-8000-000000000000/items')).send({ count: 10 }),
-      asA(app.api.post(`/v1/batches/${closed}/items`)).send({ count: 10 }),
-    ]);
-    const answeredWhileHung = await Promise.race([refusals.then(() => true), new Promise((resolve) => setTimeout(() => resolve(false), 1_000))]);
+    const answers = Promise.all([addTo('00000000-0000-7000-8000-000000000000', 10), addTo(complete, 10), addTo(sealed, 10), addTo(open, 10, 'k1')]);
+    const answeredWhileHung = await Promise.race([answers.then(() => true), new Promise((resolve) => setTimeout(() => resolve(false), 1_000))]);
     const addedMeanwhile = await Promise.race([adding.then(() => true), new Promise((resolve) => setTimeout(() => resolve(false), 200))]);
     app.proxy.speak();
-    const [unknown, ofClosed] = await refusals;
+    const [unknown, ofComplete, ofSealed, repeat] = await answers;
 
-    expect([answeredWhileHung, unknown.status, ofClosed.status, ofClosed.body.error?.code]).toEqual([true, 404, 409, 'batch_not_open']);
+    expect(answeredWhileHung).toBe(true);
+    expect([unknown.status, ofComplete.status, ofComplete.body.error?.code]).toEqual([404, 409, 'batch_not_open']);
+    expect([ofSealed.status, ofSealed.body.error?.code]).toEqual([409, 'batch_not_open']);
+    expect([repeat.status, repeat.body]).toEqual([201, first.body]);
     expect(addedMeanwhile).toBe(false);
     expect((await adding).status).toBe(201);
+    const status = await asA(app.api.get(`/v1/batches/${open}`));
+    expect(status.body.total).toBe(20);
   }, 30_000);
 });
