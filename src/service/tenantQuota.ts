@@ -63,6 +63,19 @@ const addTo = (to: Amount, amount: Amount, sign = 1) => {
 
 export type { TenantUsage };
 
+/** Waits for `read` to settle (its rejection included), or about `ms` at the most. */
+async function settledWithin(read: Promise<void>, ms: number): Promise<void> {
+  let timer: NodeJS.Timeout | undefined;
+  const overdue = new Promise<void>((resolve) => {
+    timer = setTimeout(resolve, Math.max(0, Math.ceil(ms)) + 1).unref();
+  });
+  try {
+    await Promise.race([read, overdue]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
 /**
  * Per-tenant quotas of unfinished batches and of the items they hold (TENANT_MAX_BATCHES,
  * TENANT_MAX_ITEMS). A tenant's usage is read about once a second per process, from one index
@@ -86,16 +99,17 @@ export class TenantQuota {
 
   /**
    * The tenant's usage, read again first when the last read began more than FRESH_MS before this
-   * call. Until such a read has landed: an overdue read that another replaced is discarded when it
-   * lands, and its waiters then wait for the one that replaced it.
+   * call. Until such a read has landed: a read is waited for until it is READ_OVERDUE_MS old, then
+   * replaced by another (a read on a connection that died may hang until DB_QUERY_TIMEOUT); an
+   * overdue read is discarded when it lands, and its waiters wait for the one that replaced it.
    */
   async usage(tenant: string): Promise<TenantUsage> {
     let usage = this.tenants.get(tenant);
     if (!usage) this.tenants.set(tenant, (usage = new TenantUsage(tenant)));
     const oldestFresh = performance.now() - FRESH_MS;
     while (usage.readAt < oldestFresh) {
-      if (!usage.running || performance.now() - usage.readStartedAt > READ_OVERDUE_MS) usage.running = this.readAgain(usage);
-      await usage.running;
+      if (!usage.running || performance.now() - usage.readStartedAt >= READ_OVERDUE_MS) usage.running = this.readAgain(usage);
+      await settledWithin(usage.running, usage.readStartedAt + READ_OVERDUE_MS - performance.now());
     }
     return usage;
   }

@@ -140,22 +140,22 @@ describeEachOrSkip(serverBackends())('tenant quotas when a usage read hangs (%s)
       .then((res) => res); // supertest sends on then()
   const usageRead = 'count(*) as batches';
 
-  it('then a call that waited for it is checked against the read that replaced it, even when it lands first', async () => {
+  it('then a call waiting for it starts another after 5 s, and is checked against that one even when the first lands first', async () => {
     const firstRead = app.proxy.freezeConnectionSending(usageRead);
     const waited = openOn(app); // its usage read sees no batch, but its answer is held
     const thawFirst = await firstRead;
     const onReplica = [await openOn(replica), await openOn(replica), await openOn(replica)];
-    await new Promise((resolve) => setTimeout(resolve, 5_200)); // the first read is overdue
     const secondRead = app.proxy.freezeConnectionSending(usageRead);
-    const replacing = openOn(app); // replaces it: sees the replica's 3 batches, its answer held too
-    const thawSecond = await secondRead;
+    const thawSecond = await secondRead; // the waiting call's own, once the first is overdue: sees the replica's 3 batches, its answer held too
+    const joining = openOn(app); // waits for the second read
+    await new Promise((resolve) => setTimeout(resolve, 100));
     await thawFirst(); // the overdue read lands first, with no batch
     await new Promise((resolve) => setTimeout(resolve, 100)); // its waiter runs on
     await thawSecond();
 
     expect(onReplica.map((res) => res.status)).toEqual([201, 201, 201]);
     expect([(await waited).status, (await waited).body.error?.code]).toEqual([429, 'quota_exceeded']);
-    expect((await replacing).status).toBe(429);
+    expect((await joining).status).toBe(429);
     const listed = await replica.api.get('/v1/batches').set('Authorization', `Bearer ${tokenOf('a')}`);
     expect(listed.body.batches).toHaveLength(3);
   }, 30_000);
