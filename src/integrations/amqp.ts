@@ -9,6 +9,7 @@ import type { RollcallClient } from '../client';
 import { AckCoalescingOptions, sharedCoalescer } from './ackCoalescer';
 import { AckingChannel, headerOf, MessageHandling, MessageHandlingOptions, RollcallConsumeCallback } from './amqpMessages';
 import { CancelCheckOptions, sharedCancelledBatches } from './cancelledBatches';
+import { isHandedToChild } from './childBatch';
 import { failureMessageOf } from './errors';
 
 /** The consumer for dead letters: records the items of messages RabbitMQ gave up on. */
@@ -16,6 +17,8 @@ export { rollcallDeadLetterConsumer, type RollcallDeadLetterOptions } from './am
 export { type AckingChannel, ITEM_ID_HEADER, type RollcallConsumeCallback } from './amqpMessages';
 /** What the integrations throw or report, with a stable `code`: `instanceof` it to tell them. */
 export { type IntegrationErrorCode, RollcallIntegrationError } from './errors';
+/** What a handler returns once it opened a child batch for its own item. */
+export { type HandedToChild, handedToChild } from './childBatch';
 
 /** Set by RabbitMQ quorum queues on a redelivery: how many times the message was returned before. */
 export const DELIVERY_COUNT_HEADER = 'x-delivery-count';
@@ -59,7 +62,9 @@ function maxDeliveriesOf(options: RollcallConsumerOptions): number {
  * A consume callback around `handler`: `channel.consume(queue, rollcallConsumer(client, channel, handler))`
  * (with `noAck: false`, the default). For each message:
  * - its batch is cancelled: the message is acked, the handler not run;
- * - the handler succeeds: rollcall is acked `succeeded`, then the message is acked;
+ * - the handler succeeds: rollcall is acked `succeeded`, then the message is acked; a handler that
+ *   opened a child batch for the item returns `handedToChild()`: the message is acked, the item not
+ *   (the child's outcome records it);
  * - the handler throws and the message's `x-delivery-count` is below `maxDeliveries`: the message is
  *   rejected and requeued;
  * - the handler throws on the delivery whose count is `maxDeliveries`: rollcall is acked `failed` with
@@ -82,12 +87,14 @@ export function rollcallConsumer(
   return messages.callback(async (message) => {
     const itemId = messages.itemIdOrDrop(message);
     if (itemId === undefined || (await messages.ackedAsCancelled(message, itemId))) return;
+    let returned: unknown;
     try {
-      await handler(message);
+      returned = await handler(message);
     } catch (thrown) {
       if (previousDeliveries(message) < maxDeliveries) return messages.settle(message, 'retry');
       return messages.record(message, itemId, 'failed', failureMessageOf(thrown));
     }
+    if (isHandedToChild(returned)) return messages.settle(message, 'ack'); // the child's outcome records the item
     return messages.record(message, itemId, 'succeeded');
   });
 }

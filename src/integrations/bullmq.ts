@@ -11,6 +11,7 @@ import type { RollcallClient } from '../client';
 import { AckCoalescingOptions, Rejected, rejectionIn, Rejections, sharedCoalescer } from './ackCoalescer';
 import { answered, defaultItemIdOf, watchWorkerOf } from './bullmqFailureWatch';
 import { CancelCheckOptions, sharedCancelledBatches } from './cancelledBatches';
+import { HandedToChild, isHandedToChild } from './childBatch';
 import { asError, failureMessageOf, IntegrationErrorCode } from './errors';
 
 export type { FailureWatchOptions, WatchableWorker } from './bullmqFailureWatch';
@@ -18,6 +19,8 @@ export { watchFailedJobs } from './bullmqFailureWatch';
 
 /** What the integrations throw or report, with a stable `code`: `instanceof` it to tell them. */
 export { type IntegrationErrorCode, RollcallIntegrationError } from './errors';
+/** What a handler returns once it opened a child batch for its own item. */
+export { type HandedToChild, handedToChild } from './childBatch';
 
 export interface RollcallProcessorOptions<DataType, ResultType, NameType extends string> extends AckCoalescingOptions, CancelCheckOptions {
   /** Where a job's item ID is. Default: `job.data.rollcallItemId`. */
@@ -36,11 +39,12 @@ export interface RollcallProcessorOptions<DataType, ResultType, NameType extends
   backoffStrategy?: BackoffStrategy;
 }
 
+/** A job's handler: its result, or `handedToChild(result)` once it opened a child batch for the job's item. */
 export type RollcallHandler<DataType, ResultType, NameType extends string> = (
   job: Job<DataType, ResultType, NameType>,
   token?: string,
   signal?: AbortSignal,
-) => Promise<ResultType>;
+) => Promise<ResultType | HandedToChild<ResultType>>;
 
 /** What BullMQ's Worker calls; `undefined` is the result of a job whose batch was cancelled. */
 export type RollcallBullmqProcessor<DataType, ResultType, NameType extends string> = (
@@ -237,6 +241,8 @@ function failureOf(thrown: unknown): unknown {
  *   without one fails at once (`missing_item_id`, not retried).
  * - A job whose batch is cancelled is not run: it completes with `undefined`.
  * - The handler succeeds: the item is acked `succeeded`, then the job completes with the handler's result.
+ *   A handler that opened a child batch for the item returns `handedToChild(result)`: the job
+ *   completes with `result` and the item is not acked; the child's outcome records it.
  * - The handler throws and BullMQ will retry: the error is rethrown, nothing is acked.
  * - The handler throws on the last attempt (or throws `UnrecoverableError`): the item is acked
  *   `failed` with the error's message, then the error is rethrown. Not when the run has lost its
@@ -317,8 +323,11 @@ export function rollcallProcessor<DataType = any, ResultType = any, NameType ext
     // A sandboxed processor gets a plain object, not a Job of any copy of bullmq (child-processor.ts `wrapJob`).
     const sandboxed = Object.getPrototypeOf(job) === Object.prototype;
     let result: ResultType;
+    let toChild: boolean;
     try {
-      result = await handler(job, token, signal);
+      const returned = await handler(job, token, signal);
+      toChild = isHandedToChild(returned);
+      result = toChild ? (returned as HandedToChild<ResultType>).result : (returned as ResultType);
       assertStorable(result, sandboxed);
     } catch (caught) {
       const thrown = failureOf(caught);
@@ -329,7 +338,7 @@ export function rollcallProcessor<DataType = any, ResultType = any, NameType ext
       }
       throw thrown;
     }
-    settle(job, itemId, await acks.ackInCall(itemId, 'succeeded'));
+    if (!toChild) settle(job, itemId, await acks.ackInCall(itemId, 'succeeded'));
     return result;
   };
   // BullMQ makes an AbortController for every job of a processor that declares a third parameter

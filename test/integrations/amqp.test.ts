@@ -7,7 +7,7 @@ import vm from 'node:vm';
 import amqp, { Channel, ChannelModel, ConsumeMessage } from 'amqplib';
 
 import { Batch, RollcallClient } from '../../src/client';
-import { RollcallConsumeCallback, rollcallConsumer, RollcallConsumerOptions } from '../../src/integrations/amqp';
+import { handedToChild, ITEM_ID_HEADER, RollcallConsumeCallback, rollcallConsumer, RollcallConsumerOptions } from '../../src/integrations/amqp';
 import { openBatch } from '../../src/integrations/producer';
 import { backends } from '../helpers/backends';
 import { amqpUrl, describeWith } from '../helpers/brokers';
@@ -447,6 +447,43 @@ describeWith(amqpUrl).each(backends())('rollcall/amqp on a real RabbitMQ quorum 
     await drained(queue);
     expect(runs.size).toBe(0);
     expect(await client.status(batch.id)).toMatchObject({ state: 'cancelled', pending: 100 });
+  });
+
+  it('when a handler opens a child batch for its own item and returns handedToChild, then its message is acked and its item waits for the child', async () => {
+    const client = new RollcallClient({ baseUrl: svc.url });
+    const { queue, batch: parent } = await produce(client, 3);
+    const childQueue = `rollcall-test-${randomBytes(4).toString('hex')}`;
+    const publisher = await admin.createConfirmChannel();
+    await publisher.assertQueue(childQueue, { durable: true, arguments: { 'x-queue-type': 'quorum' } });
+    let child = '';
+    const channel = await (await connect()).createChannel();
+    const callback = rollcallConsumer(client, channel, async (message) => {
+      if (numberOf(message) !== 0) return;
+      const opened = await openBatch(client, {
+        count: 2,
+        parentItem: String(message.properties.headers?.[ITEM_ID_HEADER]),
+        enqueue: async (ids) => {
+          for (const id of ids) publisher.sendToQueue(childQueue, Buffer.from('{}'), { headers: { [ITEM_ID_HEADER]: id }, persistent: true });
+          await publisher.waitForConfirms();
+        },
+      });
+      child = opened.id;
+      return handedToChild();
+    });
+    const { consumerTag } = await channel.consume(queue, callback);
+    await until(async () => child !== '' && (await client.status(parent.id)).succeeded === 2, 10_000);
+    await expectNoneUnsettled(queue, { channel, consumerTag, callback });
+    expect(await client.status(parent.id)).toMatchObject({ state: 'sealed', succeeded: 2, pending: 1 });
+
+    const childChannel = await (await connect()).createChannel();
+    const failing = () => Promise.reject(new Error('one part failed'));
+    await childChannel.consume(childQueue, rollcallConsumer(client, childChannel, failing, { maxDeliveries: 0 }));
+    expect(await client.waitForCompletion(child, { timeoutMs: 15_000 })).toMatchObject({ state: 'complete', failed: 2 });
+    expect(await svc.rollcall.childOutcomes.deliverDue()).toBe(1); // what the service's loop does within a few seconds
+    expect(await client.status(parent.id)).toMatchObject({ state: 'complete', succeeded: 2, failed: 1 });
+    await drained(queue);
+    await drained(childQueue);
+    await publisher.close();
   });
 
   it('when a consumer is killed with SIGKILL mid-stream, then redelivery keeps the counts exact', async () => {

@@ -10,7 +10,7 @@ import { DelayedError, FlowProducer, Job, JobsOptions, Queue, UnrecoverableError
 import IORedis from 'ioredis';
 
 import { Batch, HttpSend, httpSend, RollcallClient } from '../../src/client';
-import { rollcallProcessor, watchFailedJobs } from '../../src/integrations/bullmq';
+import { handedToChild, rollcallProcessor, watchFailedJobs } from '../../src/integrations/bullmq';
 import { openBatch } from '../../src/integrations/producer';
 import { backends } from '../helpers/backends';
 import { describeWith, redisConnection, redisUrl } from '../helpers/brokers';
@@ -187,6 +187,48 @@ describeWith(redisUrl).each(backends())('rollcall/bullmq on a real Redis and a r
     expect(runs).toBe(0);
     expect(await queue.getJobCounts('completed', 'failed')).toEqual({ completed: 200, failed: 0 });
     expect(await client.status(batch.id)).toMatchObject({ state: 'cancelled', succeeded: 0, failed: 0, pending: 200 });
+  });
+
+  it('when a job opens a child batch for its own item and returns handedToChild, then its item waits for the child, which records its outcome', async () => {
+    const queue = newQueue();
+    const childQueue = newQueue();
+    const parent = await produce(queue, 3, { attempts: 1 });
+    let child = '';
+    workers.push(
+      new Worker<TestJobData>(
+        queue.name,
+        rollcallProcessor(client, async (job) => {
+          if (job.data.n !== 0) return 'done';
+          let n = 100;
+          const opened = await openBatch(client, {
+            count: 4,
+            parentItem: job.data.rollcallItemId,
+            enqueue: async (ids) => void (await childQueue.addBulk(ids.map((id) => ({ name: 'item', data: { rollcallItemId: id, n: n++ } })))),
+          });
+          child = opened.id;
+          return handedToChild(`forked ${opened.id}`);
+        }),
+        { connection, prefix, concurrency: 3 },
+      ),
+    );
+    await settled(queue, 3);
+    expect(await client.status(parent.id)).toMatchObject({ state: 'sealed', succeeded: 2, pending: 1 });
+    const forking = (await queue.getJobs(['completed'])).find((job) => job.data.n === 0);
+    expect(forking?.returnvalue).toBe(`forked ${child}`);
+
+    workers.push(
+      new Worker<TestJobData>(
+        childQueue.name,
+        rollcallProcessor(client, async (job) => {
+          if (job.data.n === 103) throw new Error('one part failed');
+        }),
+        { connection, prefix, concurrency: 4 },
+      ),
+    );
+    expect(await client.waitForCompletion(child, { timeoutMs: 15_000 })).toMatchObject({ state: 'complete', succeeded: 3, failed: 1 });
+    expect(await svc.rollcall.childOutcomes.deliverDue()).toBe(1); // what the service's loop does within a few seconds
+    expect(await client.status(parent.id)).toMatchObject({ state: 'complete', succeeded: 2, failed: 1 });
+    expect((await client.failures(parent.id)).failures.map((f) => f.error)).toEqual(['child batch failed']);
   });
 
   it('when a batch is cancelled mid-run, then the first rejected ack stops its remaining jobs', async () => {
