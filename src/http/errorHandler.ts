@@ -1,6 +1,6 @@
 import type { Duplex } from 'node:stream';
 
-import type { ErrorRequestHandler, Request } from 'express';
+import type { ErrorRequestHandler, Request, Response } from 'express';
 
 import { RollcallError, toError } from '../domain/errors';
 
@@ -10,14 +10,36 @@ interface ErrorBody {
 
 const body = (code: string, message: string): ErrorBody => ({ error: { code, message } });
 
+/** Codes for the client errors of express's libraries (http-errors), by status. */
+const LIBRARY_CODES: Record<number, string> = { 404: 'not_found', 412: 'precondition_failed', 416: 'range_not_satisfiable' };
+
+type LibraryError = Error & { status?: unknown; expose?: unknown; headers?: unknown };
+
 /**
- * Errors of express's router: a path parameter that is not valid percent-encoding (`%E0%A4%A`) is a
- * URIError marked status 400.
+ * Errors of express and its libraries: a path parameter that is not valid percent-encoding
+ * (`%E0%A4%A`) is a URIError marked status 400; `sendFile` refuses a `Range` it cannot serve (416)
+ * or an `If-Match` or `If-Unmodified-Since` the file does not meet (412) with an http-error whose
+ * status is a 4xx and whose message may be shown (`expose`).
  */
-function fromRouter(error: Error): [number, ErrorBody] | null {
-  const { status } = error as Error & { status?: unknown };
+function fromLibraries(error: LibraryError): [number, ErrorBody] | null {
+  const { status } = error;
   if (error instanceof URIError && status === 400) return [400, body('invalid_request', error.message)];
+  if (typeof status === 'number' && status >= 400 && status < 500 && error.expose === true) {
+    return [status, body(LIBRARY_CODES[status] ?? 'invalid_request', error.message)];
+  }
   return null;
+}
+
+/**
+ * Drops what a file being sent had set before it was refused (its type, which res.json would keep,
+ * and its validators), none of which describes the JSON error; the error's own headers (a 416's
+ * Content-Range) are set again.
+ */
+function forgetFileHeaders(res: Response, error: LibraryError): void {
+  for (const name of ['content-type', 'content-length', 'content-range', 'etag', 'last-modified', 'accept-ranges']) res.removeHeader(name);
+  if (typeof error.headers === 'object' && error.headers !== null) {
+    for (const [name, value] of Object.entries(error.headers)) if (typeof value === 'string') res.setHeader(name, value);
+  }
 }
 
 const REFUSAL_LOG_EVERY_MS = 1_000;
@@ -49,7 +71,8 @@ export function errorHandler(): ErrorRequestHandler {
     const error = toError(caught);
     let answer: [number, ErrorBody];
     if (error instanceof RollcallError) answer = [error.status, body(error.code, error.message)];
-    else answer = fromRouter(error) ?? [500, body('internal', 'internal error')];
+    else answer = fromLibraries(error) ?? [500, body('internal', 'internal error')];
+    if (!(error instanceof RollcallError)) forgetFileHeaders(res, error);
     const [status] = answer;
     if (status === 503) {
       // Busy or down, not broken: worth a retry shortly (API.md, "Input limits that protect other callers").
@@ -75,11 +98,15 @@ const PARSER_REFUSALS: Record<string, [status: number, reason: string, code: str
   ERR_HTTP_REQUEST_TIMEOUT: [408, 'Request Timeout', 'request_timeout', 'the request did not arrive in time'],
 };
 
-/** The server's `clientError` listener: answers as above on a connection that has had no answer yet, then closes it. */
+/**
+ * The server's `clientError` listener: answers as above unless an answer on the connection has begun
+ * and not ended (Node's own test, `_httpMessage`: the response attached to the socket), then closes
+ * it. A kept-alive connection that was answered before gets its answer too.
+ */
 export function answerClientError(error: Error & { code?: string }, socket: Duplex): void {
   const [status, reason, code, message] = PARSER_REFUSALS[error.code ?? ''] ?? [400, 'Bad Request', 'invalid_request', 'the request is not valid HTTP/1.1'];
-  const written = (socket as Duplex & { bytesWritten?: number }).bytesWritten ?? 0;
-  if (error.code === 'ECONNRESET' || !socket.writable || written > 0) return void socket.destroy();
+  const answering = (socket as Duplex & { _httpMessage?: { headersSent?: boolean } | null })._httpMessage;
+  if (error.code === 'ECONNRESET' || !socket.writable || answering?.headersSent) return void socket.destroy();
   const json = JSON.stringify(body(code, message));
   socket.end(
     `HTTP/1.1 ${status} ${reason}\r\nContent-Type: application/json; charset=utf-8\r\nContent-Length: ${Buffer.byteLength(json)}\r\nConnection: close\r\n\r\n${json}`,

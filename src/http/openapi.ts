@@ -64,7 +64,11 @@ function queryParameters(schema: z.ZodObject): JsonObject[] {
 /** The OpenAPI 3.1 document of the whole API, generated from the schemas that validate requests. */
 export function openApiDocument(): JsonObject {
   /** Every route: the Host check runs before any of them (hostCheck.ts). */
-  const misdirected = { '421': failure('misdirected_request: a token-less loopback service named by a non-loopback Host') };
+  const misdirected = {
+    '421': failure(
+      'misdirected_request: a token-less service named by a Host a web page could rebind (on loopback, one not loopback; elsewhere, a DNS name not allowed)',
+    ),
+  };
   const unauthorized = { '401': failure('unauthorized (when tokens are configured)'), ...misdirected };
   const rateLimited = 'rate_limited, with Retry-After until the window ends: the tenant sent this process TENANT_RATE_LIMIT requests in TENANT_RATE_WINDOW';
   /** A route's own 429, besides the rate limit every API route has. */
@@ -83,10 +87,22 @@ export function openApiDocument(): JsonObject {
     '413': failure('payload_too_large: a body over BODY_LIMIT'),
     '415': failure('unsupported_media_type: a content type an HTML form can send'),
   };
+  /** The body of a write that takes none: empty, `{}`, or nothing (a field is 400). */
+  const noFields = { required: false, content: { 'application/json': { schema: { type: 'object', maxProperties: 0 } } } };
   /** The routes an operator may close to the public (PUBLIC_METRICS, PUBLIC_OPENAPI off): a token with scope admin. */
   const closable = { '401': failure('unauthorized, when closed to the public'), '403': failure('forbidden, when closed to the public'), ...misdirected };
   const asset = (summary: string, type: string) => ({
-    get: { summary, security: [], responses: { '200': { description: summary, content: { [type]: { schema: { type: 'string' } } } }, ...misdirected } },
+    get: {
+      summary,
+      security: [],
+      responses: {
+        '200': { description: summary, content: { [type]: { schema: { type: 'string' } } } },
+        '206': { description: 'the part asked for with Range', content: { [type]: { schema: { type: 'string' } } } },
+        '412': failure('precondition_failed: an If-Match or If-Unmodified-Since the file does not meet'),
+        '416': failure('range_not_satisfiable: a Range beyond the end of the file'),
+        ...misdirected,
+      },
+    },
   });
   return {
     openapi: '3.1.0',
@@ -124,6 +140,7 @@ export function openApiDocument(): JsonObject {
         delete: {
           summary: 'Delete a batch with its groups and callbacks',
           parameters: [batchId],
+          requestBody: noFields,
           responses: { '204': { description: 'deleted' }, '404': failure('batch_not_found'), ...withBody },
         },
       },
@@ -181,6 +198,7 @@ export function openApiDocument(): JsonObject {
         post: {
           summary: 'Cancel a batch (terminal; acks of its items are then rejected as batch_cancelled)',
           parameters: [batchId],
+          requestBody: noFields,
           responses: {
             '200': answer('the batch, cancelled (again: unchanged)', 'Batch'),
             '404': failure('batch_not_found'),
@@ -216,7 +234,9 @@ export function openApiDocument(): JsonObject {
           responses: { '200': answer('events', 'Events'), '404': failure('batch_not_found'), ...common },
         },
       },
-      '/v1/admin/sweep': { post: { summary: 'Run one sweep now', responses: { '200': answer('what was removed', 'SweepResult'), ...withBody } } },
+      '/v1/admin/sweep': {
+        post: { summary: 'Run one sweep now', requestBody: noFields, responses: { '200': answer('what was removed', 'SweepResult'), ...withBody } },
+      },
       '/healthz': { get: { summary: 'Liveness', security: [], responses: { '200': answer('the process runs', 'Status'), ...misdirected } } },
       '/readyz': {
         get: { summary: 'Readiness', security: [], responses: { '200': answer('ready', 'Status'), '503': failure('unavailable'), ...misdirected } },

@@ -155,7 +155,12 @@ const queryNumber = () =>
 export const listQuery = z.strictObject({
   state: z.enum(BATCH_STATES).optional(),
   userKey: exactText().min(1).max(255).optional(),
-  parent: z.uuid().optional(),
+  // Any 8-4-4-4-12 hex, as every batch id in a path is taken (isUuid): zod's uuid() also asks for a
+  // version and variant, so a parent id the rest of the API answers 404 for was 400 here.
+  parent: z
+    .string()
+    .regex(/^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$/, 'must be a UUID')
+    .optional(),
   limit: queryNumber().pipe(z.number().int().min(1).max(500)).default(50),
   cursor: z.string().min(1).max(200).optional(),
 });

@@ -31,6 +31,9 @@ describe.each(backends())('nested batches (%s)', (_name, backend) => {
     expect(listed.batches.map((b: { id: string }) => b.id)).toEqual([second.id, first.body.id]);
     expect((await svc.api.get(`/v1/batches?parent=${parent.id}&limit=1`)).body.nextCursor).not.toBeNull();
     expect((await svc.api.get(`/v1/batches?parent=${MISSING}`)).body.batches).toEqual([]);
+    const noVersion = await svc.api.get('/v1/batches?parent=12345678-1234-1234-1234-123456789abc'); // a UUID as paths take it
+    expect([noVersion.status, noVersion.body.batches]).toEqual([200, []]);
+    expect((await svc.api.get(`/v1/batches?parent=${parent.id.toUpperCase()}`)).body.batches).toHaveLength(2);
     expect((await svc.api.get('/v1/batches?parent=nope')).status).toBe(400);
   });
 

@@ -31,16 +31,27 @@ describe.each(backends())('the HTTP server (%s)', (_name, backend) => {
     return { seen, app };
   }
 
-  /** Sends raw bytes to a server of the app and reads the whole answer, up to the connection's close. */
-  async function rawAnswer(bytes: string): Promise<{ status: number; headers: string; body: string }> {
+  /**
+   * Sends raw bytes to a server of the app and reads the whole answer, up to the connection's close;
+   * with `after`, on a kept-alive connection once it has answered that request.
+   */
+  async function rawAnswer(bytes: string, after?: string): Promise<{ status: number; headers: string; body: string }> {
     const server = createServer(svc.rollcall.app).listen(0, '127.0.0.1');
     await once(server, 'listening');
     try {
       const socket = net.connect((server.address() as AddressInfo).port, '127.0.0.1');
       socket.on('error', () => undefined); // a reset after the answer is no matter here
-      socket.write(bytes);
       let text = '';
-      for await (const chunk of socket) text += String(chunk);
+      socket.on('data', (chunk) => (text += String(chunk)));
+      if (after !== undefined) {
+        socket.write(after);
+        const answered = () => /content-length: (\d+)\r\n[\s\S]*?\r\n\r\n/i.exec(text);
+        while (!answered() || text.length < answered()!.index + answered()![0].length + Number(answered()![1])) await once(socket, 'data');
+        expect(text).toMatch(/^HTTP\/1\.1 200 /);
+        text = '';
+      }
+      socket.write(bytes);
+      await once(socket, 'close');
       const [head = '', body = ''] = text.split('\r\n\r\n');
       return { status: Number(head.split(' ')[1]), headers: head.toLowerCase(), body };
     } finally {
@@ -63,6 +74,34 @@ describe.each(backends())('the HTTP server (%s)', (_name, backend) => {
     expect(answer.status).toBe(status);
     expect(answer.headers).toContain('content-type: application/json');
     expect(JSON.parse(answer.body)).toEqual({ error: { code, message: expect.any(String) } });
+  });
+
+  it.each([
+    ['headers past 16 KiB', 431, 'headers_too_large', `GET /v1/batches?userKey=${'a'.repeat(17_000)} HTTP/1.1\r\nHost: localhost\r\n\r\n`],
+    ['a control byte in a header', 400, 'invalid_request', 'GET /v1/batches HTTP/1.1\r\nHost: localhost\r\nX-Bad: a\x01b\r\n\r\n'],
+  ])(
+    'when the parser refuses a request (%s) on a kept-alive connection that was answered before, then it is answered too (%i %s)',
+    async (_what, status, code, bytes) => {
+      const answer = await rawAnswer(bytes, 'GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n');
+      expect(answer.status).toBe(status);
+      expect(JSON.parse(answer.body)).toEqual({ error: { code, message: expect.any(String) } });
+    },
+  );
+
+  it.each([
+    ['/', 'Range', 'bytes=9999999-', 416, 'range_not_satisfiable'],
+    ['/dashboard/app.js', 'Range', 'bytes=9999999-', 416, 'range_not_satisfiable'],
+    ['/', 'If-Match', '"not-this-one"', 412, 'precondition_failed'],
+    ['/dashboard/style.css', 'If-Unmodified-Since', 'Thu, 01 Jan 1970 00:00:00 GMT', 412, 'precondition_failed'],
+  ])('when the dashboard %s is asked with %s: %s, which its file cannot meet, then %i %s in the error shape', async (path, header, value, status, code) => {
+    const res = await svc.api.get(path).set(header, value);
+    expect(res.status).toBe(status);
+    expect(res.headers['content-type']).toMatch(/^application\/json/);
+    expect(res.headers.etag).toBeUndefined();
+    expect(res.body).toEqual({ error: { code, message: expect.any(String) } });
+    if (status === 416) expect(res.headers['content-range']).toMatch(/^bytes \*\/\d+$/);
+    const page = await svc.api.get(path).set('Range', 'bytes=0-9');
+    expect([page.status, page.headers['content-range']]).toEqual([206, expect.stringMatching(/^bytes 0-9\//)]); // a range it can serve is served
   });
 
   it.each(['/v1/batches/%E0%A4%A', '/v1/items/%ZZ', '/v1/batches/%C0/failures'])(
