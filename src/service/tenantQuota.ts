@@ -1,6 +1,7 @@
-import { CommitUnconfirmedError, InvalidRequestError, QuotaExceededError } from '../domain/errors';
+import { InvalidRequestError, QuotaExceededError, UnavailableError } from '../domain/errors';
 import { unfinishedUsage } from '../store/batches';
 import { Db } from '../store/db';
+import { isUnavailable } from '../store/dbErrors';
 import { reading } from './reading';
 
 /** How old a tenant's counted usage may be before a check reads it again. */
@@ -27,11 +28,14 @@ export interface Reservation {
 }
 
 /**
- * Settles a reservation whose call failed: a COMMIT that failed without saying whether it took effect
- * counts as made (the next read tells), anything else as not.
+ * Settles a reservation whose call failed. A call answered 503 may have written: a COMMIT not
+ * confirmed, a statement of its own (a root open's INSERT) or a COMMIT whose answer was lost with
+ * its connection, or that ran past DB_QUERY_TIMEOUT. Its share counts as made until the next read
+ * tells (a little early refused, never late); released, the calls after it within the second could
+ * pass the quota by it. Anything else (a refusal of the client's, a duplicate key) made nothing.
  */
 export function settleFailed(taken: Reservation | undefined, error: unknown): void {
-  if (error instanceof CommitUnconfirmedError) taken?.commit();
+  if (error instanceof UnavailableError || isUnavailable(error)) taken?.commit();
   else taken?.release();
 }
 

@@ -138,6 +138,17 @@ export class TcpProxy {
     return passedOn;
   }
 
+  /**
+   * Drops the connections frozen now: what they sent reached the database, and its answers never
+   * arrive (a connection lost after its last statement was sent, or an answer lost on its way).
+   */
+  dropFrozen(): void {
+    for (const pair of this.frozen) {
+      this.frozen.delete(pair);
+      for (const socket of pair) socket.destroy();
+    }
+  }
+
   /** Drops every connection and stops accepting new ones: the database "goes away". */
   async cut(): Promise<void> {
     this.holding = false;

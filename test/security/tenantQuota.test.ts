@@ -161,6 +161,38 @@ describeEachOrSkip(serverBackends())('tenant quotas when a usage read hangs (%s)
   }, 30_000);
 });
 
+/** A write whose answer was lost may have been made: its share counts until the next read tells. */
+describeEachOrSkip(serverBackends())('tenant quotas when an open is answered 503 after it was made (%s)', (_name, backend) => {
+  let app: ProxiedService;
+  beforeAll(async () => {
+    app = await startBehindProxy(backend, { API_TOKENS: JSON.stringify(TOKENS), TENANT_MAX_BATCHES: '2' });
+  });
+  afterAll(() => app.stop());
+
+  const open = (userKey = 'any') =>
+    app.api
+      .post('/v1/batches')
+      .set('Authorization', `Bearer ${tokenOf('a')}`)
+      .send({ userKey })
+      .then((res) => res); // supertest sends on then()
+
+  it('then the next open within the same second is still refused: the tenant never holds more than its quota', async () => {
+    expect((await open()).status).toBe(201);
+    // The INSERT's value, which PostgreSQL gets in each Bind even where the statement was prepared before.
+    const inserting = app.proxy.freezeConnectionSending('answer-lost-here');
+    const lost = open('answer-lost-here'); // its INSERT commits (a statement of its own), but its answer is held, then its connection dropped
+    await inserting;
+    await new Promise((resolve) => setTimeout(resolve, 100)); // the database has run it
+    app.proxy.dropFrozen();
+    expect((await lost).status).toBe(503);
+    const next = await open();
+
+    const listed = await app.api.get('/v1/batches').set('Authorization', `Bearer ${tokenOf('a')}`);
+    expect(listed.body.batches).toHaveLength(2);
+    expect([next.status, next.body.error?.code]).toEqual([429, 'quota_exceeded']);
+  }, 30_000);
+});
+
 /** The usage read is for adds that will write: an add to a batch that does not exist or is closed, or a repeat, is answered without it. */
 describeEachOrSkip(serverBackends())('tenant quotas, an add that will not write (%s)', (_name, backend) => {
   let app: ProxiedService;
