@@ -201,11 +201,11 @@ export class AckCommitter {
   }
 
   private isHeld(batchId: string): boolean {
-    return (this.held.get(batchId) ?? 0) > Date.now();
+    return (this.held.get(batchId) ?? 0) > performance.now();
   }
 
   private markHeld(batchIds: string[]): void {
-    const now = Date.now();
+    const now = performance.now();
     for (const [id, until] of this.held) if (until <= now) this.held.delete(id);
     for (const id of batchIds) this.held.set(id, now + HELD_MEMORY_MS);
   }

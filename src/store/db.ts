@@ -418,14 +418,14 @@ export async function unlessTheDatabaseFreezes<T>(db: Db, what: string, work: ()
   let watching = true;
   let timer: NodeJS.Timeout | undefined;
   const frozen = new Promise<never>((_, reject) => {
-    let answeredAt = Date.now();
+    let answeredAt = performance.now();
     const watch = async (): Promise<void> => {
       if (!watching) return;
       try {
         await ping(db);
-        answeredAt = Date.now();
+        answeredAt = performance.now();
       } catch (error) {
-        if (watching && Date.now() - answeredAt >= limitMs) {
+        if (watching && performance.now() - answeredAt >= limitMs) {
           reject(new UnavailableError(`the database answered nothing for ${limitMs} ms (DB_QUERY_TIMEOUT) while ${what}`, { cause: error }));
           return;
         }

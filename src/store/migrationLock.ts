@@ -63,9 +63,9 @@ async function breakStale(db: Db, staleMs: number): Promise<void> {
 export async function withMigrationLock<T>(db: Db, work: () => Promise<T>, options: MigrationLockOptions = defaultMigrationLockOptions): Promise<T> {
   await ensureTable(db);
   const owner = randomUUID();
-  const deadline = Date.now() + options.waitMs;
+  const deadline = performance.now() + options.waitMs; // elapsed time; refreshed_at is wall time, shared with other hosts
   while (!(await tryInsert(db, owner))) {
-    if (Date.now() > deadline) throw new Error(`another process has held the migration lock (table ${TABLE}) for longer than ${options.waitMs} ms`);
+    if (performance.now() > deadline) throw new Error(`another process has held the migration lock (table ${TABLE}) for longer than ${options.waitMs} ms`);
     await breakStale(db, options.staleMs).catch(() => undefined); // a conflict here only means someone else broke it
     await sleep(options.pollMs / 2 + Math.random() * options.pollMs);
   }

@@ -101,8 +101,11 @@ function pooledTransaction<T>(db: Db, work: (trx: Knex.Transaction) => Promise<T
   );
 }
 
-/** When a request stops waiting for locks: LOCK_TIMEOUT after it started. */
-const lockDeadline = (options: TransactionOptions) => (options.lockTimeoutMs === undefined ? Infinity : Date.now() + options.lockTimeoutMs);
+/**
+ * When a request stops waiting for locks: LOCK_TIMEOUT after it started, on the monotonic clock (a
+ * step of the wall clock would end every wait at once, or stretch them).
+ */
+const lockDeadline = (options: TransactionOptions) => (options.lockTimeoutMs === undefined ? Infinity : performance.now() + options.lockTimeoutMs);
 
 /** The tail of each queue of this process: its SQLite files' write transactions, its batches' transactions. */
 type Queues = Map<string, Promise<unknown>>;
@@ -112,7 +115,7 @@ type Queues = Map<string, Promise<unknown>>;
  * its deadline is not started, and fails with `late` (a 503).
  */
 function inTurn<T>(queues: Queues, key: string, deadline: number, late: () => UnavailableError, work: () => Promise<T>): Promise<T> {
-  const turn = () => (Date.now() > deadline ? Promise.reject(late()) : work());
+  const turn = () => (performance.now() > deadline ? Promise.reject(late()) : work());
   const run = (queues.get(key) ?? Promise.resolve()).then(turn, turn);
   const tail = run.catch(() => undefined);
   queues.set(key, tail);
@@ -173,7 +176,7 @@ const TURN_WAIT_SLACK_MS = 50;
 function locksWaitedUntil<T>(db: Db, options: TransactionOptions, deadline: number, work: (trx: Knex.Transaction) => Promise<T>) {
   return async (trx: Knex.Transaction): Promise<T> => {
     const full = options.lockTimeoutMs;
-    const left = deadline - Date.now();
+    const left = deadline - performance.now();
     if (full === undefined || left > full - TURN_WAIT_SLACK_MS) return work(trx);
     const profile = profileOf(db);
     const shorter = profile.lockWaitStatement(left, true);
@@ -234,7 +237,7 @@ export async function withRetries<T>(options: TransactionOptions, attempt: () =>
       return await attempt();
     } catch (caught) {
       const error = toError(caught);
-      if (isBusy(error) && Date.now() < deadline) {
+      if (isBusy(error) && performance.now() < deadline) {
         await sleep(BUSY_PAUSE_MS);
         continue;
       }

@@ -124,6 +124,32 @@ describeOnServers('a batch row held locked by another connection (%s)', (name, b
     expect(await svc.client.status(x.id)).toMatchObject({ total: 0 });
   }, 30_000);
 
+  it("when the wall clock steps an hour ahead while adds wait for a batch's row, then their LOCK_TIMEOUT is still counted from their start: both go through once the row is free", async () => {
+    const x = await svc.client.open();
+    const release = await holdRow(x.id);
+    const realNow = Date.now.bind(Date);
+    const stepped = jest.spyOn(Date, 'now');
+    try {
+      const first = svc.api
+        .post(`/v1/batches/${x.id}/items`)
+        .send({ count: 1 })
+        .then((res) => res); // waits for the row
+      const second = svc.api
+        .post(`/v1/batches/${x.id}/items`)
+        .send({ count: 2 })
+        .then((res) => res); // waits for its turn
+      await realSleep(300);
+      stepped.mockImplementation(() => realNow() + 3_600_000); // an NTP step, a VM resumed
+      await realSleep(300);
+      await release();
+      expect([(await first).status, (await second).status]).toEqual([201, 201]);
+    } finally {
+      stepped.mockRestore();
+      await release();
+    }
+    expect(await svc.client.status(x.id)).toMatchObject({ total: 3 });
+  }, 30_000);
+
   it('when acks of a locked batch arrive while another waits for it, then each is answered 503 within LOCK_TIMEOUT of its start, not one LOCK_TIMEOUT after another', async () => {
     const x = await batchWith(svc.client, 10);
     const release = await holdRow(x.id);
