@@ -3,7 +3,7 @@
  * No dependencies beyond Node's own http module.
  */
 
-import type { AckResult, BatchView as Batch, ItemStatus, Rejection } from '../contract/responses';
+import type { AckResult, BatchView as Batch, ItemStatus, Rejection, Whoami } from '../contract/responses';
 import { toExactText } from '../contract/text';
 import { type BatchOutcome, type BatchState, MAX_ACK_IDS } from '../contract/vocabulary';
 import { linkedSignal, pause, timeLimitError, unlessAborted } from './abortable';
@@ -11,7 +11,7 @@ import { retryAfterMs, RollcallApiError } from './apiError';
 import { ANSWER_TOO_LARGE, type HttpAnswer, type HttpRequest, type HttpSend, httpSend, type HttpSendOptions, MAX_ANSWER_CHARS } from './httpSend';
 import { isTimeLimit, isTransient, retryDelayMs, type RetryPolicy, retryPolicyOf } from './retry';
 
-export type { AckResult, Batch, BatchOutcome, BatchState, HttpAnswer, HttpRequest, HttpSend, HttpSendOptions, ItemStatus, Rejection, RetryPolicy };
+export type { AckResult, Batch, BatchOutcome, BatchState, HttpAnswer, HttpRequest, HttpSend, HttpSendOptions, ItemStatus, Rejection, RetryPolicy, Whoami };
 export { ANSWER_TOO_LARGE, httpSend, MAX_ANSWER_CHARS, retryAfterMs, RollcallApiError };
 
 /** One kept failure reason (GET /v1/batches/:batchId/failures). */
@@ -66,6 +66,9 @@ const isBatchPage: AnswerShape = ({ batches, nextCursor }) => Array.isArray(batc
 
 /** A page of failure reasons. */
 const isFailurePage: AnswerShape = ({ failures, nextCursor }) => Array.isArray(failures) && (nextCursor === null || typeof nextCursor === 'string');
+
+/** A token's tenant and scopes. */
+const isWhoami: AnswerShape = ({ tenant, scopes }) => typeof tenant === 'string' && Array.isArray(scopes);
 
 /** An item's state and its batch's. */
 const isItemStatus: AnswerShape = ({ id, state, batchState }) => typeof id === 'string' && typeof state === 'string' && typeof batchState === 'string';
@@ -199,6 +202,15 @@ export class RollcallClient {
 
   seal(batchId: string, options: { expectedItems?: number } = {}): Promise<Batch> {
     return this.request('POST', `/v1/batches/${pathPart(batchId)}/seal`, options, { shape: isBatch });
+  }
+
+  /**
+   * The tenant and scopes of this client's token (every scope when the service has no tokens): a
+   * worker can check at its start that rollcall takes its token (`401` throws) and that it may
+   * `consume`, before a job's ack would find out.
+   */
+  whoami(): Promise<Whoami> {
+    return this.request('GET', '/v1/whoami', undefined, { shape: isWhoami });
   }
 
   status(batchId: string): Promise<Batch> {

@@ -90,3 +90,5 @@ export type ItemStatus = z.infer<typeof itemSchema>;
 export type FailurePage = z.infer<typeof failurePageSchema>;
 export type BatchPage = z.infer<typeof batchPageSchema>;
 export type EventsView = z.infer<typeof eventsSchema>;
+/** Who a token is: its tenant and scopes (GET /v1/whoami). */
+export type Whoami = z.infer<typeof whoamiSchema>;

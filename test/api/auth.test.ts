@@ -64,6 +64,13 @@ describe.each(backends())('authentication and tenants (%s)', (_name, backend) =>
     expect((await api.get('/v1/batches?limit=500').set('Authorization', producer)).body.batches.length).toBe(before);
   });
 
+  it("when a worker asks the client who its token is, then it learns the tenant and scopes, or gets the 401 before any job's ack would", async () => {
+    const asConsumer = new RollcallClient({ baseUrl: server.url, token: TOKENS[1]!.token });
+    expect(await asConsumer.whoami()).toEqual({ tenant: 'acme', scopes: ['consume'] });
+    const unknown = new RollcallClient({ baseUrl: server.url, token: 'not-a-known-token-at-all' });
+    await expect(unknown.whoami()).rejects.toMatchObject({ name: 'RollcallApiError', status: 401, code: 'unauthorized' });
+  });
+
   it('when scopes fit, then producers produce, consumers ack, and the admin token may do anything', async () => {
     const { ids } = await batchWith(acmeProducer, 2);
     const ack = await api.post('/v1/acks').set('Authorization', consumer).send({ ids });
