@@ -310,7 +310,7 @@ export class AckCoalescer {
       const { refusals, largestTaken, tooLarge, unsent } = await this.acked(entry.ids, entry.chars, options, until);
       // Refused for its size (not for one ID too large alone): later calls keep to what was taken.
       if (tooLarge && largestTaken > 0) {
-        this.maxChars = Math.min(this.maxChars, largestTaken);
+        this.maxChars = Math.min(this.callLimit(), largestTaken); // a limit older than a minute is forgotten first
         this.maxCharsLearntAt = Date.now();
       }
       const answer: Rejections = new Map(refusals.map((refusal) => [refusal.id, refusal.reason]));

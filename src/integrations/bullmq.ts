@@ -9,7 +9,7 @@ import { Backoffs, BackoffStrategy, DelayedError, errorToJSON, Job, Unrecoverabl
 
 import type { RollcallClient } from '../client';
 import { AckCoalescingOptions, Rejected, rejectionIn, Rejections, sharedCoalescer } from './ackCoalescer';
-import { answered, defaultItemIdOf, watchWorkerOf } from './bullmqFailureWatch';
+import { answered, defaultItemIdOf, SUCCESS_REJECTED, watchWorkerOf } from './bullmqFailureWatch';
 import { CancelCheckOptions, sharedCancelledBatches } from './cancelledBatches';
 import { HandedToChild, isHandedToChild } from './childBatch';
 import { asError, failureMessageOf, IntegrationErrorCode } from './errors';
@@ -268,14 +268,18 @@ export function rollcallProcessor<DataType = any, ResultType = any, NameType ext
   const itemIdOf = options.itemIdOf ?? (defaultItemIdOf as (job: Job<DataType, ResultType, NameType>) => string | undefined);
   const watchOptions = { ...options, itemIdOf };
 
-  /** Acts on a rejection: cancelled batches are remembered; anything else cannot be fixed by a retry. */
+  /**
+   * Acts on a rejection of a success: cancelled batches are remembered; anything else no rerun by
+   * this Worker can fix (its token's tenant, a batch deleted), so the job fails for good, marked
+   * SUCCESS_REJECTED: no watch records it failed, and a retry once fixed records its success.
+   */
   const settle = (job: Job<DataType, ResultType, NameType>, itemId: string, rejections: Rejections): void => {
     if (rejections.size === 0 && rejections.unsent === undefined) return;
     const rejected = rejectionIn(rejections, itemId);
     if (rejected === null) return;
     if (rejected === 'batch_cancelled') return cancelled.learnCancelled(itemId);
     answered(job);
-    throw new RollcallJobError('ack_rejected', `rollcall rejected item ${itemId}: ${rejected}`);
+    throw new RollcallJobError('ack_rejected', `${SUCCESS_REJECTED} ${itemId}: ${rejected}`);
   };
 
   /**

@@ -61,6 +61,14 @@ const WATCHES = new WeakMap<object, () => Promise<void>>();
  */
 const ANSWERED_RUNS = new WeakSet<object>();
 
+/**
+ * How the failure of a run begins whose handler succeeded but whose item rollcall rejected (another
+ * tenant's token sees every batch as unknown): the live watch skips it (an answered run), and the
+ * look-back of a later Worker skips it too, rather than record as failed, maybe with the right
+ * token by then, work that was done. A retry of the job records its success.
+ */
+export const SUCCESS_REJECTED = 'the handler succeeded, but rollcall rejected item';
+
 /** Marks a run whose failure rollcall has answered for. */
 export function answered(job: object): void {
   ANSWERED_RUNS.add(job);
@@ -122,8 +130,12 @@ export function watchFailedJobs<DataType = any, ResultType = any, NameType exten
     if (typeof itemId !== 'string' || !itemId) return { rejected: null };
     return { itemId, rejected: await acks.ack(itemId, 'failed', reason) };
   };
-  /** Acks again a failure of the past; a job whose itemIdOf throws is passed over (reported when it failed). */
+  /**
+   * Acks again a failure of the past; passed over: a job whose itemIdOf throws (reported when it
+   * failed), and one whose success rollcall rejected (SUCCESS_REJECTED).
+   */
   const recordAgain = (job: Job): Promise<unknown> => {
+    if (typeof job.failedReason === 'string' && job.failedReason.startsWith(SUCCESS_REJECTED)) return Promise.resolve();
     try {
       itemIdOf(job);
     } catch {
@@ -168,7 +180,7 @@ export function watchFailedJobs<DataType = any, ResultType = any, NameType exten
       ? recoverFailures(worker, Date.now() - within, stopping.signal, (job) => recordAgain(job)).then(
           (failures) => {
             // A throwing callback must not become an unhandled rejection.
-            if (failures !== undefined) {
+            if (failures !== undefined && !stopping.signal.aborted) {
               try {
                 options.onRecovered?.(failures);
               } catch (thrown) {

@@ -1006,6 +1006,47 @@ describeWith(redisUrl).each(backends())('rollcall/bullmq on a real Redis and a r
     expect(tally.failedIds).toBe(2);
   });
 
+  it("when rollcall rejected jobs' successes (a Worker given another tenant's token), then a later Worker's look-back leaves them pending, and their retry records them succeeded", async () => {
+    const scopes = ['produce', 'consume', 'read'];
+    const tokens = ['a', 'b'].map((tenant) => ({ token: `tenant-${tenant}-token-0123456789`, tenant, scopes }));
+    const guarded = await startService(backend, { API_TOKENS: JSON.stringify(tokens) });
+    try {
+      const [asA, asB] = tokens.map(({ token }) => new RollcallClient({ baseUrl: guarded.url, token }));
+      const queue = newQueue();
+      let n = 0;
+      const batch = await openBatch(asA!, {
+        count: 3,
+        enqueue: async (ids) => void (await queue.addBulk(ids.map((id) => ({ name: 'item', data: { rollcallItemId: id, n: n++ } })))),
+      });
+      const wrong = new Worker<TestJobData>(
+        queue.name,
+        rollcallProcessor(asB!, async () => 'ok'),
+        { connection, prefix },
+      );
+      workers.push(wrong);
+      await settled(queue, 3);
+      expect((await queue.getJobs(['failed'])).map((job) => job.failedReason)).toEqual(
+        Array(3).fill(expect.stringMatching(/^the handler succeeded, but rollcall rejected item .*: unknown_batch$/)),
+      );
+      await wrong.close();
+
+      const right = new Worker<TestJobData>(
+        queue.name,
+        rollcallProcessor(asA!, async () => 'ok'),
+        { connection, prefix },
+      );
+      workers.push(right);
+      let stop!: () => Promise<void>;
+      await new Promise<number>((resolve) => (stop = watchFailedJobs(asA!, right, { onRecovered: resolve })));
+      expect(await asA!.status(batch.id)).toMatchObject({ state: 'sealed', succeeded: 0, failed: 0, pending: 3 });
+      await queue.retryJobs({ state: 'failed' });
+      expect(await asA!.waitForCompletion(batch.id, { timeoutMs: 15_000 })).toMatchObject({ state: 'complete', succeeded: 3, failed: 0 });
+      await stop();
+    } finally {
+      await guarded.stop();
+    }
+  });
+
   it('when 450 lost failures span three pages of the look-back, each with its own reason, then all are recorded, each once', async () => {
     const queue = newQueue();
     const batch = await failedUnrecorded(queue, 450);
