@@ -15,7 +15,7 @@ import { HandedToChild, isHandedToChild } from './childBatch';
 import { asError, failureMessageOf, IntegrationErrorCode } from './errors';
 
 export type { FailureWatchOptions, WatchableWorker } from './bullmqFailureWatch';
-export { watchFailedJobs } from './bullmqFailureWatch';
+export { SUCCESS_REJECTED, watchFailedJobs } from './bullmqFailureWatch';
 
 /** What the integrations throw or report, with a stable `code`: `instanceof` it to tell them. */
 export { type IntegrationErrorCode, RollcallIntegrationError } from './errors';
@@ -327,7 +327,7 @@ export function rollcallProcessor<DataType = any, ResultType = any, NameType ext
     // A sandboxed processor gets a plain object, not a Job of any copy of bullmq (child-processor.ts `wrapJob`).
     const sandboxed = Object.getPrototypeOf(job) === Object.prototype;
     let result: ResultType;
-    let toChild: boolean;
+    let toChild = false;
     try {
       const returned = await handler(job, token, signal);
       toChild = isHandedToChild(returned);
@@ -337,7 +337,8 @@ export function rollcallProcessor<DataType = any, ResultType = any, NameType ext
       const thrown = failureOf(caught);
       const error = asBullmqSeesIt(thrown, sandboxed);
       const givenToBackoff = sandboxed ? error : thrown;
-      if (!steersBullmq(error) && (await isLastFailure(job, error, givenToBackoff)) && (await holdsLock(job, token, sandboxed))) {
+      // A handler that handed its item to a child (its result then not storable) leaves it to the child, failed or not.
+      if (!toChild && !steersBullmq(error) && (await isLastFailure(job, error, givenToBackoff)) && (await holdsLock(job, token, sandboxed))) {
         await ackLastFailure(job, itemId, failureMessageOf(error, thrown));
       }
       throw thrown;

@@ -69,6 +69,10 @@ const ANSWERED_RUNS = new WeakSet<object>();
  */
 export const SUCCESS_REJECTED = 'the handler succeeded, but rollcall rejected item';
 
+function rejectedSuccess(job: Job): boolean {
+  return typeof job.failedReason === 'string' && job.failedReason.startsWith(SUCCESS_REJECTED);
+}
+
 /** Marks a run whose failure rollcall has answered for. */
 export function answered(job: object): void {
   ANSWERED_RUNS.add(job);
@@ -135,7 +139,7 @@ export function watchFailedJobs<DataType = any, ResultType = any, NameType exten
    * failed), and one whose success rollcall rejected (SUCCESS_REJECTED).
    */
   const recordAgain = (job: Job): Promise<unknown> => {
-    if (typeof job.failedReason === 'string' && job.failedReason.startsWith(SUCCESS_REJECTED)) return Promise.resolve();
+    if (rejectedSuccess(job)) return Promise.resolve();
     try {
       itemIdOf(job);
     } catch {
@@ -149,7 +153,8 @@ export function watchFailedJobs<DataType = any, ResultType = any, NameType exten
   const record = (job: Job, error: Error): void => {
     // BullMQ sets `finishedOn` only when it moves the job to failed; a job it retries has none.
     if (typeof job.finishedOn !== 'number') return;
-    if (ANSWERED_RUNS.has(job)) return;
+    // A sandboxed run marks its own copy of the job, not this one: its rejected success is told by its reason.
+    if (ANSWERED_RUNS.has(job) || rejectedSuccess(job)) return;
     // The process stays until this is answered: the job will not run again, and a process left to
     // end after `worker.close()` would otherwise drop it in a pause between tries (its item pending
     // until a watch's look-back, if one comes).

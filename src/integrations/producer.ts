@@ -44,6 +44,10 @@ export interface OpenBatchInput {
  * Opens a batch, adds `count` items, calls `enqueue` with their IDs in chunks of at most 1,000, seals
  * with `expectedItems: count`, and returns the sealed batch (`complete` already if the workers were
  * faster than the seal).
+ * - With `parentItem` whose item already has a sealed (or finished) child of `count` items, opened so
+ *   by an earlier run of the same job that died before its job completed, that child is returned and
+ *   nothing is enqueued: a rerun hands the item to it again (`handedToChild`). A child still open
+ *   (a run that died mid-way) is not taken over: the open's `409 item_not_pending` is thrown.
  * - IDs are made as they are enqueued: a batch of millions never sits in memory as strings.
  * - Every add carries an Idempotency-Key and is retried on network errors, `408`, `429` and `5xx`: a retry whose
  *   first try was committed makes nothing twice.
@@ -62,10 +66,19 @@ export async function openBatch(client: RollcallClient, input: OpenBatchInput): 
   if (typeof enqueue !== 'function') throw new TypeError(`enqueue must be a function, not ${typeof enqueue}`);
   // Only the open's own fields: an input object that also carries the caller's other settings (a
   // queue name, say) would be refused by the service's strict body schema.
-  const batch = await withRetries(() => client.open({ userKey, metadata, callbackUrl, parentItem }), DEFAULT_RETRY, {
-    retryable: refusedUntried,
-    until: Date.now() + OPEN_WAITS_MS,
-  });
+  let batch: Batch;
+  try {
+    batch = await withRetries(() => client.open({ userKey, metadata, callbackUrl, parentItem }), DEFAULT_RETRY, {
+      retryable: refusedUntried,
+      until: Date.now() + OPEN_WAITS_MS,
+    });
+  } catch (error) {
+    const earlier = parentItem !== undefined && isItemTaken(error) ? await childStandingFor(client, parentItem) : undefined;
+    // An earlier run of the same job or message that opened, filled and sealed this child, then died
+    // before its job completed: the rerun takes it over, and enqueues nothing again.
+    if (earlier && earlier.state !== 'open' && earlier.total === count) return earlier;
+    throw error;
+  }
   const progress = { enqueued: 0 };
   /** Runs one step on the open batch; its failure names the batch (or the caller could not reach it again) and how far enqueue got. */
   const step = async <T>(code: IntegrationErrorCode, what: string, work: () => Promise<T>): Promise<T> => {
@@ -99,6 +112,22 @@ export async function openBatch(client: RollcallClient, input: OpenBatchInput): 
  */
 const refusedUntried = (error: unknown): boolean =>
   error instanceof RollcallApiError && error.status === 429 && (error.code === 'rate_limited' || error.code === 'quota_exceeded');
+
+const isItemTaken = (error: unknown): boolean => error instanceof RollcallApiError && error.status === 409 && error.code === 'item_not_pending';
+
+/** The child batch standing for `parentItem`, found among its parent's children a page at a time; undefined if none. */
+async function childStandingFor(client: RollcallClient, parentItem: string): Promise<Batch | undefined> {
+  const item = parentItem.toLowerCase();
+  const parent = item.slice(0, item.indexOf(':'));
+  let cursor: string | undefined;
+  do {
+    const page = await withRetries(() => client.list({ parent, limit: 500, ...(cursor === undefined ? {} : { cursor }) }));
+    const found = page.batches.find((batch) => batch.parentItem === item);
+    if (found) return found;
+    cursor = page.nextCursor ?? undefined;
+  } while (cursor !== undefined);
+  return undefined;
+}
 
 /** How long an open waits out rollcall's refusals at most before it throws the last. */
 const OPEN_WAITS_MS = 60_000;

@@ -189,16 +189,18 @@ describeWith(redisUrl).each(backends())('rollcall/bullmq on a real Redis and a r
     expect(await client.status(batch.id)).toMatchObject({ state: 'cancelled', succeeded: 0, failed: 0, pending: 200 });
   });
 
-  it('when a job opens a child batch for its own item and returns handedToChild, then its item waits for the child, which records its outcome', async () => {
+  it('when a job opens a child batch for its own item and returns handedToChild, then its item waits for the child, which records its outcome, also after a rerun', async () => {
     const queue = newQueue();
     const childQueue = newQueue();
-    const parent = await produce(queue, 3, { attempts: 1 });
+    const parent = await produce(queue, 3, { attempts: 2 });
     let child = '';
+    let forkRuns = 0;
     workers.push(
       new Worker<TestJobData>(
         queue.name,
         rollcallProcessor(client, async (job) => {
           if (job.data.n !== 0) return 'done';
+          forkRuns += 1;
           let n = 100;
           const opened = await openBatch(client, {
             count: 4,
@@ -206,6 +208,8 @@ describeWith(redisUrl).each(backends())('rollcall/bullmq on a real Redis and a r
             enqueue: async (ids) => void (await childQueue.addBulk(ids.map((id) => ({ name: 'item', data: { rollcallItemId: id, n: n++ } })))),
           });
           child = opened.id;
+          // The first run dies after the fan-out (as a worker killed before its job completed): the rerun takes the child over.
+          if (job.attemptsMade === 0) throw new Error('died after the fan-out');
           return handedToChild(`forked ${opened.id}`);
         }),
         { connection, prefix, concurrency: 3 },
@@ -214,7 +218,8 @@ describeWith(redisUrl).each(backends())('rollcall/bullmq on a real Redis and a r
     await settled(queue, 3);
     expect(await client.status(parent.id)).toMatchObject({ state: 'sealed', succeeded: 2, pending: 1 });
     const forking = (await queue.getJobs(['completed'])).find((job) => job.data.n === 0);
-    expect(forking?.returnvalue).toBe(`forked ${child}`);
+    expect([forking?.returnvalue, forkRuns]).toEqual([`forked ${child}`, 2]);
+    expect(await childQueue.count()).toBe(4); // enqueued once
 
     workers.push(
       new Worker<TestJobData>(

@@ -153,6 +153,26 @@ describe.each(backends())('rollcall/producer openBatch (%s)', (_name, backend) =
     expect((await client.status(parent.id)).pending).toBe(1);
   });
 
+  it('when a rerun opens the child its item already has (the earlier run sealed it, then died), then that child is returned and nothing is enqueued again', async () => {
+    const parentIds: string[] = [];
+    const parent = await openBatch(client, { count: 3, enqueue: (ids) => void parentIds.push(...ids) });
+    const [sealedFor, openFor, otherFor] = parentIds as [string, string, string];
+    let enqueued = 0;
+    const first = await openBatch(client, { count: 2, parentItem: sealedFor, enqueue: (ids) => void (enqueued += ids.length) });
+    const again = await openBatch(client, { count: 2, parentItem: sealedFor.toUpperCase(), enqueue: (ids) => void (enqueued += ids.length) });
+    expect([again.id, again.state, enqueued]).toEqual([first.id, 'sealed', 2]);
+
+    // A child a run left open (it died mid-way), or one of another size, is not taken over.
+    await client.open({ parentItem: openFor });
+    const refused = (parentItem: string, count: number) =>
+      openBatch(client, { count, parentItem, enqueue: () => undefined }).catch((error: unknown) => error as { status?: number; code?: string });
+    expect(await refused(openFor, 0)).toMatchObject({ status: 409, code: 'item_not_pending' });
+    expect(await refused(sealedFor, 3)).toMatchObject({ status: 409, code: 'item_not_pending' });
+    await client.ack([otherFor]);
+    expect(await refused(otherFor, 2)).toMatchObject({ status: 409, code: 'item_not_pending' }); // acked: no child stands for it
+    expect((await client.list({ parent: parent.id })).batches).toHaveLength(2);
+  });
+
   it('when enqueue is not a function (plain JavaScript), then nothing is opened: a TypeError at once', async () => {
     const requests: string[] = [];
     const watching = new RollcallClient({ baseUrl: svc.url, fetch: (input, init) => (requests.push(String(input)), fetch(input, init)) });
