@@ -69,6 +69,11 @@ export function errorHandler(): ErrorRequestHandler {
   const refusalsLogged = new Map<string, number>();
   return (caught, req, res, _next) => {
     const error = toError(caught);
+    if (res.headersSent) {
+      // An answer already on its way (a file that failed mid-read) cannot become an error: cut it short.
+      req.log.error({ err: error }, 'request failed after its answer began');
+      return void res.destroy();
+    }
     let answer: [number, ErrorBody];
     if (error instanceof RollcallError) answer = [error.status, body(error.code, error.message)];
     else answer = fromLibraries(error) ?? [500, body('internal', 'internal error')];
@@ -99,14 +104,15 @@ const PARSER_REFUSALS: Record<string, [status: number, reason: string, code: str
 };
 
 /**
- * The server's `clientError` listener: answers as above unless an answer on the connection has begun
- * and not ended (Node's own test, `_httpMessage`: the response attached to the socket), then closes
- * it. A kept-alive connection that was answered before gets its answer too.
+ * The server's `clientError` listener: answers as above unless an earlier request on the connection
+ * is still being answered (`_httpMessage`, the response Node attaches to the socket: a client that
+ * pipelines would take this answer for that request's), then closes it. A kept-alive connection
+ * whose earlier answers have ended gets its answer too.
  */
 export function answerClientError(error: Error & { code?: string }, socket: Duplex): void {
   const [status, reason, code, message] = PARSER_REFUSALS[error.code ?? ''] ?? [400, 'Bad Request', 'invalid_request', 'the request is not valid HTTP/1.1'];
-  const answering = (socket as Duplex & { _httpMessage?: { headersSent?: boolean } | null })._httpMessage;
-  if (error.code === 'ECONNRESET' || !socket.writable || answering?.headersSent) return void socket.destroy();
+  const answering = (socket as Duplex & { _httpMessage?: object | null })._httpMessage;
+  if (error.code === 'ECONNRESET' || !socket.writable || answering) return void socket.destroy();
   const json = JSON.stringify(body(code, message));
   socket.end(
     `HTTP/1.1 ${status} ${reason}\r\nContent-Type: application/json; charset=utf-8\r\nContent-Length: ${Buffer.byteLength(json)}\r\nConnection: close\r\n\r\n${json}`,

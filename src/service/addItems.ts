@@ -23,8 +23,10 @@ export async function addItems(deps: ServiceDeps, caller: Caller, batchId: strin
   let usage: TenantUsage | undefined;
   const readUsage = async (found: BatchRecord) => {
     if (!deps.quota || found.state !== 'open') return;
-    // A repeat of a keyed add writes nothing, so it does not wait for (or fail with) that read.
-    if (idempotencyKey !== undefined && (await reading(() => findAddRequest(deps.db, found.id, idempotencyKey)))) return;
+    // A repeat of a keyed add writes nothing, so it does not wait for (or fail with) a read due now;
+    // asked only then, so a keyed add costs no read more while the usage is fresh.
+    const due = !deps.quota.isFresh(caller.tenant);
+    if (due && idempotencyKey !== undefined && (await reading(() => findAddRequest(deps.db, found.id, idempotencyKey)))) return;
     usage = await deps.quota.usage(caller.tenant);
   };
   let taken: Reservation | undefined;

@@ -1,7 +1,7 @@
-import { InvalidRequestError, QuotaExceededError, UnavailableError } from '../domain/errors';
+import { CommitUnconfirmedError, InvalidRequestError, QuotaExceededError, UnavailableError } from '../domain/errors';
 import { unfinishedUsage } from '../store/batches';
 import { Db } from '../store/db';
-import { isUnavailable } from '../store/dbErrors';
+import { outcomeUnknown } from '../store/dbErrors';
 import { reading } from './reading';
 
 /** How old a tenant's counted usage may be before a check reads it again. */
@@ -28,14 +28,17 @@ export interface Reservation {
 }
 
 /**
- * Settles a reservation whose call failed. A call answered 503 may have written: a COMMIT not
- * confirmed, a statement of its own (a root open's INSERT) or a COMMIT whose answer was lost with
- * its connection, or that ran past DB_QUERY_TIMEOUT. Its share counts as made until the next read
- * tells (a little early refused, never late); released, the calls after it within the second could
- * pass the quota by it. Anything else (a refusal of the client's, a duplicate key) made nothing.
+ * Settles a reservation whose call failed. A call whose outcome the database did not tell may have
+ * written: a COMMIT not confirmed, a statement of its own (a root open's INSERT) or a COMMIT whose
+ * answer was lost with its connection, or that ran past DB_QUERY_TIMEOUT. Its share counts as made
+ * until the next read tells (a little early refused, never late); released, the calls after it
+ * within the second could pass the quota by it. Anything else made nothing: a refusal of the
+ * client's, a duplicate key, a lock not granted, a deadlock, no connection to be had, a read-only
+ * server.
  */
 export function settleFailed(taken: Reservation | undefined, error: unknown): void {
-  if (error instanceof UnavailableError || isUnavailable(error)) taken?.commit();
+  const cause = error instanceof UnavailableError && !(error instanceof CommitUnconfirmedError) ? error.cause : error;
+  if (error instanceof CommitUnconfirmedError || outcomeUnknown(cause)) taken?.commit();
   else taken?.release();
 }
 
@@ -116,6 +119,11 @@ export class TenantQuota {
       await settledWithin(usage.running, usage.readStartedAt + READ_OVERDUE_MS - performance.now());
     }
     return usage;
+  }
+
+  /** Whether the tenant's usage was read within FRESH_MS, so `usage` would not read it again now. */
+  isFresh(tenant: string): boolean {
+    return (this.tenants.get(tenant)?.readAt ?? -Infinity) >= performance.now() - FRESH_MS;
   }
 
   /** Takes `amount` from the quota, or throws QuotaExceededError (InvalidRequestError for more than the whole quota). */

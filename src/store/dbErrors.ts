@@ -64,6 +64,15 @@ export function isUnavailable(error: unknown): boolean {
   return [...DRIVER_GONE_MESSAGES].some((gone) => message === gone || message.endsWith(` - ${gone}`));
 }
 
+/**
+ * A statement whose outcome the database did not tell: its connection was lost, or its answer did
+ * not come within DB_QUERY_TIMEOUT, after it may have run (a write may have committed). Not a pool
+ * that had no connection to give (nothing was sent), nor a server that refused the write.
+ */
+export function outcomeUnknown(error: unknown): boolean {
+  return isUnavailable(error) && !isReadOnly(error) && (error as { name?: unknown } | null)?.name !== 'KnexTimeoutError';
+}
+
 /** A write refused because the server or the session takes no writes (also isUnavailable). */
 export function isReadOnly(error: unknown): boolean {
   const code = codeOf(error);

@@ -1,10 +1,14 @@
 import { once } from 'node:events';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import net, { type AddressInfo } from 'node:net';
+import { Writable } from 'node:stream';
 import zlib from 'node:zlib';
 
+import express from 'express';
+import pino from 'pino';
 import request from 'supertest';
 
+import { errorHandler } from '../../src/http/errorHandler';
 import { createServer } from '../../src/http/server';
 import { backends } from '../helpers/backends';
 import { batchWith } from '../helpers/batches';
@@ -104,6 +108,13 @@ describe.each(backends())('the HTTP server (%s)', (_name, backend) => {
     expect([page.status, page.headers['content-range']]).toEqual([206, expect.stringMatching(/^bytes 0-9\//)]); // a range it can serve is served
   });
 
+  it('when a malformed request comes pipelined behind one still being answered, then no answer is written that the client would take for the first', async () => {
+    const batch = await batchWith(svc.client, 1);
+    const waiting = `GET /v1/batches/${batch.id}/wait?timeout=1 HTTP/1.1\r\nHost: localhost\r\n\r\n`;
+    const answer = await rawAnswer(`${waiting}GET /v1/batches HTTP/1.1\r\nHost: localhost\r\nX-Bad: a\x01b\r\n\r\n`);
+    expect(answer.status === 400 || answer.body.includes('invalid_request')).toBe(false);
+  });
+
   it.each(['/v1/batches/%E0%A4%A', '/v1/items/%ZZ', '/v1/batches/%C0/failures'])(
     'when a path parameter is not valid percent-encoding (%s), then 400 invalid_request',
     async (path) => {
@@ -147,5 +158,40 @@ describe.each(backends())('the HTTP server (%s)', (_name, backend) => {
     expect(res.status).toBe(200);
     expect(res.headers['x-request-id']).toBe('second-server');
     expect([app.request, app.response]).toEqual(before);
+  });
+});
+
+describe('the error mapper', () => {
+  it('when a route fails after its answer began, then the connection is cut and the failure is logged, not lost', async () => {
+    const lines: string[] = [];
+    const log = pino({ level: 'info' }, new Writable({ write: (chunk, _encoding, done) => (lines.push(String(chunk)), done()) }));
+    const app = express();
+    app.use((req, _res, next) => {
+      Object.defineProperty(req, 'log', { value: log });
+      next();
+    });
+    app.get('/x', (_req, res, next) => {
+      res.writeHead(200, { 'content-type': 'text/plain' });
+      res.write('part of it', () => next(new Error('the file failed mid-read'))); // once the part is on its way
+    });
+    app.use(errorHandler());
+    const server = app.listen(0, '127.0.0.1');
+    await once(server, 'listening');
+    try {
+      const socket = net.connect((server.address() as AddressInfo).port, '127.0.0.1');
+      socket.on('error', () => undefined);
+      let text = '';
+      socket.on('data', (chunk) => (text += String(chunk)));
+      socket.write('GET /x HTTP/1.1\r\nHost: localhost\r\n\r\n');
+      await once(socket, 'close');
+      expect(text).toMatch(/^HTTP\/1\.1 200 /);
+      expect(text).not.toMatch(/\r\n0\r\n\r\n$/); // no closing chunk: the client sees the answer cut short
+      const logged = lines.map((line) => JSON.parse(line) as { msg: string; err?: { message: string } });
+      expect(logged).toContainEqual(
+        expect.objectContaining({ msg: 'request failed after its answer began', err: expect.objectContaining({ message: 'the file failed mid-read' }) }),
+      );
+    } finally {
+      server.close();
+    }
   });
 });
