@@ -105,14 +105,17 @@ const PARSER_REFUSALS: Record<string, [status: number, reason: string, code: str
 
 /**
  * The server's `clientError` listener: answers as above unless an earlier request on the connection
- * is still being answered (`_httpMessage`, the response Node attaches to the socket: a client that
- * pipelines would take this answer for that request's), then closes it. A kept-alive connection
- * whose earlier answers have ended gets its answer too.
+ * is still being answered (`_httpMessage`, the response Node attaches to the socket, whose request
+ * arrived whole: a client that pipelines would take this answer for that request's), then closes
+ * it. A kept-alive connection whose earlier answers have ended gets its answer too.
  */
 export function answerClientError(error: Error & { code?: string }, socket: Duplex): void {
   const [status, reason, code, message] = PARSER_REFUSALS[error.code ?? ''] ?? [400, 'Bad Request', 'invalid_request', 'the request is not valid HTTP/1.1'];
-  const answering = (socket as Duplex & { _httpMessage?: object | null })._httpMessage;
-  if (error.code === 'ECONNRESET' || !socket.writable || answering) return void socket.destroy();
+  const answering = (socket as Duplex & { _httpMessage?: { headersSent: boolean; req?: { complete: boolean } } | null })._httpMessage;
+  // The response attached is this request's own while its body is still arriving (a bad chunk, a
+  // body too slow): answered then. Once that request is whole, the refusal is of a later one.
+  const ofAnEarlierRequest = answering !== null && answering !== undefined && (answering.headersSent || answering.req?.complete !== false);
+  if (error.code === 'ECONNRESET' || !socket.writable || ofAnEarlierRequest) return void socket.destroy();
   const json = JSON.stringify(body(code, message));
   socket.end(
     `HTTP/1.1 ${status} ${reason}\r\nContent-Type: application/json; charset=utf-8\r\nContent-Length: ${Buffer.byteLength(json)}\r\nConnection: close\r\n\r\n${json}`,

@@ -9,7 +9,7 @@ import { Backoffs, BackoffStrategy, DelayedError, errorToJSON, Job, Unrecoverabl
 
 import type { RollcallClient } from '../client';
 import { AckCoalescingOptions, Rejected, rejectionIn, Rejections, sharedCoalescer } from './ackCoalescer';
-import { answered, defaultItemIdOf, SUCCESS_REJECTED, watchWorkerOf } from './bullmqFailureWatch';
+import { answered, defaultItemIdOf, HANDED_OVER, SUCCESS_REJECTED, watchWorkerOf } from './bullmqFailureWatch';
 import { CancelCheckOptions, sharedCancelledBatches } from './cancelledBatches';
 import { HandedToChild, isHandedToChild } from './childBatch';
 import { asError, failureMessageOf, IntegrationErrorCode } from './errors';
@@ -235,6 +235,12 @@ function failureOf(thrown: unknown): unknown {
   return thrown === undefined || thrown === null ? new Error(`the handler threw ${String(thrown)}`) : thrown;
 }
 
+/** The failure of a run that handed its item to a child, marked so that no failure watch records the item (HANDED_OVER). */
+function handedOverFailure(job: object, caught: unknown): Error {
+  answered(job);
+  return new Error(`${HANDED_OVER} ${asError(caught).message}`, { cause: caught });
+}
+
 /**
  * A BullMQ processor around `handler`: `new Worker(queue, rollcallProcessor(client, handler), …)`.
  * - The job's item ID comes from `job.data.rollcallItemId` (or `options.itemIdOf(job)`); a job
@@ -334,11 +340,12 @@ export function rollcallProcessor<DataType = any, ResultType = any, NameType ext
       result = toChild ? (returned as HandedToChild<ResultType>).result : (returned as ResultType);
       assertStorable(result, sandboxed);
     } catch (caught) {
+      // The item is the child's to record, whatever BullMQ makes of a result it cannot store.
+      if (toChild) throw handedOverFailure(job, caught);
       const thrown = failureOf(caught);
       const error = asBullmqSeesIt(thrown, sandboxed);
       const givenToBackoff = sandboxed ? error : thrown;
-      // A handler that handed its item to a child (its result then not storable) leaves it to the child, failed or not.
-      if (!toChild && !steersBullmq(error) && (await isLastFailure(job, error, givenToBackoff)) && (await holdsLock(job, token, sandboxed))) {
+      if (!steersBullmq(error) && (await isLastFailure(job, error, givenToBackoff)) && (await holdsLock(job, token, sandboxed))) {
         await ackLastFailure(job, itemId, failureMessageOf(error, thrown));
       }
       throw thrown;

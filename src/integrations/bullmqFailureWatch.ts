@@ -69,8 +69,17 @@ const ANSWERED_RUNS = new WeakSet<object>();
  */
 export const SUCCESS_REJECTED = 'the handler succeeded, but rollcall rejected item';
 
-function rejectedSuccess(job: Job): boolean {
-  return typeof job.failedReason === 'string' && job.failedReason.startsWith(SUCCESS_REJECTED);
+/**
+ * How the failure of a run begins whose handler handed its item to a child batch
+ * (`handedToChild`) and whose job BullMQ then failed (a result it cannot store): the item is the
+ * child's to record, so no watch records it `failed`.
+ */
+export const HANDED_OVER = 'the handler handed its item to a child batch, but';
+
+/** A failure whose item is not the watch's to record: a success rollcall rejected, or an item handed to a child. */
+function notForTheWatch(job: Job): boolean {
+  const reason = job.failedReason;
+  return typeof reason === 'string' && (reason.startsWith(SUCCESS_REJECTED) || reason.startsWith(HANDED_OVER));
 }
 
 /** Marks a run whose failure rollcall has answered for. */
@@ -136,10 +145,10 @@ export function watchFailedJobs<DataType = any, ResultType = any, NameType exten
   };
   /**
    * Acks again a failure of the past; passed over: a job whose itemIdOf throws (reported when it
-   * failed), and one whose success rollcall rejected (SUCCESS_REJECTED).
+   * failed), and one whose item is not the watch's (a success rollcall rejected, an item handed to a child).
    */
   const recordAgain = (job: Job): Promise<unknown> => {
-    if (rejectedSuccess(job)) return Promise.resolve();
+    if (notForTheWatch(job)) return Promise.resolve();
     try {
       itemIdOf(job);
     } catch {
@@ -154,7 +163,7 @@ export function watchFailedJobs<DataType = any, ResultType = any, NameType exten
     // BullMQ sets `finishedOn` only when it moves the job to failed; a job it retries has none.
     if (typeof job.finishedOn !== 'number') return;
     // A sandboxed run marks its own copy of the job, not this one: its rejected success is told by its reason.
-    if (ANSWERED_RUNS.has(job) || rejectedSuccess(job)) return;
+    if (ANSWERED_RUNS.has(job) || notForTheWatch(job)) return;
     // The process stays until this is answered: the job will not run again, and a process left to
     // end after `worker.close()` would otherwise drop it in a pause between tries (its item pending
     // until a watch's look-back, if one comes).

@@ -44,10 +44,11 @@ export interface OpenBatchInput {
  * Opens a batch, adds `count` items, calls `enqueue` with their IDs in chunks of at most 1,000, seals
  * with `expectedItems: count`, and returns the sealed batch (`complete` already if the workers were
  * faster than the seal).
- * - With `parentItem` whose item already has a sealed (or finished) child of `count` items, opened so
+ * - With `parentItem` whose item already has a sealed (or complete) child of `count` items, opened so
  *   by an earlier run of the same job that died before its job completed, that child is returned and
- *   nothing is enqueued: a rerun hands the item to it again (`handedToChild`). A child still open
- *   (a run that died mid-way) is not taken over: the open's `409 item_not_pending` is thrown.
+ *   nothing is enqueued: a rerun hands the item to it again (`handedToChild`). It is looked up among
+ *   the parent's children (the token needs `read`). A child still open (a run that died mid-way) or
+ *   cancelled is not taken over: the open's `409 item_not_pending` is thrown.
  * - IDs are made as they are enqueued: a batch of millions never sits in memory as strings.
  * - Every add carries an Idempotency-Key and is retried on network errors, `408`, `429` and `5xx`: a retry whose
  *   first try was committed makes nothing twice.
@@ -73,11 +74,11 @@ export async function openBatch(client: RollcallClient, input: OpenBatchInput): 
       until: Date.now() + OPEN_WAITS_MS,
     });
   } catch (error) {
-    const earlier = parentItem !== undefined && isItemTaken(error) ? await childStandingFor(client, parentItem) : undefined;
     // An earlier run of the same job or message that opened, filled and sealed this child, then died
     // before its job completed: the rerun takes it over, and enqueues nothing again.
-    if (earlier && earlier.state !== 'open' && earlier.total === count) return earlier;
-    throw error;
+    const earlier = parentItem !== undefined && isItemTaken(error) ? await childStandingFor(client, parentItem).catch(() => undefined) : undefined;
+    if (earlier && (earlier.state === 'sealed' || earlier.state === 'complete') && earlier.total === count) return earlier;
+    throw error; // the open's own refusal, also when the look-up failed (its token may lack `read`)
   }
   const progress = { enqueued: 0 };
   /** Runs one step on the open batch; its failure names the batch (or the caller could not reach it again) and how far enqueue got. */

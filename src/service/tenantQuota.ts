@@ -33,8 +33,9 @@ export interface Reservation {
  * answer was lost with its connection, or that ran past DB_QUERY_TIMEOUT. Its share counts as made
  * until the next read tells (a little early refused, never late); released, the calls after it
  * within the second could pass the quota by it. Anything else made nothing: a refusal of the
- * client's, a duplicate key, a lock not granted, a deadlock, no connection to be had, a read-only
- * server.
+ * client's, a duplicate key, a lock not granted, a deadlock, a pool with no connection to give, a
+ * read-only server. (A connection that could not be made at all keeps the share too: its error is
+ * the driver's, not told from one lost; a little early refused.)
  */
 export function settleFailed(taken: Reservation | undefined, error: unknown): void {
   const cause = error instanceof UnavailableError && !(error instanceof CommitUnconfirmedError) ? error.cause : error;

@@ -73,6 +73,12 @@ describe.each(backends())('the HTTP server (%s)', (_name, backend) => {
       'POST /v1/acks HTTP/1.1\r\nHost: localhost\r\nContent-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n{}',
     ],
     ['a control byte in a header', 400, 'invalid_request', 'GET /v1/batches HTTP/1.1\r\nHost: localhost\r\nX-Bad: a\x01b\r\n\r\n'],
+    [
+      'a chunk size that is not hex, in the body',
+      400,
+      'invalid_request',
+      'POST /v1/acks HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n{}\r\n0\r\n\r\n',
+    ],
   ])("when Node's HTTP parser refuses a request (%s), then the answer is %i %s in the API's error shape", async (_what, status, code, bytes) => {
     const answer = await rawAnswer(bytes);
     expect(answer.status).toBe(status);

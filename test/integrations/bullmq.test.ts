@@ -236,6 +236,29 @@ describeWith(redisUrl).each(backends())('rollcall/bullmq on a real Redis and a r
     expect((await client.failures(parent.id)).failures.map((f) => f.error)).toEqual(['child batch failed']);
   });
 
+  it('when a job hands its item to a child but returns a result BullMQ cannot store, then the job fails and no watch records the item, which waits for its child', async () => {
+    const queue = newQueue();
+    const parent = await produce(queue, 1, { attempts: 1 });
+    let child = '';
+    workers.push(
+      new Worker<TestJobData>(
+        queue.name,
+        rollcallProcessor(client, async (job) => {
+          const opened = await openBatch(client, { count: 1, parentItem: job.data.rollcallItemId, enqueue: () => undefined });
+          child = opened.id;
+          return handedToChild(BigInt(1) as unknown as string);
+        }),
+        { connection, prefix },
+      ),
+    );
+    await settled(queue, 1);
+    const [failed] = await queue.getJobs(['failed']);
+    expect(failed?.failedReason).toMatch(/^the handler handed its item to a child batch, but /);
+    await realSleep(500); // the failure watch (started by the processor) would have acked by now
+    expect(await client.status(parent.id)).toMatchObject({ state: 'sealed', failed: 0, pending: 1 });
+    expect((await client.list({ parent: parent.id })).batches.map((b) => b.id)).toEqual([child]);
+  });
+
   it('when a batch is cancelled mid-run, then the first rejected ack stops its remaining jobs', async () => {
     const queue = newQueue();
     const batch = await produce(queue, 1000);

@@ -155,8 +155,8 @@ describe.each(backends())('rollcall/producer openBatch (%s)', (_name, backend) =
 
   it('when a rerun opens the child its item already has (the earlier run sealed it, then died), then that child is returned and nothing is enqueued again', async () => {
     const parentIds: string[] = [];
-    const parent = await openBatch(client, { count: 3, enqueue: (ids) => void parentIds.push(...ids) });
-    const [sealedFor, openFor, otherFor] = parentIds as [string, string, string];
+    const parent = await openBatch(client, { count: 4, enqueue: (ids) => void parentIds.push(...ids) });
+    const [sealedFor, openFor, otherFor, cancelledFor] = parentIds as [string, string, string, string];
     let enqueued = 0;
     const first = await openBatch(client, { count: 2, parentItem: sealedFor, enqueue: (ids) => void (enqueued += ids.length) });
     const again = await openBatch(client, { count: 2, parentItem: sealedFor.toUpperCase(), enqueue: (ids) => void (enqueued += ids.length) });
@@ -170,7 +170,10 @@ describe.each(backends())('rollcall/producer openBatch (%s)', (_name, backend) =
     expect(await refused(sealedFor, 3)).toMatchObject({ status: 409, code: 'item_not_pending' });
     await client.ack([otherFor]);
     expect(await refused(otherFor, 2)).toMatchObject({ status: 409, code: 'item_not_pending' }); // acked: no child stands for it
-    expect((await client.list({ parent: parent.id })).batches).toHaveLength(2);
+    const cancelled = await openBatch(client, { count: 2, parentItem: cancelledFor, enqueue: () => undefined });
+    await client.cancel(cancelled.id); // its item fails, "child batch cancelled": nothing to hand over
+    expect(await refused(cancelledFor, 2)).toMatchObject({ status: 409, code: 'item_not_pending' });
+    expect((await client.list({ parent: parent.id })).batches).toHaveLength(3);
   });
 
   it('when enqueue is not a function (plain JavaScript), then nothing is opened: a TypeError at once', async () => {
