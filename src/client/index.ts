@@ -221,9 +221,9 @@ export class RollcallClient {
     return this.request('DELETE', `/v1/batches/${pathPart(batchId)}`);
   }
 
-  /** Batches newest first; `parent` lists the children of that batch. */
+  /** Batches newest first; `parent` lists the children of that batch, `parentItem` the child standing for that item (if any). */
   list(
-    query: { state?: BatchState; userKey?: string; parent?: string; limit?: number; cursor?: string } = {},
+    query: { state?: BatchState; userKey?: string; parent?: string; parentItem?: string; limit?: number; cursor?: string } = {},
   ): Promise<{ batches: Batch[]; nextCursor: string | null }> {
     return this.request('GET', `/v1/batches${queryString(query)}`, undefined, { shape: isBatchPage });
   }

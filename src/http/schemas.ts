@@ -161,6 +161,8 @@ export const listQuery = z.strictObject({
     .string()
     .regex(/^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$/, 'must be a UUID')
     .optional(),
+  // The child standing for this item, if any: an item ID, checked by the service as every item ID is.
+  parentItem: z.string().min(1).max(200).optional(),
   limit: queryNumber().pipe(z.number().int().min(1).max(500)).default(50),
   cursor: z.string().min(1).max(200).optional(),
 });

@@ -46,8 +46,8 @@ export interface OpenBatchInput {
  * faster than the seal).
  * - With `parentItem` whose item already has a sealed (or complete) child of `count` items, opened so
  *   by an earlier run of the same job that died before its job completed, that child is returned and
- *   nothing is enqueued: a rerun hands the item to it again (`handedToChild`). It is looked up among
- *   the parent's children (the token needs `read`). A child still open (a run that died mid-way) or
+ *   nothing is enqueued: a rerun hands the item to it again (`handedToChild`). It is looked up by its
+ *   item (`list({ parentItem })`; the token needs `read`). A child still open (a run that died mid-way) or
  *   cancelled is not taken over: the open's `409 item_not_pending` is thrown.
  * - IDs are made as they are enqueued: a batch of millions never sits in memory as strings.
  * - Every add carries an Idempotency-Key and is retried on network errors, `408`, `429` and `5xx`: a retry whose
@@ -116,18 +116,10 @@ const refusedUntried = (error: unknown): boolean =>
 
 const isItemTaken = (error: unknown): boolean => error instanceof RollcallApiError && error.status === 409 && error.code === 'item_not_pending';
 
-/** The child batch standing for `parentItem`, found among its parent's children a page at a time; undefined if none. */
+/** The child batch standing for `parentItem`, if any: one look-up, by the item (the token needs `read`). */
 async function childStandingFor(client: RollcallClient, parentItem: string): Promise<Batch | undefined> {
-  const item = parentItem.toLowerCase();
-  const parent = item.slice(0, item.indexOf(':'));
-  let cursor: string | undefined;
-  do {
-    const page = await withRetries(() => client.list({ parent, limit: 500, ...(cursor === undefined ? {} : { cursor }) }));
-    const found = page.batches.find((batch) => batch.parentItem === item);
-    if (found) return found;
-    cursor = page.nextCursor ?? undefined;
-  } while (cursor !== undefined);
-  return undefined;
+  const page = await withRetries(() => client.list({ parentItem, limit: 1 }));
+  return page.batches.find((batch) => batch.parentItem === parentItem.toLowerCase());
 }
 
 /** How long an open waits out rollcall's refusals at most before it throws the last. */

@@ -2,7 +2,7 @@ import { toBatchView } from '../contract/batchView';
 import { BatchView } from '../contract/responses';
 import { BatchState, Caller } from '../domain/batch';
 import { InvalidRequestError } from '../domain/errors';
-import { isUuid } from '../domain/itemId';
+import { formatItemId, isUuid, parseItemId } from '../domain/itemId';
 import { listBatches as listBatchRows } from '../store/batches';
 import { ServiceDeps } from './deps';
 import { findExistingBatch } from './existingBatch';
@@ -18,6 +18,8 @@ export interface ListInput {
   userKey?: string;
   /** Only the children of this batch. */
   parent?: string;
+  /** Only the child standing for this item (at most one). */
+  parentItem?: string;
   limit: number;
   cursor?: string;
 }
@@ -41,15 +43,24 @@ function decodeCursor(cursor: string): string {
   return id;
 }
 
+/** An item ID as children store it (lower case), so any spelling of it finds its child. */
+function canonicalItemId(itemId: string): string {
+  const ref = parseItemId(itemId);
+  if (!ref) throw new InvalidRequestError('query.parentItem: must be an item ID <batchId>:<groupId>:<index>');
+  return formatItemId(ref);
+}
+
 /** Batches newest first (id order = creation order), filtered, paged by an opaque cursor. */
 export async function listBatchPage(deps: ServiceDeps, caller: Caller, input: ListInput): Promise<BatchPage> {
   const beforeId = input.cursor === undefined ? undefined : decodeCursor(input.cursor);
+  const parentItem = input.parentItem === undefined ? undefined : canonicalItemId(input.parentItem);
   const found = await reading(() =>
     listBatchRows(deps.db, {
       tenant: caller.tenant,
       state: input.state,
       userKey: input.userKey,
       parentBatchId: input.parent?.toLowerCase(),
+      parentItem,
       beforeId,
       limit: input.limit + 1,
     }),

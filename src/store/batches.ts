@@ -205,6 +205,8 @@ export interface BatchFilter {
   userKey?: string;
   /** Only the children of this batch. */
   parentBatchId?: string;
+  /** Only the child standing for this item (unique, so at most one row). */
+  parentItem?: string;
   /** Only batches created before this one (ids are UUIDv7, so id order is creation order). */
   beforeId?: string;
   limit: number;
@@ -216,6 +218,9 @@ export async function listBatches(q: Queryable, filter: BatchFilter): Promise<Ba
   if (filter.state) query.where('state', filter.state);
   if (filter.userKey !== undefined) query.where('user_key', filter.userKey);
   if (filter.parentBatchId !== undefined) query.where('parent_batch_id', filter.parentBatchId);
+  // With its parent's id too: Citus has no index on parent_item alone (migration 0014), and
+  // (parent_batch_id, id) narrows the scan to the parent's children on every store.
+  if (filter.parentItem !== undefined) query.where('parent_batch_id', filter.parentItem.slice(0, 36)).where('parent_item', filter.parentItem);
   if (filter.beforeId) query.where('id', '<', filter.beforeId);
   return ((await query) as BatchRow[]).map(batchFromRow);
 }

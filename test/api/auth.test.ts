@@ -96,6 +96,9 @@ describe.each(backends())('authentication and tenants (%s)', (_name, backend) =>
     expect(ack.body.rejected.map((r: { reason: string }) => r.reason)).toEqual(['unknown_batch', 'unknown_batch', 'unknown_batch']);
     const list = await api.get('/v1/batches?limit=500').set('Authorization', beta);
     expect(list.body.batches.map((b: { id: string }) => b.id)).not.toContain(id);
+    const child = await acmeProducer.open({ parentItem: ids[0]! });
+    expect((await api.get(`/v1/batches?parentItem=${ids[0]}`).set('Authorization', beta)).body.batches).toEqual([]);
+    expect((await acmeProducer.list({ parentItem: ids[0]! })).batches.map((b) => b.id)).toEqual([child.id]);
     expect((await api.get(`/v1/batches/${id}`).set('Authorization', producer)).body).toMatchObject({ total: 3, succeeded: 0 });
   });
 

@@ -37,6 +37,22 @@ describe.each(backends())('nested batches (%s)', (_name, backend) => {
     expect((await svc.api.get('/v1/batches?parent=nope')).status).toBe(400);
   });
 
+  it('when the child of one item is asked for, then that child alone, by any spelling of the item; none for an item without one', async () => {
+    const parent = await batch(3);
+    const child = (await svc.api.post('/v1/batches').send({ parentItem: parent.ids[1] })).body;
+    await svc.api.post('/v1/batches').send({ parentItem: parent.ids[2] });
+    const childOf = async (query: string) => (await svc.api.get(`/v1/batches?${query}`)).body.batches.map((b: { id: string }) => b.id);
+    expect(await childOf(`parentItem=${parent.ids[1]}`)).toEqual([child.id]);
+    expect(await childOf(`parentItem=${parent.ids[1]!.toUpperCase()}&parent=${parent.id}`)).toEqual([child.id]);
+    expect(await childOf(`parentItem=${parent.ids[0]}`)).toEqual([]);
+    expect(await childOf(`parentItem=${parent.ids[1]}&parent=${MISSING}`)).toEqual([]);
+    expect(await childOf(`parentItem=${parent.ids[1]}&state=sealed`)).toEqual([]);
+    for (const bad of ['nope', `${parent.id}:0`, `${parent.ids[1]}x`]) {
+      const res = await svc.api.get(`/v1/batches?parentItem=${encodeURIComponent(bad)}`);
+      expect([bad, res.status, res.body.error?.code, res.body.error?.message]).toEqual([bad, 400, 'invalid_request', expect.stringContaining('parentItem')]);
+    }
+  });
+
   it('when parentItem is malformed, unknown, not pending or taken, then 400, 404 or 409, and no batch', async () => {
     const parent = await batch(3);
     await svc.api.post('/v1/acks').send({ ids: [parent.ids[1]] });
