@@ -18,6 +18,7 @@ import * as m0015 from './0015_text_in_utf8mb4';
 import * as m0016 from './0016_index_outbox_by_event';
 import * as m0017 from './0017_index_outbox_for_shares';
 import * as m0018 from './0018_index_batches_by_tenant_state';
+import * as m0019 from './0019_outbox_first_attempt';
 
 export interface Migration {
   up(knex: Knex): Promise<void>;
@@ -47,4 +48,5 @@ export const migrations: ReadonlyArray<readonly [name: string, migration: Migrat
   ['0016_index_outbox_by_event', m0016],
   ['0017_index_outbox_for_shares', m0017],
   ['0018_index_batches_by_tenant_state', m0018],
+  ['0019_outbox_first_attempt', m0019],
 ];

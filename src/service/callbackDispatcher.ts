@@ -158,7 +158,9 @@ export class CallbackDispatcher {
         this.deps.observe.delivery('delivered');
         return;
       }
-      const giveUp = now - event.createdAt >= this.options.maxAgeMs;
+      // From its first attempt: an event held back behind another, or untried while no replica
+      // ran, gets the whole CALLBACK_MAX_AGE of retries once it may be sent.
+      const giveUp = now - (event.firstAttemptAt ?? event.createdAt) >= this.options.maxAgeMs;
       await markFailed(this.deps.db, event.id, this.claim, error, giveUp ? null : now + retryDelay(this.options.backoff, event.attempts));
       this.deps.observe.delivery(giveUp ? 'dead' : 'failed');
       this.deps.log.warn({ eventId: event.id, batchId: event.batchId, attempts: event.attempts, error, giveUp }, 'callback delivery failed');

@@ -19,6 +19,8 @@ export interface OutboxEvent {
   attempts: number;
   nextAttemptAt: number;
   lastAttemptAt: number | null;
+  /** When it was first tried: CALLBACK_MAX_AGE counts from here (migration 0019). */
+  firstAttemptAt: number | null;
   lastError: string | null;
   deliveredAt: number | null;
   createdAt: number;
@@ -37,6 +39,7 @@ interface OutboxRow {
   next_attempt_at: number | string;
   claim: string | null;
   last_attempt_at: number | string | null;
+  first_attempt_at: number | string | null;
   last_error: string | null;
   delivered_at: number | string | null;
   created_at: number | string;
@@ -56,6 +59,7 @@ const fromRow = (row: OutboxRow): OutboxEvent => ({
   attempts: Number(row.attempts),
   nextAttemptAt: Number(row.next_attempt_at),
   lastAttemptAt: orNull(row.last_attempt_at),
+  firstAttemptAt: orNull(row.first_attempt_at),
   lastError: row.last_error,
   deliveredAt: orNull(row.delivered_at),
   createdAt: Number(row.created_at),
@@ -197,7 +201,13 @@ export async function claimEvents(q: Queryable, ids: string[], claim: string, no
     .whereIn('id', ids)
     .where('status', 'pending')
     .where('next_attempt_at', '<=', now)
-    .update({ claim, next_attempt_at: now + leaseMs, attempts: q.raw('attempts + 1'), last_attempt_at: now });
+    .update({
+      claim,
+      next_attempt_at: now + leaseMs,
+      attempts: q.raw('attempts + 1'),
+      last_attempt_at: now,
+      first_attempt_at: q.raw('COALESCE(first_attempt_at, ?)', [now]),
+    });
   const rows = (await q('outbox')
     .whereIn('id', ids)
     .where('claim', claim)

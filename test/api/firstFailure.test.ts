@@ -78,6 +78,25 @@ describe.each(backends())('the batch.first_failure event (%s)', (_name, backend)
     expect(receiver.deliveries[1]!.receivedAt).toBeGreaterThanOrEqual(receiver.deliveries[0]!.answered!.at);
   });
 
+  it('when batch.completed waited behind a first_failure that was given up, then it gets its own retries, not one try', async () => {
+    const { id, ids } = await batchWithCallback(2);
+    receiver.fallback = 500;
+    await svc.api.post('/v1/acks').send({ ids: [ids[0]], outcome: 'failed', error: 'e' });
+    await svc.rollcall.dispatcher.deliverDue();
+    await svc.api.post('/v1/acks').send({ ids: [ids[1]] }); // batch.completed, held behind the failing first_failure
+    svc.clock.now += 3_600_000; // past CALLBACK_MAX_AGE for both: the first_failure's next failure gives it up
+    await svc.rollcall.dispatcher.deliverDue();
+    const statuses = async () =>
+      (await svc.api.get(`/v1/batches/${id}/events`)).body.events.map((e: { event: string; status: string }) => `${e.event} ${e.status}`);
+    expect(receiver.deliveries.map(eventOf)).toEqual(['batch.first_failure', 'batch.first_failure', 'batch.completed']);
+    expect(await statuses()).toEqual(['batch.first_failure dead', 'batch.completed pending']);
+    receiver.fallback = 200; // the receiver is back: the held event's retry reaches it
+    svc.clock.now += 60_000;
+    await svc.rollcall.dispatcher.deliverDue();
+    expect(receiver.deliveries.map(eventOf)).toEqual(['batch.first_failure', 'batch.first_failure', 'batch.completed', 'batch.completed']);
+    expect(await statuses()).toEqual(['batch.first_failure dead', 'batch.completed delivered']);
+  });
+
   it('when a batch whose first_failure is dead completes, then batch.completed still goes', async () => {
     receiver.script = [500];
     const { ids } = await batchWithCallback(2);

@@ -51,6 +51,41 @@ describe.each(backends())('migrations (%s)', (_name, backend) => {
     }
   });
 
+  it('when 0019 comes to an outbox with events, then those tried and still pending keep their creation as the start of their age', async () => {
+    const database = await backend.create();
+    const db = openDb(database.config);
+    try {
+      await migrateLatest(db);
+      const m0019 = migrations.find(([name]) => name === '0019_outbox_first_attempt')![1];
+      await m0019.down(db);
+      const event = (id: string, status: string, attempts: number) => ({
+        id,
+        batch_id: '0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b',
+        tenant: '',
+        host: 'h',
+        event: 'batch.completed',
+        url: 'http://h/',
+        payload: '{}',
+        status,
+        attempts,
+        next_attempt_at: 5,
+        created_at: 1000 + attempts,
+      });
+      await db('outbox').insert([event('a', 'pending', 0), event('b', 'pending', 2), event('c', 'dead', 3), event('d', 'delivered', 1)]);
+      await m0019.up(db);
+      const rows = await db('outbox').select('id', 'first_attempt_at').orderBy('id');
+      expect(rows.map((r: { id: string; first_attempt_at: unknown }) => [r.id, r.first_attempt_at === null ? null : Number(r.first_attempt_at)])).toEqual([
+        ['a', null],
+        ['b', 1002],
+        ['c', null],
+        ['d', null],
+      ]);
+    } finally {
+      await db.destroy();
+      await database.drop();
+    }
+  });
+
   it('when migrations run again and again beside other work, then each finishes at once: none waits for a lock a finished one left', async () => {
     // Behind a pooler in transaction mode a session's lock stays with the server session that took
     // it, which the pooler lends to whoever comes next; an unlock sent later may reach another one.
