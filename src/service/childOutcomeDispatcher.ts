@@ -3,6 +3,7 @@ import { randomUUID } from 'node:crypto';
 import { AckCall, callFromIds } from '../domain/ackCall';
 import { retryDelay } from '../domain/delivery';
 import { toError } from '../domain/errors';
+import { UUID_LENGTH } from '../domain/itemId';
 import { ChildOutcome, claimDueChildOutcomes, deleteChildOutcome, retryChildOutcomeLater } from '../store/childOutcomes';
 import { inTransaction } from '../store/transaction';
 import { ackItems } from './ackItems';
@@ -47,31 +48,28 @@ export class ChildOutcomeDispatcher {
   }
 
   /**
-   * Acks the parent items of `rows` in one transaction; if it fails, each alone, so that one parent
-   * that cannot be acked now puts off only its own child's outcome, not the hundred claimed with it
-   * (other tenants' among them). Returns the failures; their rows are retried later.
+   * Acks the parent items of `rows`, one transaction for each parent batch: a transaction that spans
+   * parents would hold one parent's row (other tenants' among them) while it waits up to LOCK_TIMEOUT
+   * for another's that is held, delaying every ack of the first. A parent that cannot be acked now
+   * puts off only its own children's outcomes. Returns the failures; their rows are retried later.
    */
   private async ackParents(rows: ChildOutcome[]): Promise<Error[]> {
-    try {
-      await ackItems(this.deps, rows.map(parentAck));
-      await this.cleared(rows);
-      return [];
-    } catch {
-      const failed: Error[] = [];
-      for (const row of rows) {
-        try {
-          await ackItems(this.deps, [parentAck(row)]);
-          await this.cleared([row]);
-        } catch (caught) {
-          const error = toError(caught);
-          this.deps.log.warn({ err: error, child: row.batchId, parentItem: row.parentItem }, 'acking a parent item failed; will retry');
+    const failed: Error[] = [];
+    for (const children of byParentBatch(rows)) {
+      try {
+        await ackItems(this.deps, children.map(parentAck));
+        await this.cleared(children);
+      } catch (caught) {
+        const error = toError(caught);
+        this.deps.log.warn({ err: error, parentItems: children.map((row) => row.parentItem) }, 'acking parent items failed; will retry');
+        for (const row of children) {
           const later = this.deps.now() + retryDelay({ baseMs: 1000, capMs: 60_000 }, row.attempts);
           await retryChildOutcomeLater(this.deps.db, row.batchId, this.claim, later);
-          failed.push(error);
         }
+        failed.push(error);
       }
-      return failed;
     }
+    return failed;
   }
 
   /**
@@ -81,4 +79,16 @@ export class ChildOutcomeDispatcher {
   private async cleared(rows: ChildOutcome[]): Promise<void> {
     for (const row of rows) await deleteChildOutcome(this.deps.db, row.batchId, this.claim);
   }
+}
+
+/** Rows grouped by their parent item's batch, in the order first seen. */
+function byParentBatch(rows: ChildOutcome[]): ChildOutcome[][] {
+  const groups = new Map<string, ChildOutcome[]>();
+  for (const row of rows) {
+    const parent = row.parentItem.slice(0, UUID_LENGTH);
+    const group = groups.get(parent);
+    if (group) group.push(row);
+    else groups.set(parent, [row]);
+  }
+  return [...groups.values()];
 }

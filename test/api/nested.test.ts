@@ -1,10 +1,10 @@
 import { Knex } from 'knex';
 
 import { countChildOutcomes } from '../../src/store/childOutcomes';
-import { backends, describeEachOrSkip, serverBackends } from '../helpers/backends';
+import { backends, describeEachOrSkip, isPostgresBackend, serverBackends } from '../helpers/backends';
 import { BatchSetup, batchWith } from '../helpers/batches';
 import { Delivery, Receiver } from '../helpers/receiver';
-import { holdBatchRow, otherConnections } from '../helpers/rowLocks';
+import { holdBatchRow, otherConnections, untilLockWaited } from '../helpers/rowLocks';
 import { startReplica, startService, TestApp, TestService } from '../helpers/service';
 
 const MISSING = '0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b';
@@ -250,6 +250,33 @@ describeEachOrSkip(serverBackends())('nested batches whose parent row another co
     await holder.destroy();
     await svc.stop();
   });
+
+  it('when one parent is held while children of two parents finish, then the other parent’s row is not held while the first is waited for', async () => {
+    const free = await batchWith(svc.client, 2); // made first: its id sorts first, so a transaction locking both takes it first
+    const held = await batchWith(svc.client, 1);
+    await batchWith(svc.client, 1, { parentItem: free.ids[0] }).then((child) => svc.api.post('/v1/acks').send({ ids: child.ids }));
+    await batchWith(svc.client, 1, { parentItem: held.ids[0] }).then((child) => svc.api.post('/v1/acks').send({ ids: child.ids }));
+    const prober = otherConnections(svc.database, 1);
+    const release = await holdBatchRow(holder, held.id);
+    try {
+      const delivering = svc.rollcall.childOutcomes.deliverDue().catch((error: unknown) => error);
+      await untilLockWaited(prober, isPostgresBackend(backend.name));
+      // Another replica's ack of the free parent would wait here for LOCK_TIMEOUT if its row were held.
+      const probe = await prober.raw(`SELECT id FROM batches WHERE id = ? FOR UPDATE NOWAIT`, [free.id]).then(
+        () => 'free',
+        (error: { message: string }) => error.message,
+      );
+      expect(probe).toBe('free');
+      expect(await delivering).toMatchObject({ code: 'unavailable' });
+      expect((await svc.api.get(`/v1/items/${free.ids[0]}`)).body.state).toBe('succeeded');
+    } finally {
+      await release();
+      await prober.destroy();
+    }
+    svc.clock.now += 120_000; // past the retry's delay: the held parent's item gets its outcome too
+    expect(await svc.rollcall.childOutcomes.deliverDue()).toBe(1);
+    expect((await svc.api.get(`/v1/items/${held.ids[0]}`)).body.state).toBe('succeeded');
+  }, 30_000);
 
   it('when one parent cannot be acked now, then the other children’s outcomes still reach their parents, and its own later', async () => {
     const held = await batchWith(svc.client, 1);
