@@ -58,6 +58,11 @@ export async function migrateLatest(db: Db): Promise<string[]> {
       db,
       (unlimited) =>
         withMigrationLock(unlimited, async () => {
+          // Ours is the only migrator now, so knex's own flag, if set, was left by one that died: on
+          // MySQL/MariaDB the first DDL statement commits the flag with it, and a migrator killed
+          // mid-migration (or one whose connection died before it could clear it) left it set, so
+          // every later start failed "Migration table is already locked" until it was cleared by hand.
+          await unlimited.migrate.forceFreeMigrationsLock(migratorOf(unlimited));
           const [, applied] = (await unlimited.migrate.latest(migratorOf(unlimited))) as [number, string[]];
           return applied;
         }),

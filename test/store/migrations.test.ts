@@ -190,6 +190,22 @@ describe.each(backends())('migrations (%s)', (_name, backend) => {
     }
   });
 
+  it("when a migrator died mid-migration with knex's own lock flag committed (MySQL's DDL commits it), then the next migrates", async () => {
+    const database = await backend.create();
+    const db = openDb(database.config);
+    try {
+      await migrateLatest(db);
+      await migrateRollbackAll(db); // pending migrations again, the migrations tables kept
+      await db('rollcall_migrations_lock').update({ is_locked: 1 });
+      expect((await migrateLatest(db)).length).toBe(migrations.length);
+      expect(await migrationsCurrent(db)).toBe(true);
+      expect((await db('rollcall_migrations_lock').select('is_locked')).map((row: { is_locked: unknown }) => Number(row.is_locked))).toEqual([0]);
+    } finally {
+      await db.destroy();
+      await database.drop();
+    }
+  });
+
   it('when the schema is current and a replica killed while starting left a fresh lock row, then the next starts at once', async () => {
     const database = await backend.create();
     const db = openDb(database.config);
