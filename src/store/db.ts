@@ -79,7 +79,9 @@ const run = (conn: MysqlSession, sql: string, values: unknown[] = []) =>
   new Promise<unknown>((resolve, reject) => conn.query(sql, values, (error, rows) => (error ? reject(error) : resolve(rows))));
 
 /**
- * Every MySQL session: the safe sql_mode; row locks (innodb_lock_wait_timeout) and table/metadata
+ * Every MySQL session: autocommit on (a server that starts sessions with it off, by my.cnf or
+ * init_connect, left every write made outside a transaction uncommitted: a batch answered 201 that
+ * no other connection saw, and lost with its connection); the safe sql_mode; row locks (innodb_lock_wait_timeout) and table/metadata
  * locks (lock_wait_timeout: LOCK TABLES, FLUSH TABLES WITH READ LOCK, an ALTER's end) both end at
  * LOCK_TIMEOUT, with 1205; locking reads read the newest row (locksReadNewestRows); abandoned
  * transactions end at the server (endsAbandonedTransactions);
@@ -87,7 +89,7 @@ const run = (conn: MysqlSession, sql: string, values: unknown[] = []) =>
  */
 async function prepareMysqlSession(conn: MysqlSession, config: DbConfig, causalReads: boolean): Promise<void> {
   const seconds = lockWaitSeconds(config.LOCK_TIMEOUT);
-  await run(conn, 'SET SESSION sql_mode = ?, innodb_lock_wait_timeout = ?, lock_wait_timeout = ?', [SAFE_SQL_MODE, seconds, seconds]);
+  await run(conn, 'SET SESSION sql_mode = ?, innodb_lock_wait_timeout = ?, lock_wait_timeout = ?, autocommit = 1', [SAFE_SQL_MODE, seconds, seconds]);
   await readsCommitted(conn);
   await locksReadNewestRows(conn);
   if (config.DB_QUERY_TIMEOUT > 0) await endsAbandonedTransactions(conn, config.DB_QUERY_TIMEOUT);
