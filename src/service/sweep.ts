@@ -10,7 +10,12 @@ export interface SweepOptions {
   completedRetentionMs: number;
   /** Batches removed per transaction, so acks are never blocked for long. */
   chunk: number;
+  /** A sweep ends once it has passed over this many candidates (default MAX_PASSED_OVER). */
+  maxPassedOver?: number;
 }
+
+/** Candidates one sweep may pass over before it ends, leaving the rest to the next. */
+export const MAX_PASSED_OVER = 10_000;
 
 export interface SweepResult {
   batchesRemoved: number;
@@ -47,5 +52,9 @@ async function sweepChunks(deps: ServiceDeps, db: Db, options: SweepOptions): Pr
     for (const id of chunk.passedOver) passedOver.add(id);
     // Each chunk removes a batch or passes one over for good, so this ends.
     if (chunk.locked.length === 0 && chunk.passedOver.length === 0) return total;
+    // Replicas sweeping one backlog together pass over each other's chunks, half the backlog each:
+    // the ids left out go in every candidate read, past what a statement may bind. The next sweep
+    // starts afresh with the rest.
+    if (passedOver.size >= (options.maxPassedOver ?? MAX_PASSED_OVER)) return total;
   }
 }

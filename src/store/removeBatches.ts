@@ -113,9 +113,20 @@ async function hasPendingEvent(trx: Knex.Transaction, id: string): Promise<boole
   return pending.length > 0;
 }
 
+/**
+ * Ids bound in one statement at most: SWEEP_CHUNK may be 100,000, past what a statement may bind
+ * (PostgreSQL 65,535 parameters, SQLite 32,766), which failed every sweep so nothing was removed.
+ */
+const IDS_PER_STATEMENT = 1000;
+
 /** Deletes the batches (rows this transaction holds) with their groups; returns the group count. */
 export async function deleteBatchesWithGroups(trx: Knex.Transaction, batchIds: string[]): Promise<number> {
-  if (batchIds.length === 0) return 0;
+  let groups = 0;
+  for (let at = 0; at < batchIds.length; at += IDS_PER_STATEMENT) groups += await deleteSlice(trx, batchIds.slice(at, at + IDS_PER_STATEMENT));
+  return groups;
+}
+
+async function deleteSlice(trx: Knex.Transaction, batchIds: string[]): Promise<number> {
   const groups = await trx('item_groups').whereIn('batch_id', batchIds).delete();
   await trx('add_requests').whereIn('batch_id', batchIds).delete();
   await trx('failure_reasons').whereIn('batch_id', batchIds).delete();

@@ -1,5 +1,10 @@
+import { randomUUID } from 'node:crypto';
+
 import { Knex } from 'knex';
 
+import { sweepOnce } from '../../src/service/sweep';
+import { deleteBatchesWithGroups } from '../../src/store/removeBatches';
+import { inTransaction } from '../../src/store/transaction';
 import { backends, describeEachOrSkip, serverBackends } from '../helpers/backends';
 import { batchWith } from '../helpers/batches';
 import { Receiver } from '../helpers/receiver';
@@ -186,4 +191,36 @@ describeEachOrSkip(serverBackends())('sweeping past batches another connection h
     }
     expect(await svc.api.post('/v1/admin/sweep').then((r) => r.body)).toEqual({ batchesRemoved: 2, groupsRemoved: 2 });
   });
+
+  it('when a sweep has passed over its most candidates, then it ends there, and the next sweep removes the rest', async () => {
+    const stale = [];
+    for (let i = 0; i < 5; i++) {
+      stale.push(await batchWith(svc.client, 1, { sealed: false }));
+      svc.clock.now += 1000;
+    }
+    svc.clock.now += 2 * DAY;
+    const releases = [await holdBatchRow(holder, stale[0]!.id), await holdBatchRow(holder, stale[1]!.id)];
+    const sweep = () => sweepOnce(svc.rollcall.deps, { openBatchTtlMs: DAY, completedRetentionMs: DAY, chunk: 2, maxPassedOver: 2 });
+    try {
+      expect(await sweep()).toEqual({ batchesRemoved: 0, groupsRemoved: 0 }); // its first chunk passed over two: it ends
+    } finally {
+      for (const release of releases) await release();
+    }
+    expect(await sweep()).toEqual({ batchesRemoved: 5, groupsRemoved: 5 });
+  });
+});
+
+describe.each(backends())('removing more batches than one statement may bind (%s)', (_name, backend) => {
+  let svc: TestService;
+  beforeAll(async () => {
+    svc = await startService(backend);
+  });
+  afterAll(() => svc.stop());
+
+  it('when a chunk of 70,000 batches is deleted (SWEEP_CHUNK may be 100,000), then its statements stay within the bind limits', async () => {
+    const { id } = await batchWith(svc.client, 3);
+    const ids = [id, ...Array.from({ length: 70_000 }, () => randomUUID())];
+    expect(await inTransaction(svc.rollcall.db, svc.rollcall.deps.tx, (trx) => deleteBatchesWithGroups(trx, ids))).toBe(1);
+    expect((await svc.api.get(`/v1/batches/${id}`)).status).toBe(404);
+  }, 60_000);
 });
