@@ -79,10 +79,18 @@ export async function withMigrationLock<T>(db: Db, work: () => Promise<T>, optio
     Math.max(1000, options.staleMs / 4),
   );
   refresh.unref();
+  let result: T;
   try {
-    return await work();
-  } finally {
+    result = await work();
+  } catch (error) {
     clearInterval(refresh);
-    await db(TABLE).where({ id: 1, owner }).delete();
+    // The migration's own error is the one to report; a row left behind is broken once stale.
+    await release(db, owner).catch(() => undefined);
+    throw error;
   }
+  clearInterval(refresh);
+  await release(db, owner);
+  return result;
 }
+
+const release = (db: Db, owner: string) => db(TABLE).where({ id: 1, owner }).delete();

@@ -244,4 +244,19 @@ describe.each(backends())('migrations (%s)', (_name, backend) => {
       await database.drop();
     }
   });
+
+  it('when a migration fails and the lock cannot be released either, then the migration’s own error is the one thrown', async () => {
+    const database = await backend.create();
+    const db = openDb(database.config);
+    try {
+      const failing = withMigrationLock(db, async () => {
+        await db.schema.dropTable('rollcall_migration_lock'); // the release's delete fails now
+        throw new Error('the migration failed');
+      });
+      await expect(failing).rejects.toThrow('the migration failed');
+    } finally {
+      await db.destroy();
+      await database.drop();
+    }
+  });
 });
