@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 
 import { BackoffPolicy, retryDelay, signBody } from '../domain/delivery';
+import { toError } from '../domain/errors';
 import { Claimant, heldToFairShare, loadOf, pickFairly, saturated, ShareLimits } from '../domain/fairShare';
 import { Queryable } from '../store/db';
 import { claimEvents, DueEvent, dueEvents, markDelivered, markFailed, OutboxEvent } from '../store/outbox';
@@ -150,7 +151,9 @@ export class CallbackDispatcher {
       this.deps.log.warn({ eventId: event.id, batchId: event.batchId }, 'callback claim outlasted its lease; the event will be retried');
       return;
     }
-    const error = await this.post(event.url, this.headersFor(event), event.payload, timeoutMs);
+    // A poster that throws (an embedder's own, or node refusing the stored URL) is a failed attempt:
+    // its rejection went unhandled, and ended the process.
+    const error = await this.post(event.url, this.headersFor(event), event.payload, timeoutMs).catch((caught: unknown) => `failed: ${toError(caught).message}`);
     const now = this.deps.now();
     try {
       if (error === null) {

@@ -1,6 +1,7 @@
 import { Knex } from 'knex';
 
 import { verifySignature } from '../../src/domain/delivery';
+import { PostCallback } from '../../src/service/postCallback';
 import { backends, describeEachOrSkip, serverBackends } from '../helpers/backends';
 import { batchWith } from '../helpers/batches';
 import { realSleep } from '../helpers/realTime';
@@ -115,6 +116,28 @@ describe.each(backends())('completion callbacks (%s)', (_name, backend) => {
     expect(event).toMatchObject({ status: 'dead', attempts: 2, lastError: 'http 503', nextAttemptAt: null });
     svc.clock.now += 3_600_000;
     expect(await svc.rollcall.dispatcher.deliverDue()).toBe(0);
+  });
+
+  it('when the way callbacks are sent throws, then the attempt is recorded failed and retried, and the process goes on', async () => {
+    const posted: string[] = [];
+    const throwsOnce: PostCallback = async (url) => {
+      posted.push(url);
+      if (posted.length === 1) throw new TypeError('a poster that throws');
+      return null;
+    };
+    const own = await startService(backend, { CALLBACK_BACKOFF_BASE: '1s' }, { postCallback: throwsOnce });
+    try {
+      const { id } = await batchWith(own.client, 0, { callbackUrl: receiver.url });
+      await own.rollcall.dispatcher.deliverDue();
+      let [event] = (await own.api.get(`/v1/batches/${id}/events`)).body.events;
+      expect(event).toMatchObject({ status: 'pending', attempts: 1, lastError: 'failed: a poster that throws' });
+      own.clock.now += 60_000;
+      await own.rollcall.dispatcher.deliverDue();
+      [event] = (await own.api.get(`/v1/batches/${id}/events`)).body.events;
+      expect(event).toMatchObject({ status: 'delivered', attempts: 2 });
+    } finally {
+      await own.stop();
+    }
   });
 
   it('when the receiver is unreachable, then the network error is recorded and retried', async () => {

@@ -2,7 +2,7 @@ import request from 'supertest';
 
 import { RollcallClient } from '../../src/client';
 import { createServer } from '../../src/http/server';
-import { createRollcall, Rollcall } from '../../src/rollcall';
+import { createRollcall, Rollcall, RollcallOptions } from '../../src/rollcall';
 import { Backend, TestDatabase } from './backends';
 import { listen } from './listening';
 import { TcpProxy } from './tcpProxy';
@@ -44,10 +44,10 @@ export interface TestService extends TestApp {
 }
 
 /** Starts the app in-process on its own fresh database. */
-export async function startService(backend: Backend, env: Record<string, string> = {}): Promise<TestService> {
+export async function startService(backend: Backend, env: Record<string, string> = {}, options: Omit<RollcallOptions, 'now'> = {}): Promise<TestService> {
   const database = await backend.create(env);
   const clock = { now: Date.UTC(2026, 10, 21, 12, 0, 0) };
-  const app = await serve(await createRollcall(database.config, { now: () => clock.now }));
+  const app = await serve(await createRollcall(database.config, { ...options, now: () => clock.now }));
   return {
     ...app,
     database,
