@@ -8,9 +8,12 @@ import { Knex } from 'knex';
  * start, as before.
  */
 export async function up(knex: Knex): Promise<void> {
-  await knex.schema.alterTable('outbox', (t) => {
-    t.bigInteger('first_attempt_at').nullable();
-  });
+  // On MySQL/MariaDB the ALTER commits alone: a run whose UPDATE then failed (a lock wait past
+  // LOCK_TIMEOUT on a busy outbox) is run again, and must find the column there, not fail on it.
+  if (!(await knex.schema.hasColumn('outbox', 'first_attempt_at')))
+    await knex.schema.alterTable('outbox', (t) => {
+      t.bigInteger('first_attempt_at').nullable();
+    });
   await knex('outbox')
     .where('status', 'pending')
     .where('attempts', '>', 0)
