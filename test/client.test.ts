@@ -171,6 +171,21 @@ describe.each(backends())('the TypeScript client and the CLI against a real serv
     expect(await patient.status(batch.id)).toMatchObject({ id: batch.id, state: 'open' });
   });
 
+  it('when the wall clock steps an hour back while waitForCompletion waits, then it still ends at its timeoutMs', async () => {
+    const batch = await client.open();
+    await client.addItems(batch.id, 1);
+    await client.seal(batch.id);
+    const realNow = Date.now;
+    const stepped = jest.spyOn(Date, 'now');
+    try {
+      const waiting = client.waitForCompletion(batch.id, { timeoutMs: 1000 });
+      stepped.mockImplementation(() => realNow() - 3_600_000); // NTP steps the clock back
+      expect((await waiting).state).toBe('sealed'); // not an hour later
+    } finally {
+      stepped.mockRestore();
+    }
+  }, 10_000);
+
   it('when a wait times out, then the batch comes back in its current state', async () => {
     const batch = await client.open();
     await client.addItems(batch.id, 1);

@@ -288,21 +288,22 @@ export class RollcallClient {
     const { signal } = options;
     const limit = options.timeoutMs ?? 60_000;
     const retry = retryPolicyOf(options.retry);
-    const deadline = Date.now() + (Number.isNaN(limit) ? 0 : limit);
+    // Monotonic: a wall-clock step (NTP) neither ends the wait at once nor stretches it.
+    const deadline = performance.now() + (Number.isNaN(limit) ? 0 : limit);
     for (let failures = 0; ;) {
       signal?.throwIfAborted();
       let batch: Batch;
       try {
-        batch = await this.waitOnce(batchId, Math.max(0, deadline - Date.now()), signal);
+        batch = await this.waitOnce(batchId, Math.max(0, deadline - performance.now()), signal);
       } catch (error) {
         signal?.throwIfAborted();
         failures += 1;
-        if (failures >= retry.attempts || !isTransient(error) || isTimeLimit(error) || Date.now() >= deadline) throw error;
-        await pause(Math.min(retryDelayMs(retry, failures, error), timerMs(deadline - Date.now())), signal);
+        if (failures >= retry.attempts || !isTransient(error) || isTimeLimit(error) || performance.now() >= deadline) throw error;
+        await pause(Math.min(retryDelayMs(retry, failures, error), timerMs(deadline - performance.now())), signal);
         continue;
       }
       failures = 0;
-      if (batch.state === 'complete' || batch.state === 'cancelled' || Date.now() >= deadline) return batch;
+      if (batch.state === 'complete' || batch.state === 'cancelled' || performance.now() >= deadline) return batch;
     }
   }
 

@@ -127,7 +127,7 @@ export function retryDelayMs(policy: RetryPolicy, attempt: number, error: unknow
 
 /** When `withRetries` stops, and whom it tells of a failure it will try again after. */
 export interface RetryLimits {
-  /** No try starts after this `Date.now()` time: a wait that would pass it ends there, with a last try. Default none. */
+  /** No try starts after this `performance.now()` time (monotonic: a wall-clock step neither ends nor stretches the tries): a wait that would pass it ends there, with a last try. Default none. */
   until?: number;
   /** Told of each transient failure that another try follows. */
   onRetry?: (error: unknown) => void;
@@ -150,13 +150,13 @@ export interface RetryLimits {
 export async function withRetries<T>(call: () => Promise<T>, policy: RetryPolicy = DEFAULT_RETRY, limits: RetryLimits = {}): Promise<T> {
   const until = limits.until ?? Infinity;
   // Set once a wait was cut to end at `until`: that try is the last, whatever the clock says after
-  // it (a timer may fire a millisecond early by Date.now()).
+  // it (a timer may fire a millisecond early by the clock).
   let last = false;
   for (let attempt = 1; ; attempt++) {
     try {
       return await call();
     } catch (error) {
-      const leftMs = until - Date.now();
+      const leftMs = until - performance.now();
       if (last || attempt >= policy.attempts || !(limits.retryable ?? isTransient)(error) || leftMs <= 0) throw error;
       limits.onRetry?.(error);
       const backoffMs = retryDelayMs(policy, attempt, error);

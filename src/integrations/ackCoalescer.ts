@@ -200,11 +200,11 @@ export class AckCoalescer {
    * bytes, not IDs: one long ID among short ones must not teach it to take a handful of IDs a call.
    */
   private maxChars = Infinity;
-  /** When `maxChars` was last learnt (Date.now()). */
+  /** When `maxChars` was last learnt (performance.now()). */
   private maxCharsLearntAt = 0;
   private inFlight = 0;
   private readonly settled = new Set<Promise<void>>();
-  /** When the last `ack_delayed` warning went (Date.now()). */
+  /** When the last `ack_delayed` warning went (performance.now()). */
   private delayWarnedAt = -Infinity;
 
   constructor(
@@ -252,7 +252,7 @@ export class AckCoalescer {
    * call of the process small for good. If the limit still holds, one call a minute meets it again.
    */
   private callLimit(): number {
-    if (this.maxChars !== Infinity && Date.now() - this.maxCharsLearntAt > SIZE_LIMIT_MEMORY_MS) this.maxChars = Infinity;
+    if (this.maxChars !== Infinity && performance.now() - this.maxCharsLearntAt > SIZE_LIMIT_MEMORY_MS) this.maxChars = Infinity;
     return this.maxChars;
   }
 
@@ -264,7 +264,7 @@ export class AckCoalescer {
    * the error's message are not repeated.
    */
   private warnDelayed(error: unknown, heldSince: number): void {
-    const now = Date.now();
+    const now = performance.now();
     const heldMs = now - heldSince;
     if (heldMs < Math.min(DELAY_WARNING_AFTER_MS, this.settings.retryForMs / 2) || now - this.delayWarnedAt < DELAY_WARNING_EVERY_MS) return;
     this.delayWarnedAt = now;
@@ -306,12 +306,12 @@ export class AckCoalescer {
   private async call(entry: Pending): Promise<void> {
     try {
       const options: AckOptions = entry.error === undefined ? { outcome: entry.outcome } : { outcome: entry.outcome, error: entry.error };
-      const until = Date.now() + this.settings.retryForMs;
+      const until = performance.now() + this.settings.retryForMs;
       const { refusals, largestTaken, tooLarge, unsent } = await this.acked(entry.ids, entry.chars, options, until);
       // Refused for its size (not for one ID too large alone): later calls keep to what was taken.
       if (tooLarge && largestTaken > 0) {
         this.maxChars = Math.min(this.callLimit(), largestTaken); // a limit older than a minute is forgotten first
-        this.maxCharsLearntAt = Date.now();
+        this.maxCharsLearntAt = performance.now();
       }
       const answer: Rejections = new Map(refusals.map((refusal) => [refusal.id, refusal.reason]));
       entry.resolve(unsent ? Object.assign(answer, { unsent: { ids: new Set(unsent.ids), error: unsent.error } }) : answer);
@@ -331,7 +331,7 @@ export class AckCoalescer {
    */
   private async acked(ids: string[], chars: number, options: AckOptions, until: number): Promise<Sent> {
     try {
-      const heldSince = Date.now();
+      const heldSince = performance.now();
       const { rejected } = await withRetries(() => this.client.ack(ids, options), this.settings.retry, {
         until,
         onRetry: (error) => this.warnDelayed(error, heldSince),

@@ -65,7 +65,7 @@ export class CancelledBatches {
 
   /** Remembers that the batch of this item is cancelled (from a `batch_cancelled` rejection). */
   learnCancelled(itemId: string): void {
-    const now = Date.now();
+    const now = performance.now();
     this.remember(batchIdOf(itemId), { cancelled: true, checkedAt: now, seenAt: now, asking: null, answered: true });
   }
 
@@ -83,7 +83,7 @@ export class CancelledBatches {
     if (known?.cancelled) return true;
     if (this.intervalMs <= 0) return false;
     if (!known) return this.ask(batchId, itemId);
-    const now = Date.now();
+    const now = performance.now();
     const quiet = now - known.seenAt >= this.intervalMs;
     known.seenAt = now;
     if (known.asking) return known.answered && !quiet ? false : known.asking;
@@ -99,7 +99,7 @@ export class CancelledBatches {
       .then(() => this.client.item(itemId))
       .then((item) => item.batchState === 'cancelled')
       .catch(() => false);
-    const now = Date.now();
+    const now = performance.now();
     const entry: Known = known ?? { cancelled: false, checkedAt: now, seenAt: now, asking: null, answered: false };
     entry.asking = asking;
     this.remember(batchId, entry);
@@ -107,7 +107,7 @@ export class CancelledBatches {
     entry.asking = null;
     entry.answered = true;
     entry.cancelled ||= cancelled;
-    entry.checkedAt = Date.now();
+    entry.checkedAt = performance.now();
     // A cancel learned from a rejected ack while this look-up ran replaced the entry: it holds too.
     return entry.cancelled || this.known.get(batchId)?.cancelled === true;
   }

@@ -71,7 +71,7 @@ export async function openBatch(client: RollcallClient, input: OpenBatchInput): 
   try {
     batch = await withRetries(() => client.open({ userKey, metadata, callbackUrl, parentItem }), DEFAULT_RETRY, {
       retryable: refusedUntried,
-      until: Date.now() + OPEN_WAITS_MS,
+      until: performance.now() + OPEN_WAITS_MS,
     });
   } catch (error) {
     // An earlier run of the same job or message that opened, filled and sealed this child, then died
