@@ -116,10 +116,28 @@ const refusedUntried = (error: unknown): boolean =>
 
 const isItemTaken = (error: unknown): boolean => error instanceof RollcallApiError && error.status === 409 && error.code === 'item_not_pending';
 
-/** The child batch standing for `parentItem`, if any: one look-up, by the item (the token needs `read`). */
+/**
+ * The child batch standing for `parentItem`, if any: one look-up by the item (the token needs
+ * `read`). A service older than that look-up refuses it (`400`): there the parent's children are
+ * paged through instead.
+ */
 async function childStandingFor(client: RollcallClient, parentItem: string): Promise<Batch | undefined> {
-  const page = await withRetries(() => client.list({ parentItem, limit: 1 }));
-  return page.batches.find((batch) => batch.parentItem === parentItem.toLowerCase());
+  const item = parentItem.toLowerCase();
+  try {
+    const page = await withRetries(() => client.list({ parentItem, limit: 1 }));
+    return page.batches.find((batch) => batch.parentItem === item);
+  } catch (error) {
+    if (!(error instanceof RollcallApiError && error.status === 400)) throw error;
+  }
+  const parent = item.slice(0, item.indexOf(':'));
+  let cursor: string | undefined;
+  do {
+    const page = await withRetries(() => client.list({ parent, limit: 500, ...(cursor === undefined ? {} : { cursor }) }));
+    const found = page.batches.find((batch) => batch.parentItem === item);
+    if (found) return found;
+    cursor = page.nextCursor ?? undefined;
+  } while (cursor !== undefined);
+  return undefined;
 }
 
 /** How long an open waits out rollcall's refusals at most before it throws the last. */

@@ -176,6 +176,28 @@ describe.each(backends())('rollcall/producer openBatch (%s)', (_name, backend) =
     expect((await client.list({ parent: parent.id })).batches).toHaveLength(3);
   });
 
+  it('when the service is older than the look-up by item (it refuses ?parentItem= with 400), then a rerun still finds its child', async () => {
+    const older = new RollcallClient({
+      baseUrl: svc.url,
+      fetch: (input, init) =>
+        String(input).includes('parentItem=')
+          ? Promise.resolve(
+              new Response(JSON.stringify({ error: { code: 'invalid_request', message: 'query: Unrecognized key: "parentItem"' } }), {
+                status: 400,
+                headers: { 'content-type': 'application/json' },
+              }),
+            )
+          : fetch(input, init),
+    });
+    const parentIds: string[] = [];
+    await openBatch(client, { count: 502, enqueue: (ids) => void parentIds.push(...ids) });
+    let enqueued = 0;
+    const first = await openBatch(older, { count: 2, parentItem: parentIds[0]!, enqueue: (ids) => void (enqueued += ids.length) });
+    for (const item of parentIds.slice(1)) await client.open({ parentItem: item }); // 501 newer children: it is on the second page
+    const again = await openBatch(older, { count: 2, parentItem: parentIds[0]!, enqueue: (ids) => void (enqueued += ids.length) });
+    expect([again.id, again.state, enqueued]).toEqual([first.id, 'sealed', 2]);
+  }, 60_000);
+
   it('when enqueue is not a function (plain JavaScript), then nothing is opened: a TypeError at once', async () => {
     const requests: string[] = [];
     const watching = new RollcallClient({ baseUrl: svc.url, fetch: (input, init) => (requests.push(String(input)), fetch(input, init)) });
