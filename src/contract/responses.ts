@@ -54,6 +54,7 @@ export const eventsSchema = z.object({
       status: z.enum(EVENT_STATUSES),
       attempts: z.number().int(),
       nextAttemptAt: time.nullable(),
+      firstAttemptAt: time.nullable(),
       lastAttemptAt: time.nullable(),
       lastError: z.string().nullable(),
       deliveredAt: time.nullable(),

@@ -1,7 +1,6 @@
 import { randomUUID } from 'node:crypto';
 
 import { BackoffPolicy, retryDelay, signBody } from '../domain/delivery';
-import { toError } from '../domain/errors';
 import { Claimant, heldToFairShare, loadOf, pickFairly, saturated, ShareLimits } from '../domain/fairShare';
 import { Queryable } from '../store/db';
 import { claimEvents, DueEvent, dueEvents, markDelivered, markFailed, OutboxEvent } from '../store/outbox';
@@ -14,7 +13,7 @@ export interface DeliveryOptions {
   secretFor(tenant: string): string | undefined;
   timeoutMs: number;
   backoff: BackoffPolicy;
-  /** An event still failing this long after it was created is given up (`dead`, kept for operators). */
+  /** An event still failing this long after its first attempt is given up (`dead`, kept for operators). */
   maxAgeMs: number;
   /** Events delivered at once by this process. */
   concurrency: number;
@@ -151,9 +150,16 @@ export class CallbackDispatcher {
       this.deps.log.warn({ eventId: event.id, batchId: event.batchId }, 'callback claim outlasted its lease; the event will be retried');
       return;
     }
-    // A poster that throws (an embedder's own, or node refusing the stored URL) is a failed attempt:
-    // its rejection went unhandled, and ended the process.
-    const error = await this.post(event.url, this.headersFor(event), event.payload, timeoutMs).catch((caught: unknown) => `failed: ${toError(caught).message}`);
+    let error: string | null;
+    try {
+      error = await this.post(event.url, this.headersFor(event), event.payload, timeoutMs);
+    } catch (caught) {
+      // A poster that throws (an embedder's own, or node refusing the stored URL) is a failed
+      // attempt: its rejection went unhandled and ended the process. Its words stay in the log, as
+      // lastError names no more than the four outcomes (a tenant reads it).
+      this.deps.log.warn({ err: caught, eventId: event.id, batchId: event.batchId }, 'sending a callback threw; the attempt counts as failed');
+      error = 'connection failed';
+    }
     const now = this.deps.now();
     try {
       if (error === null) {

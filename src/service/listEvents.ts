@@ -11,6 +11,8 @@ export interface EventView {
   status: OutboxEvent['status'];
   attempts: number;
   nextAttemptAt: string | null;
+  /** CALLBACK_MAX_AGE counts from here: a failing event is given up that long after it. */
+  firstAttemptAt: string | null;
   lastAttemptAt: string | null;
   lastError: string | null;
   deliveredAt: string | null;
@@ -29,6 +31,7 @@ export async function listEvents(deps: ServiceDeps, caller: Caller, batchId: str
     status: e.status,
     attempts: e.attempts,
     nextAttemptAt: e.status === 'pending' ? iso(e.nextAttemptAt) : null,
+    firstAttemptAt: iso(e.firstAttemptAt),
     lastAttemptAt: iso(e.lastAttemptAt),
     lastError: e.lastError,
     deliveredAt: iso(e.deliveredAt),

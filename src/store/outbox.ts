@@ -204,9 +204,11 @@ export async function claimEvents(q: Queryable, ids: string[], claim: string, no
     .update({
       claim,
       next_attempt_at: now + leaseMs,
+      // Before the increment of attempts: MySQL reads a column SET earlier in the statement as set.
+      // An event a replica older than migration 0019 tried counts from its creation, as it did there.
+      first_attempt_at: q.raw('COALESCE(first_attempt_at, CASE WHEN attempts > 0 THEN created_at ELSE ? END)', [now]),
       attempts: q.raw('attempts + 1'),
       last_attempt_at: now,
-      first_attempt_at: q.raw('COALESCE(first_attempt_at, ?)', [now]),
     });
   const rows = (await q('outbox')
     .whereIn('id', ids)

@@ -108,7 +108,7 @@ describe.each(backends())('completion callbacks (%s)', (_name, backend) => {
     const id = await completeBatchWithCallback();
     await svc.rollcall.dispatcher.deliverDue();
     let [event] = (await svc.api.get(`/v1/batches/${id}/events`)).body.events;
-    expect(event).toMatchObject({ status: 'pending', attempts: 1, lastError: 'http 503' });
+    expect(event).toMatchObject({ status: 'pending', attempts: 1, lastError: 'http 503', firstAttemptAt: new Date(svc.clock.now).toISOString() });
     expect(Date.parse(event.nextAttemptAt)).toBeGreaterThanOrEqual(svc.clock.now + 500);
     svc.clock.now += 3_600_000;
     await svc.rollcall.dispatcher.deliverDue();
@@ -120,24 +120,41 @@ describe.each(backends())('completion callbacks (%s)', (_name, backend) => {
 
   it('when the way callbacks are sent throws, then the attempt is recorded failed and retried, and the process goes on', async () => {
     const posted: string[] = [];
-    const throwsOnce: PostCallback = async (url) => {
+    const throwsOnce: PostCallback = (url) => {
       posted.push(url);
-      if (posted.length === 1) throw new TypeError('a poster that throws');
-      return null;
+      if (posted.length === 1) throw new TypeError('a poster that throws at once'); // not even a rejected promise
+      if (posted.length === 2) return Promise.reject(new TypeError('a poster that rejects'));
+      return Promise.resolve(null);
     };
     const own = await startService(backend, { CALLBACK_BACKOFF_BASE: '1s' }, { postCallback: throwsOnce });
     try {
       const { id } = await batchWith(own.client, 0, { callbackUrl: receiver.url });
       await own.rollcall.dispatcher.deliverDue();
       let [event] = (await own.api.get(`/v1/batches/${id}/events`)).body.events;
-      expect(event).toMatchObject({ status: 'pending', attempts: 1, lastError: 'failed: a poster that throws' });
+      expect(event).toMatchObject({ status: 'pending', attempts: 1, lastError: 'connection failed' });
       own.clock.now += 60_000;
       await own.rollcall.dispatcher.deliverDue();
       [event] = (await own.api.get(`/v1/batches/${id}/events`)).body.events;
-      expect(event).toMatchObject({ status: 'delivered', attempts: 2 });
+      expect(event).toMatchObject({ status: 'pending', attempts: 2, lastError: 'connection failed' });
+      own.clock.now += 60_000;
+      await own.rollcall.dispatcher.deliverDue();
+      [event] = (await own.api.get(`/v1/batches/${id}/events`)).body.events;
+      expect(event).toMatchObject({ status: 'delivered', attempts: 3 });
     } finally {
       await own.stop();
     }
+  });
+
+  it('when an event was tried by a replica older than migration 0019, then its age still counts from its creation', async () => {
+    receiver.fallback = 503;
+    const triedByOld = await completeBatchWithCallback();
+    const untried = await completeBatchWithCallback();
+    await svc.rollcall.db('outbox').where('batch_id', triedByOld).update({ attempts: 2 }); // as an older replica leaves it: no first attempt
+    svc.clock.now += 2 * 3_600_000; // past CALLBACK_MAX_AGE since their creation
+    await svc.rollcall.dispatcher.deliverDue();
+    const statusOf = async (id: string) => (await svc.api.get(`/v1/batches/${id}/events`)).body.events[0];
+    expect(await statusOf(triedByOld)).toMatchObject({ status: 'dead', attempts: 3 });
+    expect(await statusOf(untried)).toMatchObject({ status: 'pending', attempts: 1 }); // its first attempt: its whole age ahead
   });
 
   it('when the receiver is unreachable, then the network error is recorded and retried', async () => {
