@@ -23,9 +23,9 @@ function parentAck(row: ChildOutcome): AckCall {
 /**
  * Turns finished children into acks of their parent items. The child's end wrote a child_outcomes
  * row in its own transaction; this loop claims due rows with a lease (so replicas do not work on
- * the same row at once), acks the parent items in one ordinary ack transaction, and deletes the rows
- * after it committed. A crash between the ack and the delete repeats the ack, which is then a
- * duplicate: the parent item gets its outcome at least once and it is counted once.
+ * the same row at once), acks the parent items in ordinary ack transactions, one per parent batch,
+ * and deletes the rows after each committed. A crash between the ack and the delete repeats the
+ * ack, which is then a duplicate: the parent item gets its outcome at least once, counted once.
  */
 export class ChildOutcomeDispatcher {
   private readonly claim = randomUUID();
@@ -62,14 +62,22 @@ export class ChildOutcomeDispatcher {
       } catch (caught) {
         const error = toError(caught);
         this.deps.log.warn({ err: error, parentItems: children.map((row) => row.parentItem) }, 'acking parent items failed; will retry');
-        for (const row of children) {
-          const later = this.deps.now() + retryDelay({ baseMs: 1000, capMs: 60_000 }, row.attempts);
-          await retryChildOutcomeLater(this.deps.db, row.batchId, this.claim, later);
-        }
+        for (const row of children) await this.retryLater(row);
         failed.push(error);
       }
     }
     return failed;
+  }
+
+  /**
+   * Puts a row off, with a growing delay. If that fails too (the database is away), the row's lease
+   * runs out instead and it is due again then; the other parents of the claim are still tried.
+   */
+  private async retryLater(row: ChildOutcome): Promise<void> {
+    const later = this.deps.now() + retryDelay({ baseMs: 1000, capMs: 60_000 }, row.attempts);
+    await retryChildOutcomeLater(this.deps.db, row.batchId, this.claim, later).catch((caught: unknown) =>
+      this.deps.log.warn({ err: caught, child: row.batchId }, 'putting a child outcome off failed; it is due again when its lease ends'),
+    );
   }
 
   /**
