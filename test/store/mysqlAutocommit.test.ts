@@ -18,7 +18,8 @@ describeOnMysql('a server whose sessions start with autocommit off (mysql)', () 
     [[{ value: initConnect }]] = (await admin.raw('SELECT @@GLOBAL.init_connect AS value')) as [[{ value: string }]];
     await admin.raw(`CREATE USER IF NOT EXISTS '${USER}'@'%' IDENTIFIED BY 'x'`);
     await admin.raw(`CREATE USER IF NOT EXISTS '${USER}'@'localhost' IDENTIFIED BY 'x'`);
-    await admin.raw("SET GLOBAL init_connect = 'SET autocommit = 0'");
+    // This user's sessions alone: other tests' users (a jest worker may connect as one meanwhile) keep theirs.
+    await admin.raw('SET GLOBAL init_connect = ?', [`SET autocommit = IF(CURRENT_USER() LIKE '${USER}@%', 0, @@autocommit)`]);
   });
   afterAll(async () => {
     await admin.raw('SET GLOBAL init_connect = ?', [initConnect]);
