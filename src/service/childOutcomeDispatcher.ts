@@ -41,9 +41,9 @@ export class ChildOutcomeDispatcher {
     for (;;) {
       const rows = await inTransaction(this.deps.db, this.deps.tx, (trx) => claimDueChildOutcomes(trx, this.claim, this.deps.now(), LEASE_MS, BATCH));
       if (rows.length === 0) return handled;
-      const failed = await this.ackParents(rows);
-      handled += rows.length - failed.length;
-      if (failed.length > 0) throw failed[0];
+      const { putOff, firstError } = await this.ackParents(rows);
+      handled += rows.length - putOff;
+      if (firstError) throw firstError;
     }
   }
 
@@ -51,33 +51,41 @@ export class ChildOutcomeDispatcher {
    * Acks the parent items of `rows`, one transaction for each parent batch: a transaction that spans
    * parents would hold one parent's row (other tenants' among them) while it waits up to LOCK_TIMEOUT
    * for another's that is held, delaying every ack of the first. A parent that cannot be acked now
-   * puts off only its own children's outcomes. Returns the failures; their rows are retried later.
+   * puts off only its own children's outcomes. When the put-off fails too (the database is away),
+   * the round ends there: the rest would wait the same way, each for the pool's acquire timeout, and
+   * their leases run out meanwhile; they are due again when those end.
    */
-  private async ackParents(rows: ChildOutcome[]): Promise<Error[]> {
-    const failed: Error[] = [];
-    for (const children of byParentBatch(rows)) {
+  private async ackParents(rows: ChildOutcome[]): Promise<{ putOff: number; firstError: Error | null }> {
+    let putOff = 0;
+    let firstError: Error | null = null;
+    const groups = byParentBatch(rows);
+    for (const [at, children] of groups.entries()) {
       try {
         await ackItems(this.deps, children.map(parentAck));
         await this.cleared(children);
       } catch (caught) {
         const error = toError(caught);
         this.deps.log.warn({ err: error, parentItems: children.map((row) => row.parentItem) }, 'acking parent items failed; will retry');
-        for (const row of children) await this.retryLater(row);
-        failed.push(error);
+        firstError ??= error;
+        if (!(await this.putOff(children))) return { putOff: putOff + groups.slice(at).reduce((n, group) => n + group.length, 0), firstError };
+        putOff += children.length;
       }
     }
-    return failed;
+    return { putOff, firstError };
   }
 
-  /**
-   * Puts a row off, with a growing delay. If that fails too (the database is away), the row's lease
-   * runs out instead and it is due again then; the other parents of the claim are still tried.
-   */
-  private async retryLater(row: ChildOutcome): Promise<void> {
-    const later = this.deps.now() + retryDelay({ baseMs: 1000, capMs: 60_000 }, row.attempts);
-    await retryChildOutcomeLater(this.deps.db, row.batchId, this.claim, later).catch((caught: unknown) =>
-      this.deps.log.warn({ err: caught, child: row.batchId }, 'putting a child outcome off failed; it is due again when its lease ends'),
-    );
+  /** Puts rows off, each with a growing delay; false when that failed too (the database is away). */
+  private async putOff(rows: ChildOutcome[]): Promise<boolean> {
+    try {
+      for (const row of rows) {
+        const later = this.deps.now() + retryDelay({ baseMs: 1000, capMs: 60_000 }, row.attempts);
+        await retryChildOutcomeLater(this.deps.db, row.batchId, this.claim, later);
+      }
+      return true;
+    } catch (caught) {
+      this.deps.log.warn({ err: caught }, 'putting child outcomes off failed; the round ends, and they are due again when their leases end');
+      return false;
+    }
   }
 
   /**
