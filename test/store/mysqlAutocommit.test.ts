@@ -39,6 +39,15 @@ describeOnMysql('a server whose sessions start with autocommit off (mysql)', () 
         return { ...database, config: loadConfig({ ...overrides, LOG_LEVEL: 'silent', DATABASE_URL: url.toString() }) };
       },
     };
+    const database = await asUser.create();
+    const plain = knex({ client: 'mysql2', connection: { uri: database.config.DATABASE_URL } as never, pool: { min: 0, max: 1 } });
+    try {
+      const [[{ autocommit }]] = (await plain.raw('SELECT @@autocommit AS autocommit')) as [[{ autocommit: number }]];
+      expect(Number(autocommit)).toBe(0); // the server's doing, which the service's sessions must undo
+    } finally {
+      await plain.destroy();
+      await database.drop();
+    }
     const svc = await startService(asUser);
     try {
       const [[{ autocommit }]] = (await svc.rollcall.db.raw('SELECT @@autocommit AS autocommit')) as [[{ autocommit: number }]];
