@@ -47,7 +47,8 @@ export interface OpenBatchInput {
  * - With `parentItem` whose item already has a sealed (or complete) child of `count` items, opened so
  *   by an earlier run of the same job that died before its job completed, that child is returned and
  *   nothing is enqueued: a rerun hands the item to it again (`handedToChild`). It is looked up by its
- *   item (`list({ parentItem })`; the token needs `read`). A child still open (a run that died mid-way) or
+ *   item (`list({ parentItem })`; on a service older than that look-up, among the parent's children;
+ *   the token needs `read`). A child still open (a run that died mid-way) or
  *   cancelled is not taken over: the open's `409 item_not_pending` is thrown.
  * - IDs are made as they are enqueued: a batch of millions never sits in memory as strings.
  * - Every add carries an Idempotency-Key and is retried on network errors, `408`, `429` and `5xx`: a retry whose
