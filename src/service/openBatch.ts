@@ -6,7 +6,7 @@ import { itemState } from '../domain/ackPlan';
 import { BatchRecord, Caller } from '../domain/batch';
 import { InvalidRequestError, ItemNotFoundError, ItemNotPendingError, toError } from '../domain/errors';
 import { formatItemId, parseItemId } from '../domain/itemId';
-import { BatchInsert, findBatch, insertBatch } from '../store/batches';
+import { findBatch, insertBatch } from '../store/batches';
 import { isDuplicateKey } from '../store/dbErrors';
 import { findGroup } from '../store/groups';
 import { asUnavailable } from '../store/transaction';
@@ -24,9 +24,8 @@ export interface OpenBatchInput {
 
 /**
  * Checks that a child may stand for `itemId`: the caller's, existing, pending, in a batch that is
- * not cancelled. Plain reads; the insert reads the parent again under a share lock, so a parent
- * swept, deleted or cancelled meanwhile makes no child. An item acked meanwhile only makes the
- * child's later ack of it a duplicate.
+ * not cancelled. Plain reads, no lock on the parent: creating a child never touches two batches in
+ * one transaction. An item acked meanwhile only makes the child's later ack of it a duplicate.
  */
 async function checkParentItem(deps: ServiceDeps, caller: Caller, itemId: string): Promise<string> {
   const ref = parseItemId(itemId);
@@ -70,21 +69,14 @@ export async function openBatch(deps: ServiceDeps, caller: Caller, input: OpenBa
     firstFailureAt: null,
     failuresDropped: 0,
   };
-  let inserted: BatchInsert;
   try {
-    inserted = await insertBatch(deps.db, deps.tx, batch);
+    await insertBatch(deps.db, deps.tx, batch);
   } catch (caught) {
     settleFailed(taken ?? undefined, caught);
     const error = toError(caught);
     // The child link's key: another child already stands for this item (also when two creates race).
     if (parentItem !== null && isDuplicateKey(error)) throw new ItemNotPendingError(`another batch already stands for item ${parentItem}`, { cause: error });
     throw asUnavailable(error);
-  }
-  if (inserted !== 'inserted') {
-    taken?.release();
-    // The parent was swept, deleted or cancelled after the checks above read it.
-    if (inserted === 'parent_gone') throw new ItemNotFoundError(parentItem as string);
-    throw new ItemNotPendingError(`item ${parentItem} belongs to a cancelled batch`);
   }
   taken?.commit();
   deps.observe.batchOpened();

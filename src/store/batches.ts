@@ -2,7 +2,7 @@ import { Knex } from 'knex';
 
 import { BatchRecord, BatchState } from '../domain/batch';
 import { Db, onCitus, Queryable } from './db';
-import { forShare, forUpdate, forUpdateSkipLocked, profileOf } from './dialect';
+import { forUpdate, forUpdateSkipLocked, profileOf } from './dialect';
 import { selectRows } from './readDecideWrite';
 import { inTransaction, TransactionOptions, withRetries } from './transaction';
 
@@ -78,30 +78,17 @@ function toRow(batch: BatchRecord): BatchRow {
   };
 }
 
-/** What inserting a batch did: a child is not made when its parent went, or was cancelled, meanwhile. */
-export type BatchInsert = 'inserted' | 'parent_gone' | 'parent_cancelled';
-
 /**
  * Inserts a new batch row. A child's link to its parent item goes in the same transaction: a second
  * child for the same item fails on the link's key (a duplicate key), whichever shard the two child
- * rows land on (migration 0013). First the parent's row is read under a share lock: a sweep, delete or
- * cancel of the parent (each holds its row) either waits for the child, and then sees it, or is
- * waited for, and the child is not made. Without it a child made while its idle parent was swept was
- * left without one. Locks: the parent's row (shared), the new rows.
+ * rows land on (migration 0013). Locks: the new rows.
  */
-export async function insertBatch(db: Db, options: TransactionOptions, batch: BatchRecord): Promise<BatchInsert> {
+export async function insertBatch(db: Db, options: TransactionOptions, batch: BatchRecord): Promise<void> {
   const row = toRow(batch);
-  if (row.parent_item === null) {
-    await withRetries(options, () => db('batches').insert(row));
-    return 'inserted';
-  }
-  return inTransaction(db, options, async (trx): Promise<BatchInsert> => {
-    const [parent] = (await forShare(trx, trx('batches').select('state').where('id', row.parent_batch_id))) as Array<{ state: string }>;
-    if (!parent) return 'parent_gone';
-    if (parent.state === 'cancelled') return 'parent_cancelled';
+  if (row.parent_item === null) return void (await withRetries(options, () => db('batches').insert(row)));
+  await inTransaction(db, options, async (trx) => {
     await trx('child_links').insert({ parent_batch_id: row.parent_batch_id, parent_item: row.parent_item, child_batch_id: row.id });
     await trx('batches').insert(row);
-    return 'inserted';
   });
 }
 

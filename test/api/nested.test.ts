@@ -1,8 +1,6 @@
 import { Knex } from 'knex';
 
 import { countChildOutcomes } from '../../src/store/childOutcomes';
-import { deleteBatchesWithGroups, lockDueBatches } from '../../src/store/removeBatches';
-import { inTransaction } from '../../src/store/transaction';
 import { backends, describeEachOrSkip, isPostgresBackend, serverBackends } from '../helpers/backends';
 import { BatchSetup, batchWith } from '../helpers/batches';
 import { Delivery, Receiver } from '../helpers/receiver';
@@ -252,54 +250,6 @@ describeEachOrSkip(serverBackends())('nested batches whose parent row another co
     await holder.destroy();
     await svc.stop();
   });
-
-  it('when a child is made for an item of an idle batch being swept, then it waits for the sweep and is refused: no child without its parent', async () => {
-    const parent = await batchWith(svc.client, 1, { sealed: false });
-    svc.clock.now += 8 * 86_400_000; // idle past OPEN_BATCH_TTL
-    const prober = otherConnections(svc.database, 1);
-    let release!: () => void;
-    const held = new Promise<void>((resolve) => (release = resolve));
-    let locked: string[] = [];
-    const sweeping = inTransaction(svc.rollcall.db, { retries: 0 }, async (trx) => {
-      ({ locked } = await lockDueBatches(trx, { idleBefore: svc.clock.now - 7 * 86_400_000, completedBefore: 0 }, 10));
-      await held; // the sweep has read that the parent awaits no child, and holds its row
-      await deleteBatchesWithGroups(trx, locked);
-    });
-    try {
-      while (!locked.includes(parent.id)) await new Promise((resolve) => setTimeout(resolve, 10));
-      const creating = svc.api.post('/v1/batches').send({ parentItem: parent.ids[0] });
-      const answered = creating.then(() => 'answered');
-      expect(await Promise.race([answered, untilLockWaited(prober, isPostgresBackend(backend.name)).then(() => 'waits')])).toBe('waits');
-      release();
-      await sweeping;
-      const res = await creating;
-      expect([res.status, res.body.error?.code]).toEqual([404, 'item_not_found']);
-      expect(Number(((await svc.rollcall.db('batches').where('parent_batch_id', parent.id).count({ n: '*' })) as Array<{ n: unknown }>)[0]!.n)).toBe(0);
-    } finally {
-      release();
-      await sweeping.catch(() => undefined);
-      await prober.destroy();
-    }
-  }, 30_000);
-
-  it('when a child is made for an item of a batch being cancelled, then it waits for the cancel and is refused 409', async () => {
-    const parent = await batchWith(svc.client, 1);
-    const prober = otherConnections(svc.database, 1);
-    const cancelling = await holder.transaction();
-    try {
-      await cancelling('batches').where({ id: parent.id }).update({ state: 'cancelled', cancelled_at: svc.clock.now }); // holds the row, as a cancel does
-      const creating = svc.api.post('/v1/batches').send({ parentItem: parent.ids[0] });
-      const answered = creating.then(() => 'answered');
-      expect(await Promise.race([answered, untilLockWaited(prober, isPostgresBackend(backend.name)).then(() => 'waits')])).toBe('waits');
-      await cancelling.commit();
-      const res = await creating;
-      expect([res.status, res.body.error?.code]).toEqual([409, 'item_not_pending']);
-      expect((await svc.api.get(`/v1/batches?parentItem=${parent.ids[0]}`)).body.batches).toEqual([]);
-    } finally {
-      if (!cancelling.isCompleted()) await cancelling.rollback();
-      await prober.destroy();
-    }
-  }, 30_000);
 
   it('when one parent is held while children of two parents finish, then the other parent’s row is not held while the first is waited for', async () => {
     const free = await batchWith(svc.client, 2); // made first: its id sorts first, so a transaction locking both takes it first

@@ -24,13 +24,12 @@ export async function holdBatchRow(other: Knex, id: string): Promise<() => Promi
 /**
  * How many statements on `other`'s database wait for a row lock now (MariaDB or PostgreSQL). MariaDB
  * 10.11 lists a locking read by primary key that waits (in its "Statistics" stage) in its process
- * list but not in innodb_trx, so there it counts other sessions' locking reads (exclusive or shared)
- * still running.
+ * list but not in innodb_trx, so there it counts other sessions' locking reads still running.
  */
 export async function lockWaiters(other: Knex, postgres: boolean): Promise<number> {
   const sql = postgres
     ? `SELECT count(*)::int AS n FROM ${await activityView(other)} WHERE datname = current_database() AND wait_event_type = 'Lock'`
-    : "SELECT count(*) AS n FROM information_schema.processlist WHERE db = DATABASE() AND id <> CONNECTION_ID() AND command = 'Query' AND (info LIKE '%for update%' OR info LIKE '%lock in share mode%')";
+    : "SELECT count(*) AS n FROM information_schema.processlist WHERE db = DATABASE() AND id <> CONNECTION_ID() AND command = 'Query' AND info LIKE '%for update%'";
   const result = (await other.raw(sql)) as { rows?: Array<{ n: number }> } | [Array<{ n: number }>];
   const rows = Array.isArray(result) ? result[0] : (result.rows ?? []);
   return Number(rows[0]?.n ?? 0);
