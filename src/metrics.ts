@@ -56,7 +56,7 @@ export class Metrics {
   readonly sweeps = new Counter({ name: 'rollcall_sweeper_runs_total', help: 'Sweeps run', registers: [this.registry] });
   readonly callbacks = new Counter({
     name: 'rollcall_callback_deliveries_total',
-    help: 'Callback attempts by result (delivered, failed = will retry, dead = given up)',
+    help: 'Callback attempts by result (delivered, failed = will retry, dead = given up, unrecorded = its outcome was not written: the lease ran out or the database failed; the event is sent again)',
     labelNames: ['result'],
     registers: [this.registry],
   });
@@ -64,7 +64,7 @@ export class Metrics {
   constructor(db: Db) {
     collectDefaultMetrics({ register: this.registry, prefix: 'rollcall_' });
     // Each result's series from the start, at 0: an alert on dead deliveries "increasing" sees the first one.
-    for (const result of ['delivered', 'failed', 'dead']) this.callbacks.inc({ result }, 0);
+    for (const result of ['delivered', 'failed', 'dead', 'unrecorded']) this.callbacks.inc({ result }, 0);
     new Gauge({
       name: 'rollcall_db_pool_connections',
       help: 'Database pool connections by state',

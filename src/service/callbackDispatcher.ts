@@ -5,7 +5,7 @@ import { Claimant, heldToFairShare, loadOf, pickFairly, saturated, ShareLimits }
 import { Queryable } from '../store/db';
 import { claimEvents, DueEvent, dueEvents, markDelivered, markFailed, OutboxEvent } from '../store/outbox';
 import { inTransaction } from '../store/transaction';
-import { ServiceDeps } from './deps';
+import { DeliveryResult, ServiceDeps } from './deps';
 import { PostCallback } from './postCallback';
 
 export interface DeliveryOptions {
@@ -147,6 +147,7 @@ export class CallbackDispatcher {
   /** One attempt within `timeoutMs`; none when the lease left none (the event is claimed again once it ends). */
   private async deliver(event: OutboxEvent, timeoutMs: number): Promise<void> {
     if (timeoutMs <= 0) {
+      this.deps.observe.delivery('unrecorded');
       this.deps.log.warn({ eventId: event.id, batchId: event.batchId }, 'callback claim outlasted its lease; the event will be retried');
       return;
     }
@@ -163,20 +164,38 @@ export class CallbackDispatcher {
     const now = this.deps.now();
     try {
       if (error === null) {
-        await markDelivered(this.deps.db, event.id, this.claim, now);
-        this.deps.observe.delivery('delivered');
+        this.observeRecorded(event, await markDelivered(this.deps.db, event.id, this.claim, now), 'delivered');
         return;
       }
       // From its first attempt: an event held back behind another, or untried while no replica
       // ran, gets the whole CALLBACK_MAX_AGE of retries once it may be sent.
       const giveUp = now - (event.firstAttemptAt ?? event.createdAt) >= this.options.maxAgeMs;
-      await markFailed(this.deps.db, event.id, this.claim, error, giveUp ? null : now + retryDelay(this.options.backoff, event.attempts));
-      this.deps.observe.delivery(giveUp ? 'dead' : 'failed');
-      this.deps.log.warn({ eventId: event.id, batchId: event.batchId, attempts: event.attempts, error, giveUp }, 'callback delivery failed');
+      const recorded = await markFailed(this.deps.db, event.id, this.claim, error, giveUp ? null : now + retryDelay(this.options.backoff, event.attempts));
+      this.observeRecorded(event, recorded, giveUp ? 'dead' : 'failed');
+      if (recorded) this.deps.log.warn({ eventId: event.id, batchId: event.batchId, attempts: event.attempts, error, giveUp }, 'callback delivery failed');
     } catch (caught) {
       // The lease runs out and the event is tried again: at least once, never lost.
+      this.deps.observe.delivery('unrecorded');
       this.deps.log.warn({ err: caught, eventId: event.id }, 'callback outcome not recorded; the event will be retried');
     }
+  }
+
+  /**
+   * Counts an attempt by its result only when its outcome was written. One whose lease ran out
+   * during the POST was claimed again by another replica, which sends the event and counts it
+   * itself: counted here too, a delivered event would be counted twice, a failed one would count
+   * an attempt the event's own record never shows.
+   */
+  private observeRecorded(event: OutboxEvent, recorded: boolean, result: Exclude<DeliveryResult, 'unrecorded'>): void {
+    if (recorded) {
+      this.deps.observe.delivery(result);
+      return;
+    }
+    this.deps.observe.delivery('unrecorded');
+    this.deps.log.warn(
+      { eventId: event.id, batchId: event.batchId, result },
+      'callback attempt ended after its lease; the event is claimed again and will be sent again',
+    );
   }
 
   private headersFor(event: OutboxEvent): Record<string, string> {

@@ -7,13 +7,16 @@ import type { TransactionOptions } from '../store/transaction';
 import type { TenantQuota } from './tenantQuota';
 
 /** What use cases report as it happens (metrics listen here; use cases know nothing of them). */
+/** What became of a callback attempt; `unrecorded`: its outcome was not written (a lost lease, the database away), so the event is sent again. */
+export type DeliveryResult = 'delivered' | 'failed' | 'dead' | 'unrecorded';
+
 export interface Observer {
   batchOpened(): void;
   batchSealed(): void;
   batchesCompleted(count: number): void;
   batchCancelled(): void;
   ackResult(outcome: string, acked: number, duplicates: number, rejected: number): void;
-  delivery(result: 'delivered' | 'failed' | 'dead'): void;
+  delivery(result: DeliveryResult): void;
 }
 
 /** What every use case needs: the database, the clock and the few settings that shape behaviour. */

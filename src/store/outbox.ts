@@ -223,15 +223,16 @@ export async function markDelivered(db: Db, id: string, claim: string, now: numb
   return n === 1;
 }
 
-/** Records a failed attempt and when to try next (or that the event is given up: `dead`). */
-export async function markFailed(db: Db, id: string, claim: string, error: string, nextAttemptAt: number | null): Promise<void> {
-  await db('outbox')
+/** Records a failed attempt and when to try next (or that the event is given up: `dead`); false when the claim was lost. */
+export async function markFailed(db: Db, id: string, claim: string, error: string, nextAttemptAt: number | null): Promise<boolean> {
+  const n = await db('outbox')
     .where({ id, claim, status: 'pending' })
     .update({
       claim: null,
       last_error: error.slice(0, 1024),
       ...(nextAttemptAt === null ? { status: 'dead' } : { next_attempt_at: nextAttemptAt }),
     });
+  return n === 1;
 }
 
 /** Every event of a batch, oldest first (for operators). */

@@ -7,7 +7,7 @@ import { batchWith } from '../helpers/batches';
 import { realSleep } from '../helpers/realTime';
 import { Receiver } from '../helpers/receiver';
 import { otherConnections } from '../helpers/rowLocks';
-import { startReplica, startService, TestService } from '../helpers/service';
+import { startReplica, startService, TestApp, TestService } from '../helpers/service';
 
 const SECRET = 'test-secret-0123456789';
 
@@ -145,6 +145,35 @@ describe.each(backends())('completion callbacks (%s)', (_name, backend) => {
     }
   });
 
+  it.each([
+    ['a 2xx', null],
+    ['a failure', 'http 503'],
+  ])(
+    'when an attempt outlasts its lease and another replica sends the event meanwhile, then the late attempt (%s) is counted unrecorded',
+    async (_what, outcome) => {
+      const peer: { replica?: TestApp } = {};
+      const outlastsItsLease: PostCallback = async () => {
+        own.clock.now += 60_000; // past the 7 s lease: the replica claims the event and delivers it
+        expect(await peer.replica?.rollcall.dispatcher.deliverDue()).toBe(1);
+        return outcome;
+      };
+      const own = await startService(backend, { CALLBACK_TIMEOUT: '2s' }, { postCallback: outlastsItsLease });
+      const replica = (peer.replica = await startReplica(own));
+      try {
+        const { id } = await batchWith(own.client, 0, { callbackUrl: receiver.url });
+        await own.rollcall.dispatcher.deliverDue();
+        expect(receiver.deliveries).toHaveLength(1);
+        expect((await own.api.get(`/v1/batches/${id}/events`)).body.events).toMatchObject([{ status: 'delivered', attempts: 2 }]);
+        const counted = async (app: TestApp) => (await app.api.get('/metrics')).text.match(/^rollcall_callback_deliveries_total\{result="\w+"\} [1-9]\d*$/gm);
+        expect(await counted(own)).toEqual(['rollcall_callback_deliveries_total{result="unrecorded"} 1']);
+        expect(await counted(replica)).toEqual(['rollcall_callback_deliveries_total{result="delivered"} 1']);
+      } finally {
+        await replica.stop();
+        await own.stop();
+      }
+    },
+  );
+
   it('when an event was tried by a replica older than migration 0019, then its age still counts from its creation', async () => {
     receiver.fallback = 503;
     const triedByOld = await completeBatchWithCallback();
@@ -240,6 +269,7 @@ describeEachOrSkip(serverBackends())('completion callbacks whose claim waits for
     await trx.rollback();
     await claiming;
     expect(receiver.deliveries).toHaveLength(0);
+    expect((await svc.api.get('/metrics')).text).toContain('rollcall_callback_deliveries_total{result="unrecorded"} 1');
     svc.clock.now += 10_000; // the lease is over: the event is due again
     expect(await svc.rollcall.dispatcher.deliverDue()).toBe(1);
     expect(receiver.deliveries).toHaveLength(1);
