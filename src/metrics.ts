@@ -56,7 +56,7 @@ export class Metrics {
   readonly sweeps = new Counter({ name: 'rollcall_sweeper_runs_total', help: 'Sweeps run', registers: [this.registry] });
   readonly callbacks = new Counter({
     name: 'rollcall_callback_deliveries_total',
-    help: 'Callback attempts by result (delivered, failed = will retry, dead = given up, unrecorded = its outcome was not written: the lease ran out or the database failed; the event is sent again)',
+    help: 'Callback attempts by result (delivered, failed = will retry, dead = given up, unrecorded = its outcome was not written: another replica claimed the event, the claim outlasted its lease, or the write failed)',
     labelNames: ['result'],
     registers: [this.registry],
   });

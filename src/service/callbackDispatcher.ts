@@ -161,41 +161,34 @@ export class CallbackDispatcher {
       this.deps.log.warn({ err: caught, eventId: event.id, batchId: event.batchId }, 'sending a callback threw; the attempt counts as failed');
       error = 'connection failed';
     }
-    const now = this.deps.now();
-    try {
-      if (error === null) {
-        this.observeRecorded(event, await markDelivered(this.deps.db, event.id, this.claim, now), 'delivered');
-        return;
-      }
-      // From its first attempt: an event held back behind another, or untried while no replica
-      // ran, gets the whole CALLBACK_MAX_AGE of retries once it may be sent.
-      const giveUp = now - (event.firstAttemptAt ?? event.createdAt) >= this.options.maxAgeMs;
-      const recorded = await markFailed(this.deps.db, event.id, this.claim, error, giveUp ? null : now + retryDelay(this.options.backoff, event.attempts));
-      this.observeRecorded(event, recorded, giveUp ? 'dead' : 'failed');
-      if (recorded) this.deps.log.warn({ eventId: event.id, batchId: event.batchId, attempts: event.attempts, error, giveUp }, 'callback delivery failed');
-    } catch (caught) {
-      // The lease runs out and the event is tried again: at least once, never lost.
-      this.deps.observe.delivery('unrecorded');
-      this.deps.log.warn({ err: caught, eventId: event.id }, 'callback outcome not recorded; the event will be retried');
-    }
+    this.deps.observe.delivery(await this.record(event, error));
   }
 
   /**
-   * Counts an attempt by its result only when its outcome was written. One whose lease ran out
-   * during the POST was claimed again by another replica, which sends the event and counts it
-   * itself: counted here too, a delivered event would be counted twice, a failed one would count
-   * an attempt the event's own record never shows.
+   * Writes an attempt's outcome and says what it was. `unrecorded` when it was not written: the
+   * lease ran out and another replica claimed the event (it sends the event, or has, and counts
+   * that attempt itself: counted here as well, one delivery would count twice), or the write failed.
    */
-  private observeRecorded(event: OutboxEvent, recorded: boolean, result: Exclude<DeliveryResult, 'unrecorded'>): void {
-    if (recorded) {
-      this.deps.observe.delivery(result);
-      return;
+  private async record(event: OutboxEvent, error: string | null): Promise<DeliveryResult> {
+    const now = this.deps.now();
+    const at = { eventId: event.id, batchId: event.batchId };
+    try {
+      if (error === null) {
+        if (await markDelivered(this.deps.db, event.id, this.claim, now)) return 'delivered';
+      } else {
+        // From its first attempt: an event held back behind another, or untried while no replica
+        // ran, gets the whole CALLBACK_MAX_AGE of retries once it may be sent.
+        const giveUp = now - (event.firstAttemptAt ?? event.createdAt) >= this.options.maxAgeMs;
+        this.deps.log.warn({ ...at, attempts: event.attempts, error, giveUp }, 'callback delivery failed');
+        if (await markFailed(this.deps.db, event.id, this.claim, error, giveUp ? null : now + retryDelay(this.options.backoff, event.attempts)))
+          return giveUp ? 'dead' : 'failed';
+      }
+      this.deps.log.warn(at, 'callback attempt ended after another replica claimed the event; its outcome is not recorded here');
+    } catch (caught) {
+      // The lease runs out and the event is tried again: at least once, never lost.
+      this.deps.log.warn({ err: caught, ...at }, 'callback outcome not recorded; the event will be retried');
     }
-    this.deps.observe.delivery('unrecorded');
-    this.deps.log.warn(
-      { eventId: event.id, batchId: event.batchId, result },
-      'callback attempt ended after its lease; the event is claimed again and will be sent again',
-    );
+    return 'unrecorded';
   }
 
   private headersFor(event: OutboxEvent): Record<string, string> {

@@ -6,10 +6,14 @@ import type { Db } from '../store/db';
 import type { TransactionOptions } from '../store/transaction';
 import type { TenantQuota } from './tenantQuota';
 
-/** What use cases report as it happens (metrics listen here; use cases know nothing of them). */
-/** What became of a callback attempt; `unrecorded`: its outcome was not written (a lost lease, the database away), so the event is sent again. */
+/**
+ * What became of a callback attempt. `unrecorded`: its outcome was not written (another replica
+ * claimed the event, nothing was sent because the claim outlasted its lease, or the write failed);
+ * another attempt, here or on another replica, sends the event or already has.
+ */
 export type DeliveryResult = 'delivered' | 'failed' | 'dead' | 'unrecorded';
 
+/** What use cases report as it happens (metrics listen here; use cases know nothing of them). */
 export interface Observer {
   batchOpened(): void;
   batchSealed(): void;
