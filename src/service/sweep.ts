@@ -55,6 +55,12 @@ async function sweepChunks(deps: ServiceDeps, db: Db, options: SweepOptions): Pr
     // Replicas sweeping one backlog together pass over each other's chunks, half the backlog each:
     // the ids left out go in every candidate read, past what a statement may bind. The next sweep
     // starts afresh with the rest.
-    if (passedOver.size >= (options.maxPassedOver ?? MAX_PASSED_OVER)) return total;
+    if (passedOver.size >= (options.maxPassedOver ?? MAX_PASSED_OVER)) {
+      deps.log.info(
+        { passedOver: passedOver.size, ...total },
+        'sweep ended after passing over its most candidates (held by acks or other sweeps); the next sweep carries on',
+      );
+      return total;
+    }
   }
 }

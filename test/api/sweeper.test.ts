@@ -192,19 +192,26 @@ describeEachOrSkip(serverBackends())('sweeping past batches another connection h
     expect(await svc.api.post('/v1/admin/sweep').then((r) => r.body)).toEqual({ batchesRemoved: 2, groupsRemoved: 2 });
   });
 
-  it('when a sweep has passed over its most candidates, then it ends there, and the next sweep removes the rest', async () => {
+  it('when a sweep has passed over its most candidates, then it ends there and says so, and the next sweep removes the rest', async () => {
     const stale = [];
     for (let i = 0; i < 5; i++) {
       stale.push(await batchWith(svc.client, 1, { sealed: false }));
       svc.clock.now += 1000;
     }
     svc.clock.now += 2 * DAY;
-    const releases = [await holdBatchRow(holder, stale[0]!.id), await holdBatchRow(holder, stale[1]!.id)];
+    // Every candidate held, so which the first chunk reads does not matter (Citus reads shards in no set order).
+    const holding = await holder.transaction();
+    for (const { id } of stale) await holding('batches').where({ id }).forUpdate(); // one row a statement: Citus routes each to its shard
+    const logged = jest.spyOn(svc.rollcall.deps.log, 'info');
     const sweep = () => sweepOnce(svc.rollcall.deps, { openBatchTtlMs: DAY, completedRetentionMs: DAY, chunk: 2, maxPassedOver: 2 });
     try {
-      expect(await sweep()).toEqual({ batchesRemoved: 0, groupsRemoved: 0 }); // its first chunk passed over two: it ends
+      expect(await sweep()).toEqual({ batchesRemoved: 0, groupsRemoved: 0 });
+      // Its first chunk passed over two, and it ended there: not after passing over all five.
+      const ended = logged.mock.calls.filter(([, message]) => String(message).startsWith('sweep ended after passing over'));
+      expect(ended.map(([fields]) => (fields as { passedOver: number }).passedOver)).toEqual([2]);
     } finally {
-      for (const release of releases) await release();
+      logged.mockRestore();
+      await holding.rollback();
     }
     expect(await sweep()).toEqual({ batchesRemoved: 5, groupsRemoved: 5 });
   });
