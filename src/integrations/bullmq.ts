@@ -12,7 +12,8 @@ import { AckCoalescingOptions, Rejected, rejectionIn, Rejections, sharedCoalesce
 import { answered, defaultItemIdOf, HANDED_OVER, SUCCESS_REJECTED, watchWorkerOf } from './bullmqFailureWatch';
 import { CancelCheckOptions, sharedCancelledBatches } from './cancelledBatches';
 import { HandedToChild, isHandedToChild } from './childBatch';
-import { asError, failureMessageOf, IntegrationErrorCode } from './errors';
+import { asError, failureMessageOf, IntegrationErrorCode, RollcallIntegrationError } from './errors';
+import { sharedTokenCheck, TOKEN_RECHECK_MS } from './tokenCheck';
 
 export type { FailureWatchOptions, WatchableWorker } from './bullmqFailureWatch';
 export { SUCCESS_REJECTED, watchFailedJobs } from './bullmqFailureWatch';
@@ -204,6 +205,25 @@ async function holdsLock(job: Job, token: string | undefined, sandboxed: boolean
 }
 
 /**
+ * Puts back a job that rollcall could not record (its worker's token refused), without running it
+ * and without counting an attempt (BullMQ's `moveToDelayed` skips the attempt, though it counts a
+ * start): it runs when a Worker whose token is taken, or this one once its token is, picks it up
+ * again. A run that cannot move its job (no token: manual processing; Redis refused the move)
+ * fails with the refusal, as any error, and BullMQ retries it while attempts are left.
+ */
+async function putBack(job: Job, token: string | undefined, refusal: RollcallIntegrationError): Promise<never> {
+  if (typeof token !== 'string' || token === '0' || typeof job.moveToDelayed !== 'function') throw refusal;
+  try {
+    await job.moveToDelayed(Date.now() + TOKEN_RECHECK_MS, token);
+  } catch (moveError) {
+    throw new RollcallIntegrationError('token_refused', `${refusal.message}; the job could not be put back: ${asError(moveError).message}`, {
+      cause: moveError,
+    });
+  }
+  throw new DelayedError(refusal.message);
+}
+
+/**
  * What was thrown, as BullMQ's Worker will judge it. In the worker's own process BullMQ looks at
  * the thrown value itself, a plain object too (`{ name: 'UnrecoverableError', … }`). From a sandboxed
  * processor it gets the value's own properties, through JSON, copied onto a new Error
@@ -253,6 +273,11 @@ function handedOverFailure(job: object, caught: unknown): Error {
  * - The handler throws on the last attempt (or throws `UnrecoverableError`): the item is acked
  *   `failed` with the error's message, then the error is rethrown. Not when the run has lost its
  *   job's lock (holdsLock): BullMQ runs the job again, or fails it and the failure watch records it.
+ * - Once an ack is answered `401` or `403`, each job first waits for rollcall's word on the token
+ *   (`GET /v1/whoami`: at once, then every TOKEN_RECHECK_MS while refused). While rollcall refuses
+ *   it (a `401`, or no `consume` scope), jobs are not run but put back (`moveToDelayed`, no attempt
+ *   counted), and a process warning (`token_refused`) says so, at most once a minute. The runs
+ *   whose acks were refused fail as in an outage (below).
  * - A job BullMQ fails for good without running it (stalled past `maxStalledCount`, started past
  *   `maxStartedAttempts`, a flow parent failed by its child) is acked `failed` by the Worker's
  *   failure watch (`watchFailedJobs`): the processor starts it on the first job it runs in the
@@ -271,6 +296,7 @@ export function rollcallProcessor<DataType = any, ResultType = any, NameType ext
 ): RollcallBullmqProcessor<DataType, ResultType, NameType> {
   const acks = sharedCoalescer(client, options);
   const cancelled = sharedCancelledBatches(client, options);
+  const tokens = sharedTokenCheck(client);
   const itemIdOf = options.itemIdOf ?? (defaultItemIdOf as (job: Job<DataType, ResultType, NameType>) => string | undefined);
   const watchOptions = { ...options, itemIdOf };
 
@@ -299,6 +325,7 @@ export function rollcallProcessor<DataType = any, ResultType = any, NameType ext
     try {
       rejected = await acks.ack(itemId, 'failed', message);
     } catch (ackError) {
+      tokens.learn(ackError);
       throw new RollcallJobError('failure_unrecorded', `${message} (and rollcall could not record the failure: ${asError(ackError).message})`, {
         cause: ackError,
       });
@@ -328,6 +355,10 @@ export function rollcallProcessor<DataType = any, ResultType = any, NameType ext
       answered(job); // its own failure says why: the failure watch need not report it again
       throw new RollcallJobError('missing_item_id', `job ${job.id} has no rollcall item ID`);
     }
+    if (tokens.suspect) {
+      const refusal = await tokens.verdict();
+      if (refusal) return putBack(job, token, refusal);
+    }
     const cancelledNow = cancelled.isCancelled(itemId);
     if (cancelledNow === true || (cancelledNow !== false && (await cancelledNow))) return undefined;
     // A sandboxed processor gets a plain object, not a Job of any copy of bullmq (child-processor.ts `wrapJob`).
@@ -350,7 +381,14 @@ export function rollcallProcessor<DataType = any, ResultType = any, NameType ext
       }
       throw thrown;
     }
-    if (!toChild) settle(job, itemId, await acks.ackInCall(itemId, 'succeeded'));
+    if (toChild) return result;
+    try {
+      // settle throws too: an ack left unsent after a split call (413) carries that call's refusal.
+      settle(job, itemId, await acks.ackInCall(itemId, 'succeeded'));
+    } catch (ackError) {
+      tokens.learn(ackError); // the jobs after this one wait for rollcall's word on the token
+      throw ackError;
+    }
     return result;
   };
   // BullMQ makes an AbortController for every job of a processor that declares a third parameter

@@ -16,6 +16,12 @@ export type IntegrationErrorCode =
   | 'ack_delayed'
   /** rollcall/amqp could not ack or return a message (the channel's ack, nack or reject threw, not for a closed channel): it stays unacked until its channel closes. */
   | 'settle_failed'
+  /**
+   * rollcall refuses the worker's token (`401`, or `403`: it lacks the `consume` scope), so no ack
+   * would be taken: rollcall/bullmq runs no job meanwhile, it puts them back (a process warning, at
+   * most one a minute).
+   */
+  | 'token_refused'
   /** `openBatch` could not add the items (after retries); the batch is not sealed, see `batchId`. */
   | 'add_failed'
   /** `openBatch`'s `enqueue` threw; the batch is not sealed, see `batchId`. */

@@ -1075,6 +1075,94 @@ describeWith(redisUrl).each(backends())('rollcall/bullmq on a real Redis and a r
     }
   });
 
+  /** A client whose calls go through `send` (to swap its token, say), counting its token look-ups. */
+  function lookingUp(baseUrl: string, token: string, swap: () => string = () => token) {
+    const send = httpSend();
+    const seen = { whoami: 0 };
+    const refused = new RollcallClient({
+      baseUrl,
+      token,
+      fetch: (url, request) => {
+        if (url.endsWith('/v1/whoami')) seen.whoami += 1;
+        return send(url, { ...request, headers: { ...request.headers, authorization: `Bearer ${swap()}` } });
+      },
+    });
+    return { client: refused, seen };
+  }
+
+  it("when rollcall refuses a Worker's token (401), then after the first refused ack its jobs wait and are put back unrun, and once the token is taken each runs", async () => {
+    const right = { token: 'the-right-token-0123456789', tenant: 'a', scopes: ['produce', 'consume', 'read'] };
+    const guarded = await startService(backend, { API_TOKENS: JSON.stringify([right]) });
+    const warned = jest.spyOn(process, 'emitWarning').mockImplementation(() => undefined);
+    try {
+      const producer = new RollcallClient({ baseUrl: guarded.url, token: right.token });
+      // Until the operator's fix, the service refuses the Worker's token; then it takes it.
+      let fixed = false;
+      const wrong = 'a-token-the-service-does-not-know';
+      const { client: worker, seen } = lookingUp(guarded.url, wrong, () => (fixed ? right.token : wrong));
+      const queue = newQueue();
+      // The first job alone, then 20 more once its ack was refused.
+      const batch = await openBatch(producer, {
+        count: 21,
+        enqueue: async (ids) =>
+          void (await queue.addBulk(
+            ids.map((id, i) => ({ name: 'item', data: { rollcallItemId: id, n: i }, opts: { attempts: 3, delay: i === 0 ? 0 : 1_500 } })),
+          )),
+      });
+      let runs = 0;
+      const handler = async () => {
+        runs += 1;
+        return 'ok';
+      };
+      workers.push(new Worker<TestJobData>(queue.name, rollcallProcessor(worker, handler), { connection, prefix, concurrency: 5 }));
+      await until(() => seen.whoami >= 2, 15_000); // refused at once after the ack, and again 5 s later
+      expect(runs).toBe(1); // the first job ran and its ack was refused; no job since
+      expect(warned.mock.calls.map(([error]) => (error as { code?: string }).code)).toEqual(['token_refused']);
+      expect(await producer.status(batch.id)).toMatchObject({ state: 'sealed', pending: 21 });
+      expect((await queue.getJobCounts('active')).active).toBeLessThanOrEqual(5); // held by the one Worker, the rest waiting
+      fixed = true;
+      expect(await producer.waitForCompletion(batch.id, { timeoutMs: 30_000 })).toMatchObject({ state: 'complete', succeeded: 21, failed: 0 });
+      expect(runs).toBe(22); // each job once, and the first once more: its refused run was retried
+    } finally {
+      warned.mockRestore();
+      // The Worker first: a job whose look-up found no service would run, and its ack wait out the outage.
+      await Promise.all(workers.splice(0).map((w) => w.close()));
+      await guarded.stop();
+    }
+  }, 60_000);
+
+  it("when a Worker's token lacks the consume scope (403), then its jobs stay unrun as the token is asked about again", async () => {
+    const tokens = [
+      { token: 'the-producer-token-0123456789', tenant: 'a', scopes: ['produce', 'read'] },
+      { token: 'a-read-only-token-0123456789', tenant: 'a', scopes: ['read'] },
+    ];
+    const guarded = await startService(backend, { API_TOKENS: JSON.stringify(tokens) });
+    const warned = jest.spyOn(process, 'emitWarning').mockImplementation(() => undefined);
+    try {
+      const producer = new RollcallClient({ baseUrl: guarded.url, token: tokens[0]!.token });
+      const { client: readOnly, seen } = lookingUp(guarded.url, tokens[1]!.token);
+      const queue = newQueue();
+      await openBatch(producer, {
+        count: 5,
+        enqueue: async (ids) => void (await queue.addBulk(ids.map((id, i) => ({ name: 'item', data: { rollcallItemId: id, n: i }, opts: { attempts: 3 } })))),
+      });
+      let runs = 0;
+      const handler = async () => {
+        runs += 1;
+        return 'ok';
+      };
+      workers.push(new Worker<TestJobData>(queue.name, rollcallProcessor(readOnly, handler), { connection, prefix, concurrency: 1 }));
+      await until(() => seen.whoami >= 2, 15_000);
+      expect(runs).toBe(1);
+      expect(warned.mock.calls.map(([error]) => String((error as Error).message))).toEqual([expect.stringMatching(/lacks the consume scope \(it has: read\)/)]);
+    } finally {
+      warned.mockRestore();
+      // The Worker first: a job whose look-up found no service would run, and its ack wait out the outage.
+      await Promise.all(workers.splice(0).map((w) => w.close()));
+      await guarded.stop();
+    }
+  }, 30_000);
+
   it('when 450 lost failures span three pages of the look-back, each with its own reason, then all are recorded, each once', async () => {
     const queue = newQueue();
     const batch = await failedUnrecorded(queue, 450);
