@@ -274,7 +274,7 @@ function handedOverFailure(job: object, caught: unknown): Error {
  *   `failed` with the error's message, then the error is rethrown. Not when the run has lost its
  *   job's lock (holdsLock): BullMQ runs the job again, or fails it and the failure watch records it.
  * - Once an ack is answered `401` or `403`, each job first waits for rollcall's word on the token
- *   (`GET /v1/whoami`: at once, then every TOKEN_RECHECK_MS while refused). While rollcall refuses
+ *   (`GET /v1/whoami`: at once, then TOKEN_RECHECK_MS after each answer while refused). While rollcall refuses
  *   it (a `401`, or no `consume` scope), jobs are not run but put back (`moveToDelayed`, no attempt
  *   counted), and a process warning (`token_refused`) says so, at most once a minute. The runs
  *   whose acks were refused fail as in an outage (below).
@@ -355,12 +355,12 @@ export function rollcallProcessor<DataType = any, ResultType = any, NameType ext
       answered(job); // its own failure says why: the failure watch need not report it again
       throw new RollcallJobError('missing_item_id', `job ${job.id} has no rollcall item ID`);
     }
+    const cancelledNow = cancelled.isCancelled(itemId);
+    if (cancelledNow === true || (cancelledNow !== false && (await cancelledNow))) return undefined;
     if (tokens.suspect) {
       const refusal = await tokens.verdict();
       if (refusal) return putBack(job, token, refusal);
     }
-    const cancelledNow = cancelled.isCancelled(itemId);
-    if (cancelledNow === true || (cancelledNow !== false && (await cancelledNow))) return undefined;
     // A sandboxed processor gets a plain object, not a Job of any copy of bullmq (child-processor.ts `wrapJob`).
     const sandboxed = Object.getPrototypeOf(job) === Object.prototype;
     let result: ResultType;

@@ -17,7 +17,7 @@ export function refusesToken(error: unknown): boolean {
 /**
  * Whether rollcall refuses this client's token. An ack refused with `401` or `403` makes it
  * suspect; `GET /v1/whoami` then decides (a `401`, or a token without the `consume` scope, is a
- * refusal), at once and then every TOKEN_RECHECK_MS while it is refused. While it is, no job runs:
+ * refusal), at once and then TOKEN_RECHECK_MS after each answer while it is refused. While it is, no job runs:
  * its work would be done, and done again at every retry, with no ack rollcall would take (a wrong
  * token, a service deployed without the workers' tokens). Only the look-up's answer holds jobs back,
  * not the ack's: one replica of several, or a proxy, that answered `401` once must not stop a worker
@@ -40,7 +40,7 @@ export class TokenCheck {
 
   /**
    * For a job that comes while the token is suspect: rollcall's answer at the next look-up, which
-   * is at once after a refused ack and then TOKEN_RECHECK_MS after the one before. The jobs that
+   * is at once after a refused ack and then TOKEN_RECHECK_MS after the answer before, while refused. The jobs that
    * come meanwhile wait for that one answer (a Worker keeps their locks), so a Worker whose token
    * stays refused puts back at most its concurrency in jobs every TOKEN_RECHECK_MS.
    */
@@ -52,11 +52,15 @@ export class TokenCheck {
 
   private async lookUpAfter(delayMs: number): Promise<RollcallIntegrationError | null> {
     try {
-      if (delayMs > 0) await new Promise((resolve) => setTimeout(resolve, delayMs));
+      if (delayMs > 0) await new Promise((resolve) => setTimeout(resolve, delayMs).unref());
       const refusal = await this.lookUp();
-      this.checkedAt = performance.now();
-      if (refusal === null) this.suspect = false;
-      else this.warnOf(refusal);
+      if (refusal === null) {
+        this.suspect = false;
+        this.checkedAt = -Infinity; // a refusal learnt later is looked up at once
+      } else {
+        this.checkedAt = performance.now();
+        this.warnOf(refusal);
+      }
       return refusal;
     } finally {
       this.next = null;
@@ -66,7 +70,7 @@ export class TokenCheck {
   /** The refusal rollcall answers now, or null (taken, or no answer that says otherwise in time). */
   private async lookUp(): Promise<RollcallIntegrationError | null> {
     let timer: NodeJS.Timeout | undefined;
-    const noAnswer = new Promise<null>((resolve) => (timer = setTimeout(resolve, TOKEN_RECHECK_MS, null)));
+    const noAnswer = new Promise<null>((resolve) => (timer = setTimeout(resolve, TOKEN_RECHECK_MS, null).unref()));
     const answer = this.client.whoami().then(
       ({ tenant, scopes }) =>
         scopes.includes('consume') || scopes.includes('admin')
@@ -75,8 +79,9 @@ export class TokenCheck {
               'token_refused',
               `rollcall's token for tenant "${tenant}" lacks the consume scope (it has: ${scopes.join(', ') || 'none'}), so no ack would be taken`,
             ),
+      // Only a 401: the look-up needs no scope, so a 403 there is a proxy's, not rollcall's word on the token.
       (error: unknown) =>
-        refusesToken(error)
+        error instanceof RollcallApiError && error.status === 401
           ? new RollcallIntegrationError('token_refused', `rollcall refuses this worker's token: ${(error as Error).message}`, { cause: error })
           : null,
     );
