@@ -209,7 +209,7 @@ async function holdsLock(job: Job, token: string | undefined, sandboxed: boolean
  * and without counting an attempt (BullMQ's `moveToDelayed` skips the attempt, though it counts a
  * start): it runs when a Worker whose token is taken, or this one once its token is, picks it up
  * again. A run that cannot move its job (no token: manual processing; Redis refused the move)
- * fails with the refusal, as any error, and BullMQ retries it while attempts are left.
+ * fails with the refusal, as any error.
  */
 async function putBack(job: Job, token: string | undefined, refusal: RollcallIntegrationError): Promise<never> {
   if (typeof token !== 'string' || token === '0' || typeof job.moveToDelayed !== 'function') throw refusal;
@@ -274,10 +274,10 @@ function handedOverFailure(job: object, caught: unknown): Error {
  *   `failed` with the error's message, then the error is rethrown. Not when the run has lost its
  *   job's lock (holdsLock): BullMQ runs the job again, or fails it and the failure watch records it.
  * - Once an ack is answered `401` or `403`, each job first waits for rollcall's word on the token
- *   (`GET /v1/whoami`: at once, then TOKEN_RECHECK_MS after each answer while refused). While rollcall refuses
- *   it (a `401`, or no `consume` scope), jobs are not run but put back (`moveToDelayed`, no attempt
- *   counted), and a process warning (`token_refused`) says so, at most once a minute. The runs
- *   whose acks were refused fail as in an outage (below).
+ *   (`GET /v1/whoami`: at once, then TOKEN_RECHECK_MS after each answer while refused). While
+ *   rollcall refuses it (a `401`, or no `consume` scope), jobs are not run but put back
+ *   (`moveToDelayed`, no attempt counted), and a process warning (`token_refused`) says so, at
+ *   most one a minute. The runs whose acks were refused fail as in an outage (below).
  * - A job BullMQ fails for good without running it (stalled past `maxStalledCount`, started past
  *   `maxStartedAttempts`, a flow parent failed by its child) is acked `failed` by the Worker's
  *   failure watch (`watchFailedJobs`): the processor starts it on the first job it runs in the
