@@ -61,6 +61,16 @@ describe.each(backends().slice(0, 1))("what a worker's process knows of its toke
     expect(seen.lookUps).toBe(3);
   }, 20_000);
 
+  it('when many jobs come at once while the token is suspect, then they wait for one look-up, and share its answer', async () => {
+    const { made, seen } = client(() => 'a-token-the-service-does-not-know');
+    const check = new TokenCheck(made);
+    check.learn(refusedAck());
+    const verdicts = await Promise.all(Array.from({ length: 50 }, () => check.verdict()));
+    expect(seen.lookUps).toBe(1);
+    expect(new Set(verdicts).size).toBe(1);
+    expect(verdicts[0]).toMatchObject({ code: 'token_refused' });
+  });
+
   it("when the look-up gets a proxy's 403, or no answer in 5 s, then the token counts as taken", async () => {
     const forbidden: HttpSend = async () => ({ ok: false, status: 403, text: async () => '{"error":{"code":"forbidden","message":"blocked by a proxy"}}' });
     const behindProxy = new TokenCheck(client(() => RIGHT, forbidden).made);
