@@ -214,6 +214,11 @@ export class AckCoalescer {
     this.settings = settingsOf(options);
   }
 
+  /** How long a call is sent again while rollcall cannot be reached: what the workers hold their jobs for. */
+  get retryForMs(): number {
+    return this.settings.retryForMs;
+  }
+
   /** Acks one item; resolves once rollcall has committed it (`null`) or rejected it (the reason). */
   async ack(itemId: string, outcome: ItemOutcome, error?: string): Promise<Rejected> {
     return rejectionIn(await this.ackInCall(itemId, outcome, error), itemId);

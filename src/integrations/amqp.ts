@@ -11,6 +11,7 @@ import { AckingChannel, headerOf, MessageHandling, MessageHandlingOptions, Rollc
 import { CancelCheckOptions, sharedCancelledBatches } from './cancelledBatches';
 import { isHandedToChild } from './childBatch';
 import { failureMessageOf } from './errors';
+import { sharedTokenCheck } from './tokenCheck';
 
 /** The consumer for dead letters: records the items of messages RabbitMQ gave up on. */
 export { rollcallDeadLetterConsumer, type RollcallDeadLetterOptions } from './amqpDeadLetters';
@@ -62,6 +63,8 @@ function maxDeliveriesOf(options: RollcallConsumerOptions): number {
  * A consume callback around `handler`: `channel.consume(queue, rollcallConsumer(client, channel, handler))`
  * (with `noAck: false`, the default). For each message:
  * - its batch is cancelled: the message is acked, the handler not run;
+ * - rollcall refuses the token (an ack answered `401`/`403`, and `GET /v1/whoami` agrees): the
+ *   message is held unrun until rollcall takes it (MessageHandling.returnedForRefusedToken);
  * - the handler succeeds: rollcall is acked `succeeded`, then the message is acked; a handler that
  *   opened a child batch for the item returns `handedToChild()`: the message is acked, the item not
  *   (the child's outcome records it);
@@ -82,11 +85,12 @@ export function rollcallConsumer(
   handler: (message: ConsumeMessage) => unknown,
   options: RollcallConsumerOptions = {},
 ): RollcallConsumeCallback {
-  const messages = new MessageHandling(channel, sharedCoalescer(client, options), sharedCancelledBatches(client, options), options);
   const maxDeliveries = maxDeliveriesOf(options);
+  const messages = new MessageHandling(channel, sharedCoalescer(client, options), sharedCancelledBatches(client, options), sharedTokenCheck(client), options);
   return messages.callback(async (message) => {
     const itemId = messages.itemIdOrDrop(message);
     if (itemId === undefined || (await messages.ackedAsCancelled(message, itemId))) return;
+    if (await messages.returnedForRefusedToken(message)) return;
     let returned: unknown;
     try {
       returned = await handler(message);

@@ -9,6 +9,7 @@ import type { RollcallClient } from '../client';
 import { AckCoalescingOptions, sharedCoalescer } from './ackCoalescer';
 import { AckingChannel, headerOf, MessageHandling, MessageHandlingOptions, RollcallConsumeCallback, textHeaderOf, textOfHeaderValue } from './amqpMessages';
 import { sharedCancelledBatches } from './cancelledBatches';
+import { sharedTokenCheck } from './tokenCheck';
 
 /**
  * The dead-letter reasons of a message RabbitMQ itself gave up on. The fourth, `rejected`, is a
@@ -81,13 +82,13 @@ function reasonsOf(options: RollcallDeadLetterOptions): ReadonlySet<string> {
 export function rollcallDeadLetterConsumer(client: RollcallClient, channel: AckingChannel, options: RollcallDeadLetterOptions = {}): RollcallConsumeCallback {
   // No cancel check before each ack, as rollcallConsumer makes to skip a handler: there is no
   // handler here, and rollcall answers a cancelled batch's ack with batch_cancelled.
-  const messages = new MessageHandling(channel, sharedCoalescer(client, options), sharedCancelledBatches(client), options);
+  const messages = new MessageHandling(channel, sharedCoalescer(client, options), sharedCancelledBatches(client), sharedTokenCheck(client), options);
   const reasons = reasonsOf(options);
   return messages.callback(async (message) => {
     const death = lastDeathOf(message);
     if (death.reason === undefined || !reasons.has(death.reason)) return messages.settle(message, 'drop');
     const itemId = messages.itemIdOrDrop(message);
-    if (itemId === undefined) return;
+    if (itemId === undefined || (await messages.returnedForRefusedToken(message))) return;
     // The worker's own error says more than that RabbitMQ gave up on a message redelivered after it.
     if (await settledAlready(client, itemId)) return messages.settle(message, 'ack');
     const from = death.queue === undefined ? '' : ` from queue ${death.queue}`;

@@ -8,6 +8,7 @@ import { isTransient } from '../client/retry';
 import { AckCoalescer, ItemOutcome, keepingProcessAlive, Rejected } from './ackCoalescer';
 import { CancelledBatches } from './cancelledBatches';
 import { asError, RollcallIntegrationError } from './errors';
+import { TokenCheck } from './tokenCheck';
 
 /** The header that carries a message's item ID (set by the producer). */
 export const ITEM_ID_HEADER = 'x-rollcall-item-id';
@@ -107,6 +108,22 @@ function defaultItemIdOf(message: ConsumeMessage): string | undefined {
 }
 
 /**
+ * The longest a message is held unrun while rollcall refuses the token (or `retryForMs`, when
+ * shorter): RabbitMQ's `consumer_timeout` counts the hold, and the run and its ack come after it.
+ */
+export const MAX_TOKEN_HOLD_MS = 5 * 60_000;
+
+/** What a held message is told by `drain()`: go back to the queue now. */
+const RELEASED = Symbol('released');
+
+/** A promise with its resolve, for `drain()` to release the messages held at the time. */
+function release(): { released: Promise<typeof RELEASED>; resolve: () => void } {
+  let resolve!: () => void;
+  const released = new Promise<typeof RELEASED>((res) => (resolve = () => res(RELEASED)));
+  return { released, resolve };
+}
+
+/**
  * What the consume callbacks share for each message: its item ID, telling rollcall of its outcome,
  * and settling it once.
  */
@@ -114,11 +131,14 @@ export class MessageHandling {
   private readonly itemIdOf: (message: ConsumeMessage) => string | undefined;
   /** Messages settled here: each is settled once, and one that an unforeseen error left is settled too. */
   private readonly settledMessages = new WeakSet<ConsumeMessage>();
+  /** Resolved by `drain()`: the messages held for a refused token then go back to the queue. */
+  private holding = release();
 
   constructor(
     private readonly channel: AckingChannel,
     private readonly acks: AckCoalescer,
     private readonly cancelled: CancelledBatches,
+    private readonly tokens: TokenCheck,
     private readonly options: MessageHandlingOptions,
   ) {
     this.itemIdOf = options.itemIdOf ?? defaultItemIdOf;
@@ -152,6 +172,29 @@ export class MessageHandling {
   async ackedAsCancelled(message: ConsumeMessage, itemId: string): Promise<boolean> {
     if (!(await this.cancelled.isCancelled(itemId))) return false;
     this.settle(message, 'ack');
+    return true;
+  }
+
+  /**
+   * Whether the message went back to the queue unrun because rollcall refuses the token (see
+   * TokenCheck). While an ack's `401`/`403` makes the token suspect, the message waits for
+   * rollcall's word on it, and is held, unacked and unrun, while that word is a refusal (looked up
+   * again every TOKEN_RECHECK_MS): its work would be done, with no ack rollcall would take, and done
+   * again at each redelivery. Held, it keeps its prefetch place, so this consumer takes no more and
+   * the others take the queue's messages, as in an outage. It runs once rollcall takes the token;
+   * after MAX_TOKEN_HOLD_MS (or `retryForMs`), or when `drain()` is called, it goes back to the
+   * queue as a run that did not fail (`requeue`), to come back to whichever consumer it reaches.
+   */
+  async returnedForRefusedToken(message: ConsumeMessage): Promise<boolean> {
+    if (!this.tokens.suspect) return false;
+    const holdUntil = performance.now() + Math.min(MAX_TOKEN_HOLD_MS, this.acks.retryForMs);
+    const { released } = this.holding;
+    for (;;) {
+      const refusal = await Promise.race([this.tokens.verdict(), released]);
+      if (refusal === null) return false;
+      if (refusal === RELEASED || performance.now() >= holdUntil) break;
+    }
+    this.settle(message, 'requeue');
     return true;
   }
 
@@ -195,6 +238,7 @@ export class MessageHandling {
     try {
       rejected = await this.acks.ack(itemId, outcome, error);
     } catch (ackError) {
+      this.tokens.learn(ackError); // the messages after this one wait for rollcall's word on the token
       this.report(asError(ackError), message);
       return this.settle(message, isTransient(ackError) ? 'requeue' : 'retry');
     }
@@ -226,7 +270,13 @@ export class MessageHandling {
       unsettled.add(settled);
     };
     const drain = async (): Promise<void> => {
-      while (unsettled.size > 0) await keepingProcessAlive(Promise.all([...unsettled]));
+      const held = this.holding;
+      held.resolve(); // a graceful stop must not wait out a refused token: those messages go back
+      try {
+        while (unsettled.size > 0) await keepingProcessAlive(Promise.all([...unsettled]));
+      } finally {
+        if (this.holding === held) this.holding = release(); // messages that come after the stop are held again
+      }
     };
     return Object.assign(callback, { drain });
   }

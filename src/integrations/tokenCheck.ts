@@ -18,8 +18,9 @@ export function refusesToken(error: unknown): boolean {
  * Whether rollcall refuses this client's token. An ack refused with `401` or `403` makes it
  * suspect; `GET /v1/whoami` then decides (a `401`, or a token without the `consume` scope, is a
  * refusal), at once and then TOKEN_RECHECK_MS after each answer while it is refused. While it is,
- * no job runs: its work would be done, and done again at every retry, with no ack rollcall would
- * take (a wrong token, a service deployed without the workers' tokens). Only the look-up's answer
+ * no job or message runs (BullMQ jobs are put back, AMQP messages held): its work would be done,
+ * and done again at every retry, with no ack rollcall would take (a wrong token, a service
+ * deployed without the workers' tokens). Only the look-up's answer
  * puts jobs back, not the ack's: one replica of several, or a proxy, that answered `401` once must
  * not stop a worker that the others serve. Anything but a refusal (rollcall out of reach, a 5xx, no
  * answer in TOKEN_RECHECK_MS) counts as taken: an outage is the acks' own retries' to meet.
@@ -41,8 +42,8 @@ export class TokenCheck {
   /**
    * For a job that comes while the token is suspect: rollcall's answer at the next look-up, which
    * is at once after a refused ack and then TOKEN_RECHECK_MS after the answer before, while
-   * refused. The jobs that come meanwhile wait for that one answer (a Worker keeps their locks), so
-   * a Worker whose token stays refused puts back at most its concurrency in jobs every
+   * refused. The jobs (messages) that come meanwhile wait for that one answer (a Worker keeps their
+   * locks), so a Worker whose token stays refused puts back at most its concurrency in jobs every
    * TOKEN_RECHECK_MS.
    */
   verdict(): Promise<RollcallIntegrationError | null> {

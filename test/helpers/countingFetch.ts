@@ -1,4 +1,4 @@
-import { HttpSend, httpSend } from '../../src/client';
+import { HttpSend, httpSend, RollcallClient } from '../../src/client';
 
 /**
  * The client's own way of sending (httpSend), passing every request through and keeping score of ack
@@ -53,4 +53,24 @@ export function countingFetch(): AckTally {
     return response;
   };
   return tally;
+}
+
+/**
+ * A client whose every call carries the token `tokenNow()` gives at the time (a token the service
+ * refuses, then the right one once "the operator fixed it"), counting its token look-ups
+ * (`GET /v1/whoami`) and its ack calls.
+ */
+export function swappingToken(baseUrl: string, tokenNow: () => string): { client: RollcallClient; seen: { whoami: number; acks: number } } {
+  const send = httpSend();
+  const seen = { whoami: 0, acks: 0 };
+  const client = new RollcallClient({
+    baseUrl,
+    token: tokenNow(),
+    fetch: (url, request) => {
+      if (url.endsWith('/v1/whoami')) seen.whoami += 1;
+      if (url.endsWith('/v1/acks')) seen.acks += 1;
+      return send(url, { ...request, headers: { ...request.headers, authorization: `Bearer ${tokenNow()}` } });
+    },
+  });
+  return { client, seen };
 }

@@ -11,7 +11,7 @@ import { handedToChild, ITEM_ID_HEADER, RollcallConsumeCallback, rollcallConsume
 import { openBatch } from '../../src/integrations/producer';
 import { backends } from '../helpers/backends';
 import { amqpUrl, describeWith } from '../helpers/brokers';
-import { AckTally, countingFetch } from '../helpers/countingFetch';
+import { AckTally, countingFetch, swappingToken } from '../helpers/countingFetch';
 import { until } from '../helpers/realTime';
 import { startService, TestService } from '../helpers/service';
 import { TcpProxy } from '../helpers/tcpProxy';
@@ -233,6 +233,137 @@ describeWith(amqpUrl).each(backends())('rollcall/amqp on a real RabbitMQ quorum 
     expect(errors[0]).toMatch(/no route/);
     expect(await svc.client.status(batch.id)).toMatchObject({ pending: 1 });
   });
+
+  /**
+   * A service that knows only `right`'s token, a quorum queue, and a batch of `count` items whose
+   * first `publishedFirst` messages are published at once, the rest by `publishRest()`.
+   */
+  async function guardedBatch(count: number, publishedFirst: number, queueArguments: Record<string, unknown> = {}) {
+    const right = { token: 'the-right-token-0123456789', tenant: 'a', scopes: ['produce', 'consume', 'read'] };
+    const guarded = await startService(backend, { API_TOKENS: JSON.stringify([right]) });
+    const producer = new RollcallClient({ baseUrl: guarded.url, token: right.token });
+    const queue = `rollcall-test-${randomBytes(4).toString('hex')}`;
+    const channel = await admin.createConfirmChannel();
+    await channel.assertQueue(queue, { durable: true, arguments: { 'x-queue-type': 'quorum', ...queueArguments } });
+    const ids: string[] = [];
+    const batch = await openBatch(producer, { count, enqueue: async (chunk) => void ids.push(...chunk) });
+    const publish = async (from: number, to: number) => {
+      for (let n = from; n < to; n++)
+        channel.sendToQueue(queue, Buffer.from(JSON.stringify({ n })), { headers: { [ITEM_ID_HEADER]: ids[n]! }, persistent: true });
+      await channel.waitForConfirms();
+    };
+    await publish(0, publishedFirst);
+    const publishRest = async () => {
+      await publish(publishedFirst, count);
+      await channel.close();
+    };
+    return { guarded, producer, right, queue, batch, publishRest };
+  }
+
+  it("when rollcall refuses a consumer's token (401), then after the first refused ack its messages are held unrun, and once the token is taken each runs once", async () => {
+    const { guarded, producer, right, queue, batch, publishRest } = await guardedBatch(21, 1);
+    const warned = jest.spyOn(process, 'emitWarning').mockImplementation(() => undefined);
+    try {
+      let fixed = false;
+      const wrong = 'a-token-the-service-does-not-know';
+      const { client, seen } = swappingToken(guarded.url, () => (fixed ? right.token : wrong));
+      const runs = new Map<number, number>();
+      const redelivered = new Set<number>();
+      const channel = await (await connect()).createChannel();
+      await channel.prefetch(20);
+      await channel.consume(
+        queue,
+        rollcallConsumer(client, channel, (message) => {
+          runs.set(numberOf(message), (runs.get(numberOf(message)) ?? 0) + 1);
+          if (message.fields.redelivered) redelivered.add(numberOf(message));
+        }),
+      );
+      await until(() => seen.whoami >= 1); // the first message's ack refused, and the token looked up
+      await publishRest();
+      await until(() => seen.whoami >= 2, 15_000); // refused again 5 s after the first answer
+      expect([...runs]).toEqual([[0, 1]]); // the first message ran and its ack was refused; none since
+      // Held, not returned: the consumer keeps its 20 prefetch places (the first message's second
+      // delivery and 19 more), the 21st waits in the queue for a consumer with room.
+      const check = await admin.createChannel();
+      expect((await check.checkQueue(queue)).messageCount).toBe(1);
+      await check.close();
+      const codes = warned.mock.calls.map(([error]) => (error as { code?: string }).code);
+      expect(codes.filter((code) => code === 'token_refused')).toHaveLength(1);
+      fixed = true;
+      expect(await producer.waitForCompletion(batch.id, { timeoutMs: 30_000 })).toMatchObject({ state: 'complete', succeeded: 21, failed: 0 });
+      expect([...runs.values()].reduce((a, b) => a + b)).toBe(22); // each once, and the first once more
+      expect([...redelivered]).toEqual([0]); // none went back to the queue but the refused run's
+      await drained(queue);
+    } finally {
+      warned.mockRestore();
+      await guarded.stop();
+    }
+  }, 60_000);
+
+  it('when a consumer holding messages for a refused token is stopped, then drain returns them to the queue at once, unrun', async () => {
+    const { guarded, queue } = await guardedBatch(5, 5);
+    const warned = jest.spyOn(process, 'emitWarning').mockImplementation(() => undefined);
+    try {
+      const { client, seen } = swappingToken(guarded.url, () => 'a-token-the-service-does-not-know');
+      let runs = 0;
+      const channel = await (await connect()).createChannel();
+      await channel.prefetch(20);
+      const callback = rollcallConsumer(client, channel, () => void runs++);
+      const { consumerTag } = await channel.consume(queue, callback);
+      await until(() => seen.whoami >= 1); // each ran once before a refusal was learnt; now they are held
+      const lookUps = seen.whoami;
+      await channel.cancel(consumerTag);
+      await callback.drain(); // without waiting for the next look-up, 5 s on, nor the hold's end
+      expect(seen.whoami).toBe(lookUps);
+      await channel.close();
+      const check = await admin.createChannel();
+      await until(async () => (await check.checkQueue(queue)).messageCount === 5);
+      await check.deleteQueue(queue);
+      await check.close();
+      expect(runs).toBe(5);
+    } finally {
+      warned.mockRestore();
+      await guarded.stop();
+    }
+  }, 30_000);
+
+  it("when a token stays refused past the consumer's retryForMs, then its held message goes back to the queue unrun, as a delivery that did not fail", async () => {
+    const { guarded, queue } = await guardedBatch(1, 1);
+    const warned = jest.spyOn(process, 'emitWarning').mockImplementation(() => undefined);
+    try {
+      const { client } = swappingToken(guarded.url, () => 'a-token-the-service-does-not-know');
+      const channel = await (await connect()).createChannel();
+      channel.on('error', () => undefined);
+      const returns: string[] = [];
+      let runs = 0;
+      const recording = {
+        ack: (m: ConsumeMessage) => channel.ack(m),
+        nack: (m: ConsumeMessage, allUpTo?: boolean, requeue?: boolean) => {
+          returns.push(`nack ${String(requeue)}`);
+          channel.nack(m, allUpTo, requeue);
+        },
+        reject: (m: ConsumeMessage, requeue?: boolean) => {
+          returns.push(`reject ${String(requeue)}`);
+          channel.reject(m, requeue);
+        },
+      };
+      await channel.consume(
+        queue,
+        rollcallConsumer(client, recording, () => void runs++, { retryForMs: 1_000 }),
+      );
+      await until(() => returns.length >= 2, 15_000);
+      // Its run's ack refused: a failed delivery. Then held past 1 s, to the next look-up: returned unrun.
+      expect({ runs, returns: returns.slice(0, 2) }).toEqual({ runs: 1, returns: ['reject true', 'nack true'] });
+      await channel.close();
+      await admin.createChannel().then(async (check) => {
+        await check.deleteQueue(queue);
+        await check.close();
+      });
+    } finally {
+      warned.mockRestore();
+      await guarded.stop();
+    }
+  }, 30_000);
 
   it('when itemIdOf throws or gives no string on some messages and onError throws too, then those are dropped and the rest still flow', async () => {
     const client = new RollcallClient({ baseUrl: svc.url });

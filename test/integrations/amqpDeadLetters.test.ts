@@ -7,6 +7,7 @@ import { rollcallConsumer, rollcallDeadLetterConsumer, RollcallDeadLetterOptions
 import { openBatch } from '../../src/integrations/producer';
 import { backends } from '../helpers/backends';
 import { amqpUrl, describeWith } from '../helpers/brokers';
+import { swappingToken } from '../helpers/countingFetch';
 import { until } from '../helpers/realTime';
 import { startService, TestService } from '../helpers/service';
 import { numberOf } from './fixtures/messages';
@@ -278,6 +279,33 @@ describeWith(amqpUrl).each(backends())('rollcall/amqp dead letters on a real Rab
     expect(await client.status(batch.id)).toMatchObject({ pending: 2 });
     await recorder.close();
   });
+
+  it("when rollcall refuses the dead-letter consumer's token (401), then its dead letters are held, not given up to the parking queue, and recorded once the token is taken", async () => {
+    const right = { token: 'the-right-token-0123456789', tenant: 'a', scopes: ['produce', 'consume', 'read'] };
+    const guarded = await startService(backend, { API_TOKENS: JSON.stringify([right]) });
+    const warned = jest.spyOn(process, 'emitWarning').mockImplementation(() => undefined);
+    try {
+      const producer = new RollcallClient({ baseUrl: guarded.url, token: right.token });
+      const t = await topology({ 'x-message-ttl': 50 });
+      const batch = await produce(producer, t.work, 3);
+      await until(async () => (await count(t.recorded)) === 3, 10_000);
+      let fixed = false;
+      const wrong = 'a-token-the-service-does-not-know';
+      const { client, seen } = swappingToken(guarded.url, () => (fixed ? right.token : wrong));
+      const { channel: recorder } = await recordDeadLetters(client, t.recorded);
+      await until(() => seen.whoami >= 2, 15_000); // refused, and refused again 5 s later
+      // The recording queue's x-delivery-limit is 2: three refused records in a row would have parked each.
+      expect(await count(t.parked)).toBe(0);
+      expect(await producer.status(batch.id)).toMatchObject({ state: 'sealed', pending: 3 });
+      fixed = true;
+      expect(await producer.waitForCompletion(batch.id, { timeoutMs: 15_000 })).toMatchObject({ state: 'complete', failed: 3 });
+      expect(await count(t.parked)).toBe(0);
+      await recorder.close();
+    } finally {
+      warned.mockRestore();
+      await guarded.stop();
+    }
+  }, 30_000);
 
   it('when reasons is empty or not a list of names, then the consumer is refused when it is made', () => {
     const client = new RollcallClient({ baseUrl: svc.url });

@@ -14,7 +14,7 @@ import { handedToChild, rollcallProcessor, watchFailedJobs } from '../../src/int
 import { openBatch } from '../../src/integrations/producer';
 import { backends } from '../helpers/backends';
 import { describeWith, redisConnection, redisUrl } from '../helpers/brokers';
-import { AckTally, countingFetch } from '../helpers/countingFetch';
+import { AckTally, countingFetch, swappingToken } from '../helpers/countingFetch';
 import { realSleep, until } from '../helpers/realTime';
 import { startService, TestService } from '../helpers/service';
 import { TcpProxy } from '../helpers/tcpProxy';
@@ -1075,21 +1075,6 @@ describeWith(redisUrl).each(backends())('rollcall/bullmq on a real Redis and a r
     }
   });
 
-  /** A client whose calls go through `send` (to swap its token, say), counting its token look-ups. */
-  function lookingUp(baseUrl: string, token: string, swap: () => string = () => token) {
-    const send = httpSend();
-    const seen = { whoami: 0 };
-    const refused = new RollcallClient({
-      baseUrl,
-      token,
-      fetch: (url, request) => {
-        if (url.endsWith('/v1/whoami')) seen.whoami += 1;
-        return send(url, { ...request, headers: { ...request.headers, authorization: `Bearer ${swap()}` } });
-      },
-    });
-    return { client: refused, seen };
-  }
-
   it("when rollcall refuses a Worker's token (401), then after the first refused ack its jobs wait and are put back unrun, and once the token is taken each runs", async () => {
     const right = { token: 'the-right-token-0123456789', tenant: 'a', scopes: ['produce', 'consume', 'read'] };
     const guarded = await startService(backend, { API_TOKENS: JSON.stringify([right]) });
@@ -1099,7 +1084,7 @@ describeWith(redisUrl).each(backends())('rollcall/bullmq on a real Redis and a r
       // Until the operator's fix, the service refuses the Worker's token; then it takes it.
       let fixed = false;
       const wrong = 'a-token-the-service-does-not-know';
-      const { client: worker, seen } = lookingUp(guarded.url, wrong, () => (fixed ? right.token : wrong));
+      const { client: worker, seen } = swappingToken(guarded.url, () => (fixed ? right.token : wrong));
       const queue = newQueue();
       // The first job alone; 20 more once its ack was refused, on their only attempt: a put-back that
       // counted one would fail them for good.
@@ -1146,7 +1131,7 @@ describeWith(redisUrl).each(backends())('rollcall/bullmq on a real Redis and a r
     const warned = jest.spyOn(process, 'emitWarning').mockImplementation(() => undefined);
     try {
       const producer = new RollcallClient({ baseUrl: guarded.url, token: tokens[0]!.token });
-      const { client: readOnly, seen } = lookingUp(guarded.url, tokens[1]!.token);
+      const { client: readOnly, seen } = swappingToken(guarded.url, () => tokens[1]!.token);
       const queue = newQueue();
       await openBatch(producer, {
         count: 5,
