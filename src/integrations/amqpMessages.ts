@@ -2,8 +2,11 @@
  * What rollcall/amqp's consume callbacks share: reading a message's item ID, telling rollcall, and
  * settling each message once. amqplib is only a type here.
  */
+import { setMaxListeners } from 'node:events';
+
 import type { ConsumeMessage } from 'amqplib';
 
+import { unlessAborted } from '../client/abortable';
 import { isTransient } from '../client/retry';
 import { AckCoalescer, ItemOutcome, keepingProcessAlive, Rejected } from './ackCoalescer';
 import { CancelledBatches } from './cancelledBatches';
@@ -113,14 +116,15 @@ function defaultItemIdOf(message: ConsumeMessage): string | undefined {
  */
 export const MAX_TOKEN_HOLD_MS = 5 * 60_000;
 
-/** What a held message is told by `drain()`: go back to the queue now. */
-const RELEASED = Symbol('released');
-
-/** A promise with its resolve, for `drain()` to release the messages held at the time. */
-function release(): { released: Promise<typeof RELEASED>; resolve: () => void } {
-  let resolve!: () => void;
-  const released = new Promise<typeof RELEASED>((res) => (resolve = () => res(RELEASED)));
-  return { released, resolve };
+/**
+ * What `drain()` aborts to send the messages held at the time back to the queue. Every held
+ * message listens to it (and stops listening at each look-up's answer: a race against one promise
+ * kept until a drain would keep every answer a long refusal gave), so the listener warning is off.
+ */
+function holding(): AbortController {
+  const controller = new AbortController();
+  setMaxListeners(0, controller.signal);
+  return controller;
 }
 
 /**
@@ -132,7 +136,7 @@ export class MessageHandling {
   /** Messages settled here: each is settled once, and one that an unforeseen error left is settled too. */
   private readonly settledMessages = new WeakSet<ConsumeMessage>();
   /** Resolved by `drain()`: the messages held for a refused token then go back to the queue. */
-  private holding = release();
+  private holding = holding();
 
   constructor(
     private readonly channel: AckingChannel,
@@ -188,11 +192,14 @@ export class MessageHandling {
   async returnedForRefusedToken(message: ConsumeMessage): Promise<boolean> {
     if (!this.tokens.suspect) return false;
     const holdUntil = performance.now() + Math.min(MAX_TOKEN_HOLD_MS, this.acks.retryForMs);
-    const { released } = this.holding;
-    for (;;) {
-      const refusal = await Promise.race([this.tokens.verdict(), released]);
-      if (refusal === null) return false;
-      if (refusal === RELEASED || performance.now() >= holdUntil) break;
+    const { signal } = this.holding;
+    try {
+      for (;;) {
+        if ((await unlessAborted(this.tokens.verdict(), signal)) === null) return false; // taken: run it
+        if (performance.now() >= holdUntil) break;
+      }
+    } catch {
+      // drain() was called: the message goes back now
     }
     this.settle(message, 'requeue');
     return true;
@@ -271,11 +278,11 @@ export class MessageHandling {
     };
     const drain = async (): Promise<void> => {
       const held = this.holding;
-      held.resolve(); // a graceful stop must not wait out a refused token: those messages go back
+      held.abort(); // a graceful stop must not wait out a refused token: those messages go back
       try {
         while (unsettled.size > 0) await keepingProcessAlive(Promise.all([...unsettled]));
       } finally {
-        if (this.holding === held) this.holding = release(); // messages that come after the stop are held again
+        if (this.holding === held) this.holding = holding(); // messages that come after the stop are held again
       }
     };
     return Object.assign(callback, { drain });
