@@ -8,6 +8,7 @@ import { isMainThread } from 'node:worker_threads';
 import { Backoffs, BackoffStrategy, DelayedError, errorToJSON, Job, UnrecoverableError, WaitingChildrenError, WaitingError } from 'bullmq';
 
 import type { RollcallClient } from '../client';
+import { unlessAborted } from '../client/abortable';
 import { AckCoalescingOptions, Rejected, rejectionIn, Rejections, sharedCoalescer } from './ackCoalescer';
 import { answered, defaultItemIdOf, HANDED_OVER, SUCCESS_REJECTED, watchWorkerOf } from './bullmqFailureWatch';
 import { CancelCheckOptions, sharedCancelledBatches } from './cancelledBatches';
@@ -204,6 +205,11 @@ async function holdsLock(job: Job, token: string | undefined, sandboxed: boolean
   }
 }
 
+/** What a run cancelled before its handler began throws: the signal's reason, as an Error. */
+function cancelledRun(reason: unknown): Error {
+  return reason instanceof Error ? reason : new Error(`the job was cancelled before it ran${reason === undefined ? '' : `: ${String(reason)}`}`);
+}
+
 /**
  * Puts back a job that rollcall could not record (its worker's token refused), without running it
  * and without counting an attempt (BullMQ's `moveToDelayed` skips the attempt, though it counts a
@@ -277,7 +283,9 @@ function handedOverFailure(job: object, caught: unknown): Error {
  *   (`GET /v1/whoami`: at once, then TOKEN_RECHECK_MS after each answer while refused). While
  *   rollcall refuses it (a `401`, or no `consume` scope), jobs are not run but put back
  *   (`moveToDelayed`, no attempt counted), and a process warning (`token_refused`) says so, at
- *   most one a minute. The runs whose acks were refused fail as in an outage (below).
+ *   most one a minute. The runs whose acks were refused fail as in an outage (below). A job
+ *   cancelled while it waits (BullMQ's abort signal, for a handler that takes it) fails with the
+ *   signal's reason, unrun.
  * - A job BullMQ fails for good without running it (stalled past `maxStalledCount`, started past
  *   `maxStartedAttempts`, a flow parent failed by its child) is acked `failed` by the Worker's
  *   failure watch (`watchFailedJobs`): the processor starts it on the first job it runs in the
@@ -358,7 +366,8 @@ export function rollcallProcessor<DataType = any, ResultType = any, NameType ext
     const cancelledNow = cancelled.isCancelled(itemId);
     if (cancelledNow === true || (cancelledNow !== false && (await cancelledNow))) return undefined;
     if (tokens.suspect) {
-      const refusal = await tokens.verdict();
+      // A job cancelled meanwhile (`worker.cancelJob`) ends as a handler that heeds the signal ends it.
+      const refusal = await (signal ? unlessAborted(tokens.verdict(), signal, cancelledRun) : tokens.verdict());
       if (refusal) return putBack(job, token, refusal);
     }
     // A sandboxed processor gets a plain object, not a Job of any copy of bullmq (child-processor.ts `wrapJob`).

@@ -1122,6 +1122,36 @@ describeWith(redisUrl).each(backends())('rollcall/bullmq on a real Redis and a r
     }
   }, 60_000);
 
+  it("when a job waiting for rollcall's word on a refused token is cancelled (BullMQ's abort signal), then it fails at once with the reason, unrun", async () => {
+    const right = { token: 'the-right-token-0123456789', tenant: 'a', scopes: ['produce', 'consume', 'read'] };
+    const guarded = await startService(backend, { API_TOKENS: JSON.stringify([right]) });
+    const warned = jest.spyOn(process, 'emitWarning').mockImplementation(() => undefined);
+    try {
+      const producer = new RollcallClient({ baseUrl: guarded.url, token: right.token });
+      const { client: worker, seen } = swappingToken(guarded.url, () => 'a-token-the-service-does-not-know');
+      const queue = newQueue();
+      const ids: string[] = [];
+      await openBatch(producer, { count: 2, enqueue: async (chunk) => void ids.push(...chunk) });
+      await queue.add('item', { rollcallItemId: ids[0]!, n: 0 }, { attempts: 3 });
+      const ran: number[] = [];
+      const handler = async (job: Job<TestJobData>, _token?: string, _signal?: AbortSignal) => void ran.push(job.data.n);
+      const running = new Worker<TestJobData>(queue.name, rollcallProcessor(worker, handler), { connection, prefix, concurrency: 5 });
+      workers.push(running);
+      await until(() => seen.whoami >= 1); // the first job's ack refused, its retry put back
+      const waiting = await queue.add('item', { rollcallItemId: ids[1]!, n: 1 }, { attempts: 1 });
+      await until(async () => (await waiting.getState()) === 'active'); // waiting for the look-up, 5 s after the first
+      expect(running.cancelJob(waiting.id!, 'no longer wanted')).toBe(true);
+      await until(async () => (await waiting.getState()) === 'failed', 3_000);
+      expect(seen.whoami).toBe(1); // it did not wait for the next look-up
+      expect((await queue.getJob(waiting.id!))?.failedReason).toBe('the job was cancelled before it ran: no longer wanted');
+      expect(ran).toEqual([0]);
+    } finally {
+      warned.mockRestore();
+      await Promise.all(workers.splice(0).map((w) => w.close()));
+      await guarded.stop();
+    }
+  }, 30_000);
+
   it("when a Worker's token lacks the consume scope (403), then its jobs stay unrun as the token is asked about again", async () => {
     const tokens = [
       { token: 'the-producer-token-0123456789', tenant: 'a', scopes: ['produce', 'read'] },
