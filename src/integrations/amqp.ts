@@ -62,9 +62,9 @@ function maxDeliveriesOf(options: RollcallConsumerOptions): number {
 /**
  * A consume callback around `handler`: `channel.consume(queue, rollcallConsumer(client, channel, handler))`
  * (with `noAck: false`, the default). For each message:
- * - its batch is cancelled: the message is acked, the handler not run;
  * - rollcall refuses the token (an ack answered `401`/`403`, and `GET /v1/whoami` agrees): the
  *   message is held unrun until rollcall takes it (MessageHandling.returnedForRefusedToken);
+ * - its batch is cancelled: the message is acked, the handler not run;
  * - the handler succeeds: rollcall is acked `succeeded`, then the message is acked; a handler that
  *   opened a child batch for the item returns `handedToChild()`: the message is acked, the item not
  *   (the child's outcome records it);
@@ -89,8 +89,9 @@ export function rollcallConsumer(
   const messages = new MessageHandling(channel, sharedCoalescer(client, options), sharedCancelledBatches(client, options), sharedTokenCheck(client), options);
   return messages.callback(async (message) => {
     const itemId = messages.itemIdOrDrop(message);
-    if (itemId === undefined || (await messages.ackedAsCancelled(message, itemId))) return;
-    if (await messages.returnedForRefusedToken(message)) return;
+    // The token first: a batch cancelled while its message was held is then still noticed.
+    if (itemId === undefined || (await messages.returnedForRefusedToken(message))) return;
+    if (await messages.ackedAsCancelled(message, itemId)) return;
     let returned: unknown;
     try {
       returned = await handler(message);

@@ -26,6 +26,25 @@ export interface AckingChannel {
   ack(message: ConsumeMessage): void;
   nack(message: ConsumeMessage, allUpTo?: boolean, requeue?: boolean): void;
   reject?(message: ConsumeMessage, requeue?: boolean): void;
+  /**
+   * amqplib's `close` event, where the channel has one: the messages held for a refused token then
+   * go (RabbitMQ has taken them back), unrun.
+   */
+  once?(event: 'close', listener: () => void): unknown;
+}
+
+/** What to do when each channel closes: one listener a channel, however many consumers share it. */
+const onClose = new WeakMap<AckingChannel, Set<() => void>>();
+
+function whenClosed(channel: AckingChannel, then: () => void): void {
+  if (typeof channel.once !== 'function') return;
+  let watchers = onClose.get(channel);
+  if (!watchers) {
+    const all = (watchers = new Set());
+    onClose.set(channel, all);
+    channel.once('close', () => all.forEach((watcher) => watcher()));
+  }
+  watchers.add(then);
 }
 
 /** The options both consume callbacks take about messages and what goes wrong with them. */
@@ -135,7 +154,12 @@ export class MessageHandling {
   private readonly itemIdOf: (message: ConsumeMessage) => string | undefined;
   /** Messages settled here: each is settled once, and one that an unforeseen error left is settled too. */
   private readonly settledMessages = new WeakSet<ConsumeMessage>();
-  /** Resolved by `drain()`: the messages held for a refused token then go back to the queue. */
+  /**
+   * Aborted by `drain()` and when the channel closes: the messages held then for a refused token go
+   * back to the queue. A drain replaces it at once, so the messages a consumer drained without a
+   * cancel goes on getting (those it just sent back among them) are held again, not sent straight
+   * back. A message reads it in the turn it comes in (returnedForRefusedToken comes first).
+   */
   private holding = holding();
 
   constructor(
@@ -146,6 +170,8 @@ export class MessageHandling {
     private readonly options: MessageHandlingOptions,
   ) {
     this.itemIdOf = options.itemIdOf ?? defaultItemIdOf;
+    // A held message must not run once RabbitMQ has taken it back (for another consumer to run).
+    whenClosed(channel, () => this.holding.abort());
   }
 
   report(error: Error, message: ConsumeMessage): void {
@@ -199,7 +225,7 @@ export class MessageHandling {
         if (performance.now() >= holdUntil) break;
       }
     } catch {
-      // drain() was called: the message goes back now
+      // drain() was called, or the channel closed: the message goes back now
     }
     this.settle(message, 'requeue');
     return true;
@@ -277,13 +303,10 @@ export class MessageHandling {
       unsettled.add(settled);
     };
     const drain = async (): Promise<void> => {
-      const held = this.holding;
-      held.abort(); // a graceful stop must not wait out a refused token: those messages go back
-      try {
-        while (unsettled.size > 0) await keepingProcessAlive(Promise.all([...unsettled]));
-      } finally {
-        if (this.holding === held) this.holding = holding(); // messages that come after the stop are held again
-      }
+      // A graceful stop must not wait out a refused token: the messages held now go back.
+      this.holding.abort();
+      this.holding = holding();
+      while (unsettled.size > 0) await keepingProcessAlive(Promise.all([...unsettled]));
     };
     return Object.assign(callback, { drain });
   }

@@ -19,6 +19,12 @@ interface Known {
   asking: Promise<boolean> | null;
   /** Whether a look-up has answered: until one has, jobs wait for it. */
   answered: boolean;
+  /**
+   * Whether the look-up out now is one every job waits for: the first, or one after a quiet spell,
+   * so that the jobs coming with the one that found the spell (held messages let go together) wait
+   * for its answer too, not only the first of them.
+   */
+  awaited: boolean;
   /** When a job last asked about the batch: a job after a quiet spell waits for a fresh answer. */
   seenAt: number;
 }
@@ -66,7 +72,7 @@ export class CancelledBatches {
   /** Remembers that the batch of this item is cancelled (from a `batch_cancelled` rejection). */
   learnCancelled(itemId: string): void {
     const now = performance.now();
-    this.remember(batchIdOf(itemId), { cancelled: true, checkedAt: now, seenAt: now, asking: null, answered: true });
+    this.remember(batchIdOf(itemId), { cancelled: true, checkedAt: now, seenAt: now, asking: null, answered: true, awaited: false });
   }
 
   /**
@@ -86,25 +92,27 @@ export class CancelledBatches {
     const now = performance.now();
     const quiet = now - known.seenAt >= this.intervalMs;
     known.seenAt = now;
-    if (known.asking) return known.answered && !quiet ? false : known.asking;
+    if (known.asking) return known.answered && !quiet && !known.awaited ? false : known.asking;
     if (now - known.checkedAt < this.intervalMs) return false;
-    const asking = this.ask(batchId, itemId, known);
+    const asking = this.ask(batchId, itemId, known, quiet);
     return quiet ? asking : false;
   }
 
   /** Asks rollcall about the batch (again, for `known`); resolves with whether it is cancelled, never rejects. */
-  private async ask(batchId: string, itemId: string, known?: Known): Promise<boolean> {
+  private async ask(batchId: string, itemId: string, known?: Known, awaited = true): Promise<boolean> {
     // Any failure of the look-up, a thrown one too, counts as "not cancelled" (see above).
     const asking = Promise.resolve()
       .then(() => this.client.item(itemId))
       .then((item) => item.batchState === 'cancelled')
       .catch(() => false);
     const now = performance.now();
-    const entry: Known = known ?? { cancelled: false, checkedAt: now, seenAt: now, asking: null, answered: false };
+    const entry: Known = known ?? { cancelled: false, checkedAt: now, seenAt: now, asking: null, answered: false, awaited };
     entry.asking = asking;
+    entry.awaited = awaited;
     this.remember(batchId, entry);
     const cancelled = await asking;
     entry.asking = null;
+    entry.awaited = false;
     entry.answered = true;
     entry.cancelled ||= cancelled;
     entry.checkedAt = performance.now();

@@ -12,7 +12,7 @@ import { openBatch } from '../../src/integrations/producer';
 import { backends } from '../helpers/backends';
 import { amqpUrl, describeWith } from '../helpers/brokers';
 import { AckTally, countingFetch, swappingToken } from '../helpers/countingFetch';
-import { until } from '../helpers/realTime';
+import { realSleep, until } from '../helpers/realTime';
 import { startService, TestService } from '../helpers/service';
 import { TcpProxy } from '../helpers/tcpProxy';
 import { kindOf } from './fixtures/jobs';
@@ -310,8 +310,9 @@ describeWith(amqpUrl).each(backends())('rollcall/amqp on a real RabbitMQ quorum 
       await channel.prefetch(20);
       const callback = rollcallConsumer(client, channel, () => void runs++);
       const { consumerTag } = await channel.consume(queue, callback);
-      await until(() => seen.whoami >= 1); // each ran once before a refusal was learnt; now they are held
+      await until(() => seen.whoami >= 1); // each ran (once) before a refusal was learnt; now they are held
       const lookUps = seen.whoami;
+      const ranBefore = runs;
       await channel.cancel(consumerTag);
       await callback.drain(); // without waiting for the next look-up, 5 s on, nor the hold's end
       expect(seen.whoami).toBe(lookUps);
@@ -320,7 +321,103 @@ describeWith(amqpUrl).each(backends())('rollcall/amqp on a real RabbitMQ quorum 
       await until(async () => (await check.checkQueue(queue)).messageCount === 5);
       await check.deleteQueue(queue);
       await check.close();
-      expect(runs).toBe(5);
+      expect(runs).toBe(ranBefore);
+    } finally {
+      warned.mockRestore();
+      await guarded.stop();
+    }
+  }, 30_000);
+
+  it('when a consumer holding messages for a refused token is drained without a cancel, then those go back once and are held again, not returned over and over', async () => {
+    const { guarded, queue } = await guardedBatch(3, 3);
+    const warned = jest.spyOn(process, 'emitWarning').mockImplementation(() => undefined);
+    try {
+      const { client, seen } = swappingToken(guarded.url, () => 'a-token-the-service-does-not-know');
+      const channel = await (await connect()).createChannel();
+      channel.on('error', () => undefined);
+      const nacks: number[] = [];
+      const recording = {
+        ack: (m: ConsumeMessage) => channel.ack(m),
+        nack: (m: ConsumeMessage, allUpTo?: boolean, requeue?: boolean) => {
+          nacks.push(numberOf(m));
+          channel.nack(m, allUpTo, requeue);
+        },
+        reject: (m: ConsumeMessage, requeue?: boolean) => channel.reject(m, requeue),
+      };
+      const callback = rollcallConsumer(client, recording, () => undefined);
+      await channel.consume(queue, callback);
+      await until(() => seen.whoami >= 1);
+      void callback.drain(); // still consuming: what goes back comes straight back to it
+      await until(() => nacks.length >= 3);
+      await realSleep(1_000);
+      expect(nacks.sort()).toEqual([0, 1, 2]); // each went back once, and is held again on its return
+      await channel.close();
+    } finally {
+      warned.mockRestore();
+      await guarded.stop();
+    }
+  }, 30_000);
+
+  it('when the channel of a consumer holding messages for a refused token closes, then none of them runs once the token is taken: RabbitMQ gave them to another consumer', async () => {
+    const { guarded, producer, right, batch, queue } = await guardedBatch(3, 3);
+    const warned = jest.spyOn(process, 'emitWarning').mockImplementation(() => undefined);
+    try {
+      let fixed = false;
+      const { client, seen } = swappingToken(guarded.url, () => (fixed ? right.token : 'a-token-the-service-does-not-know'));
+      const ran = { first: 0, second: 0 };
+      const first = await (await connect()).createChannel();
+      await first.consume(
+        queue,
+        rollcallConsumer(client, first, () => void ran.first++),
+      );
+      await until(() => seen.whoami >= 1); // each ran before a refusal was learnt; now they are held
+      const ranBefore = ran.first;
+      await first.close(); // a dropped link: RabbitMQ takes the held messages back
+      fixed = true;
+      const second = await (await connect()).createChannel();
+      await second.consume(
+        queue,
+        rollcallConsumer(client, second, () => void ran.second++),
+      );
+      // The second waits for the same look-up the first's messages waited for: taken, 5 s after the refusal.
+      expect(await producer.waitForCompletion(batch.id, { timeoutMs: 20_000 })).toMatchObject({ state: 'complete', succeeded: 3 });
+      expect(ran).toEqual({ first: ranBefore, second: 3 });
+      await drained(queue);
+    } finally {
+      warned.mockRestore();
+      await guarded.stop();
+    }
+  }, 30_000);
+
+  it('when a batch is cancelled while its messages are held for a refused token, then once the token is taken they are acked unrun', async () => {
+    const { guarded, producer, right, batch, queue } = await guardedBatch(3, 3);
+    const warned = jest.spyOn(process, 'emitWarning').mockImplementation(() => undefined);
+    try {
+      let fixed = false;
+      const { client, seen } = swappingToken(guarded.url, () => (fixed ? right.token : 'a-token-the-service-does-not-know'));
+      let runs = 0;
+      let acked = 0;
+      const channel = await (await connect()).createChannel();
+      const counting = {
+        ack: (m: ConsumeMessage) => {
+          acked += 1;
+          channel.ack(m);
+        },
+        nack: (m: ConsumeMessage, allUpTo?: boolean, requeue?: boolean) => channel.nack(m, allUpTo, requeue),
+        reject: (m: ConsumeMessage, requeue?: boolean) => channel.reject(m, requeue),
+      };
+      await channel.consume(
+        queue,
+        rollcallConsumer(client, counting, () => void runs++),
+      );
+      await until(() => seen.whoami >= 1); // each ran before a refusal was learnt; now they are held
+      const ranBefore = runs;
+      await producer.cancel(batch.id);
+      fixed = true;
+      await until(() => acked === 3, 15_000); // taken at the look-up 5 s after the refusal
+      expect(runs).toBe(ranBefore);
+      await channel.close();
+      await drained(queue);
     } finally {
       warned.mockRestore();
       await guarded.stop();

@@ -73,6 +73,22 @@ describe('what a process knows of cancelled batches', () => {
     expect(await later).toBe(true);
   });
 
+  it('when jobs come together after a quiet spell (held messages let go at once), then each of them waits for the fresh answer', async () => {
+    const { client, answers } = clientAnsweringEachLater();
+    const batches = new CancelledBatches(client, { cancelCheckIntervalMs: 5 });
+    const first = batches.isCancelled(item);
+    await nextTurn();
+    answers[0]!(sealed);
+    expect(await first).toBe(false);
+    await new Promise((resolve) => setTimeout(resolve, 20));
+    const together = [batches.isCancelled(item), batches.isCancelled(item), batches.isCancelled(item)];
+    for (const one of together) expect(one).toBeInstanceOf(Promise); // not the stale "not cancelled"
+    await nextTurn();
+    expect(answers).toHaveLength(2); // one look-up for all of them
+    answers[1]!(cancelledState);
+    expect(await Promise.all(together)).toEqual([true, true, true]);
+  });
+
   it('when the look-up throws before it is sent, then the batch counts as not cancelled', async () => {
     const client = {
       item: () => {
