@@ -89,9 +89,9 @@ export function rollcallConsumer(
   const messages = new MessageHandling(channel, sharedCoalescer(client, options), sharedCancelledBatches(client, options), sharedTokenCheck(client), options);
   return messages.callback(async (message) => {
     const itemId = messages.itemIdOrDrop(message);
-    // The token first: a batch cancelled while its message was held is then still noticed.
-    if (itemId === undefined || (await messages.returnedForRefusedToken(message))) return;
-    if (await messages.ackedAsCancelled(message, itemId)) return;
+    if (itemId === undefined || messages.ackedAsKnownCancelled(message, itemId)) return;
+    // The token before asking about a cancel: a batch cancelled while its message was held is then still noticed.
+    if ((await messages.returnedForRefusedToken(message)) || (await messages.ackedAsCancelled(message, itemId))) return;
     let returned: unknown;
     try {
       returned = await handler(message);

@@ -40,9 +40,13 @@ function whenClosed(channel: AckingChannel, then: () => void): void {
   if (typeof channel.once !== 'function') return;
   let watchers = onClose.get(channel);
   if (!watchers) {
-    const all = (watchers = new Set());
-    onClose.set(channel, all);
-    channel.once('close', () => all.forEach((watcher) => watcher()));
+    const all = new Set<() => void>();
+    try {
+      channel.once('close', () => all.forEach((watcher) => watcher()));
+    } catch {
+      return; // not an event emitter after all: its held messages wait for their hold's end
+    }
+    onClose.set(channel, (watchers = all));
   }
   watchers.add(then);
 }
@@ -155,10 +159,9 @@ export class MessageHandling {
   /** Messages settled here: each is settled once, and one that an unforeseen error left is settled too. */
   private readonly settledMessages = new WeakSet<ConsumeMessage>();
   /**
-   * Aborted by `drain()` and when the channel closes: the messages held then for a refused token go
-   * back to the queue. A drain replaces it at once, so the messages a consumer drained without a
-   * cancel goes on getting (those it just sent back among them) are held again, not sent straight
-   * back. A message reads it in the turn it comes in (returnedForRefusedToken comes first).
+   * Aborted (and replaced: releaseHeld) by `drain()` and when the channel closes: the messages held
+   * then for a refused token go back to the queue. A message reads it in the turn it comes in
+   * (returnedForRefusedToken comes first), so a drain releases every message it was given before.
    */
   private holding = holding();
 
@@ -171,7 +174,7 @@ export class MessageHandling {
   ) {
     this.itemIdOf = options.itemIdOf ?? defaultItemIdOf;
     // A held message must not run once RabbitMQ has taken it back (for another consumer to run).
-    whenClosed(channel, () => this.holding.abort());
+    whenClosed(channel, () => this.releaseHeld());
   }
 
   report(error: Error, message: ConsumeMessage): void {
@@ -198,11 +201,28 @@ export class MessageHandling {
     return undefined;
   }
 
+  /** Whether the process already knows the item's batch is cancelled (asking nothing): then the message is acked. */
+  ackedAsKnownCancelled(message: ConsumeMessage, itemId: string): boolean {
+    if (!this.cancelled.knownCancelled(itemId)) return false;
+    this.settle(message, 'ack');
+    return true;
+  }
+
   /** Whether the item's batch is cancelled: then the message is acked, nothing else done with it. */
   async ackedAsCancelled(message: ConsumeMessage, itemId: string): Promise<boolean> {
     if (!(await this.cancelled.isCancelled(itemId))) return false;
     this.settle(message, 'ack');
     return true;
+  }
+
+  /**
+   * Sends the messages held now for a refused token back to the queue. Those that come later are
+   * held again: a consumer drained without a cancel, or a channel that goes on delivering after
+   * its `close`, would otherwise get each back at once, over and over.
+   */
+  private releaseHeld(): void {
+    this.holding.abort();
+    this.holding = holding();
   }
 
   /**
@@ -303,9 +323,7 @@ export class MessageHandling {
       unsettled.add(settled);
     };
     const drain = async (): Promise<void> => {
-      // A graceful stop must not wait out a refused token: the messages held now go back.
-      this.holding.abort();
-      this.holding = holding();
+      this.releaseHeld(); // a graceful stop must not wait out a refused token
       while (unsettled.size > 0) await keepingProcessAlive(Promise.all([...unsettled]));
     };
     return Object.assign(callback, { drain });

@@ -20,9 +20,10 @@ interface Known {
   /** Whether a look-up has answered: until one has, jobs wait for it. */
   answered: boolean;
   /**
-   * Whether the look-up out now is one every job waits for: the first, or one after a quiet spell,
-   * so that the jobs coming with the one that found the spell (held messages let go together) wait
-   * for its answer too, not only the first of them.
+   * Whether the jobs that come now wait for the look-up out: those of the turn in which the first
+   * look-up, or one after a quiet spell, was sent, so that the jobs let go together with the one
+   * that found the spell (held messages) wait for its answer too. Later jobs go on as a steady
+   * stream does: a slow look-up must not hold every job of a batch.
    */
   awaited: boolean;
   /** When a job last asked about the batch: a job after a quiet spell waits for a fresh answer. */
@@ -69,6 +70,11 @@ export class CancelledBatches {
     this.intervalMs = intervalOf(options);
   }
 
+  /** Whether the process knows the item's batch is cancelled, asking nothing and changing nothing. */
+  knownCancelled(itemId: string): boolean {
+    return this.known.get(batchIdOf(itemId))?.cancelled === true;
+  }
+
   /** Remembers that the batch of this item is cancelled (from a `batch_cancelled` rejection). */
   learnCancelled(itemId: string): void {
     const now = performance.now();
@@ -109,6 +115,7 @@ export class CancelledBatches {
     const entry: Known = known ?? { cancelled: false, checkedAt: now, seenAt: now, asking: null, answered: false, awaited };
     entry.asking = asking;
     entry.awaited = awaited;
+    if (awaited) setImmediate(() => (entry.awaited = false));
     this.remember(batchId, entry);
     const cancelled = await asking;
     entry.asking = null;

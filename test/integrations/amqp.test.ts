@@ -336,17 +336,23 @@ describeWith(amqpUrl).each(backends())('rollcall/amqp on a real RabbitMQ quorum 
       const channel = await (await connect()).createChannel();
       channel.on('error', () => undefined);
       const nacks: number[] = [];
+      let rejects = 0;
       const recording = {
         ack: (m: ConsumeMessage) => channel.ack(m),
         nack: (m: ConsumeMessage, allUpTo?: boolean, requeue?: boolean) => {
           nacks.push(numberOf(m));
           channel.nack(m, allUpTo, requeue);
         },
-        reject: (m: ConsumeMessage, requeue?: boolean) => channel.reject(m, requeue),
+        reject: (m: ConsumeMessage, requeue?: boolean) => {
+          rejects += 1;
+          channel.reject(m, requeue);
+        },
+        once: (event: 'close', listener: () => void) => channel.once(event, listener),
       };
       const callback = rollcallConsumer(client, recording, () => undefined);
       await channel.consume(queue, callback);
-      await until(() => seen.whoami >= 1);
+      await until(() => seen.whoami >= 1 && rejects === 3); // each ran, its ack refused, and it came back
+      await realSleep(200); // the three back, and held
       void callback.drain(); // still consuming: what goes back comes straight back to it
       await until(() => nacks.length >= 3);
       await realSleep(1_000);
@@ -418,6 +424,63 @@ describeWith(amqpUrl).each(backends())('rollcall/amqp on a real RabbitMQ quorum 
       expect(runs).toBe(ranBefore);
       await channel.close();
       await drained(queue);
+    } finally {
+      warned.mockRestore();
+      await guarded.stop();
+    }
+  }, 30_000);
+
+  it('when the token is refused and a message comes of a batch the process knows is cancelled, then it is acked at once, not held', async () => {
+    const right = { token: 'the-right-token-0123456789', tenant: 'a', scopes: ['produce', 'consume', 'read'] };
+    const guarded = await startService(backend, { API_TOKENS: JSON.stringify([right]) });
+    const warned = jest.spyOn(process, 'emitWarning').mockImplementation(() => undefined);
+    try {
+      const producer = new RollcallClient({ baseUrl: guarded.url, token: right.token });
+      const queue = `rollcall-test-${randomBytes(4).toString('hex')}`;
+      const publisher = await admin.createConfirmChannel();
+      await publisher.assertQueue(queue, { durable: true, arguments: { 'x-queue-type': 'quorum' } });
+      const idsOf = async (count: number) => {
+        const ids: string[] = [];
+        const batch = await openBatch(producer, { count, enqueue: async (chunk) => void ids.push(...chunk) });
+        return { batch, ids };
+      };
+      const cancelledOne = await idsOf(2);
+      const other = await idsOf(1);
+      const publish = async (n: number, id: string) => {
+        publisher.sendToQueue(queue, Buffer.from(JSON.stringify({ n })), { headers: { [ITEM_ID_HEADER]: id }, persistent: true });
+        await publisher.waitForConfirms();
+      };
+      let refused = false;
+      const { client, seen } = swappingToken(guarded.url, () => (refused ? 'a-token-the-service-does-not-know' : right.token));
+      const runs: number[] = [];
+      let acked = 0;
+      const channel = await (await connect()).createChannel();
+      const counting = {
+        ack: (m: ConsumeMessage) => {
+          acked += 1;
+          channel.ack(m);
+        },
+        nack: (m: ConsumeMessage, allUpTo?: boolean, requeue?: boolean) => channel.nack(m, allUpTo, requeue),
+        reject: (m: ConsumeMessage, requeue?: boolean) => channel.reject(m, requeue),
+        once: (event: 'close', listener: () => void) => channel.once(event, listener),
+      };
+      await channel.consume(
+        queue,
+        rollcallConsumer(client, counting, (m) => void runs.push(numberOf(m))),
+      );
+      await producer.cancel(cancelledOne.batch.id);
+      await publish(0, cancelledOne.ids[0]!); // its look-up, with a token still taken, finds the cancel
+      await until(() => acked === 1);
+      refused = true; // the operator's mistake: the consumer's token is refused from now on
+      await publish(1, other.ids[0]!); // runs, its ack refused: the token is suspect, and found refused
+      await until(() => seen.whoami >= 1);
+      await publish(2, cancelledOne.ids[1]!);
+      await until(() => acked === 2, 3_000); // at once, not after the hold (5 min) or the next look-up
+      expect(seen.whoami).toBe(1);
+      expect(runs).toEqual([1]);
+      await channel.close();
+      await publisher.deleteQueue(queue);
+      await publisher.close();
     } finally {
       warned.mockRestore();
       await guarded.stop();

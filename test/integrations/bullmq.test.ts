@@ -1138,10 +1138,12 @@ describeWith(redisUrl).each(backends())('rollcall/bullmq on a real Redis and a r
       const running = new Worker<TestJobData>(queue.name, rollcallProcessor(worker, handler), { connection, prefix, concurrency: 5 });
       workers.push(running);
       await until(() => seen.whoami >= 1); // the first job's ack refused, its retry put back
-      const waiting = await queue.add('item', { rollcallItemId: ids[1]!, n: 1 }, { attempts: 1 });
-      await until(async () => (await waiting.getState()) === 'active'); // waiting for the look-up, 5 s after the first
-      expect(running.cancelJob(waiting.id!, 'no longer wanted')).toBe(true);
+      // Three attempts: a cancel is final, not one failed attempt of several.
+      const waiting = await queue.add('item', { rollcallItemId: ids[1]!, n: 1 }, { attempts: 3 });
+      // Once the Worker runs it (Redis says "active" a little before): it waits for the look-up, 5 s after the first.
+      await until(() => running.cancelJob(waiting.id!, 'no longer wanted'));
       await until(async () => (await waiting.getState()) === 'failed', 3_000);
+      expect((await queue.getJob(waiting.id!))?.attemptsMade).toBe(1);
       expect(seen.whoami).toBe(1); // it did not wait for the next look-up
       expect((await queue.getJob(waiting.id!))?.failedReason).toBe('the job was cancelled before it ran: no longer wanted');
       expect(ran).toEqual([0]);
