@@ -1122,6 +1122,52 @@ describeWith(redisUrl).each(backends())('rollcall/bullmq on a real Redis and a r
     }
   }, 60_000);
 
+  it("when rollcall is out of reach at a Worker's token look-up (its token refused before, fixed in the outage), then its jobs run and their acks wait for rollcall: counts are exact", async () => {
+    const right = { token: 'the-right-token-0123456789', tenant: 'a', scopes: ['produce', 'consume', 'read'] };
+    const guarded = await startService(backend, { API_TOKENS: JSON.stringify([right]) });
+    const proxy = new TcpProxy('127.0.0.1', Number(new URL(guarded.url).port));
+    await proxy.open();
+    const warned = jest.spyOn(process, 'emitWarning').mockImplementation(() => undefined);
+    try {
+      const producer = new RollcallClient({ baseUrl: guarded.url, token: right.token });
+      let fixed = false;
+      const wrong = 'a-token-the-service-does-not-know';
+      const { client: worker, seen } = swappingToken(`http://127.0.0.1:${proxy.port}`, () => (fixed ? right.token : wrong));
+      const queue = newQueue();
+      const later: string[] = [];
+      const batch = await openBatch(producer, {
+        count: 11,
+        enqueue: async (ids) => {
+          const [first, ...rest] = ids;
+          later.push(...rest);
+          await queue.add('item', { rollcallItemId: first!, n: 0 }, { attempts: 3 });
+        },
+      });
+      let runs = 0;
+      const handler = async () => {
+        runs += 1;
+        return 'ok';
+      };
+      workers.push(new Worker<TestJobData>(queue.name, rollcallProcessor(worker, handler), { connection, prefix, concurrency: 5 }));
+      await until(() => seen.whoami >= 1); // the first job's ack refused, and the token looked up: refused
+      await queue.addBulk(later.map((id, i) => ({ name: 'item', data: { rollcallItemId: id, n: i + 1 }, opts: { attempts: 1 } })));
+      expect(runs).toBe(1);
+      // The operator restarts rollcall with the Worker's token: away when the next look-up is made.
+      await proxy.cut();
+      fixed = true;
+      // That look-up finds no rollcall, which counts as taken: the jobs run, their acks held.
+      await until(() => runs >= 6, 15_000);
+      await proxy.open();
+      expect(await producer.waitForCompletion(batch.id, { timeoutMs: 30_000 })).toMatchObject({ state: 'complete', succeeded: 11, failed: 0 });
+      expect(runs).toBe(12); // each once, and the first once more: its refused run was retried
+    } finally {
+      warned.mockRestore();
+      await Promise.all(workers.splice(0).map((w) => w.close()));
+      await proxy.cut();
+      await guarded.stop();
+    }
+  }, 60_000);
+
   it("when a job waiting for rollcall's word on a refused token is cancelled (BullMQ's abort signal), then it fails at once with the reason, unrun", async () => {
     const right = { token: 'the-right-token-0123456789', tenant: 'a', scopes: ['produce', 'consume', 'read'] };
     const guarded = await startService(backend, { API_TOKENS: JSON.stringify([right]) });
