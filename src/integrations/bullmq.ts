@@ -206,11 +206,13 @@ async function holdsLock(job: Job, token: string | undefined, sandboxed: boolean
 }
 
 /**
- * What a run cancelled before its handler began throws: unrecoverable, as BullMQ advises for a
- * cancelled job, so that its next attempt does not run the handler the cancel meant to stop.
+ * What a run cancelled before its handler began throws: a plain error, one failed attempt, as a
+ * handler that throws on the signal fails it. Not unrecoverable: `cancelAllJobs` also stops a
+ * Worker (BullMQ's own shutdown example), and jobs that never ran must not fail for good then;
+ * nor could their failure be recorded while rollcall refuses the token they waited on.
  */
 function cancelledRun(reason: unknown): Error {
-  return new UnrecoverableError(`the job was cancelled before it ran: ${reason instanceof Error ? reason.message : String(reason)}`);
+  return new Error(`the job was cancelled before it ran: ${reason instanceof Error ? reason.message : String(reason)}`);
 }
 
 /**
@@ -287,8 +289,8 @@ function handedOverFailure(job: object, caught: unknown): Error {
  *   rollcall refuses it (a `401`, or no `consume` scope), jobs are not run but put back
  *   (`moveToDelayed`, no attempt counted), and a process warning (`token_refused`) says so, at
  *   most one a minute. The runs whose acks were refused fail as in an outage (below). A job
- *   cancelled while it waits (BullMQ's abort signal, for a handler that takes it) fails for good
- *   with the signal's reason, unrun.
+ *   cancelled while it waits (BullMQ's abort signal, for a handler that takes it) fails the
+ *   attempt at once with the signal's reason, unrun.
  * - A job BullMQ fails for good without running it (stalled past `maxStalledCount`, started past
  *   `maxStartedAttempts`, a flow parent failed by its child) is acked `failed` by the Worker's
  *   failure watch (`watchFailedJobs`): the processor starts it on the first job it runs in the
@@ -369,7 +371,7 @@ export function rollcallProcessor<DataType = any, ResultType = any, NameType ext
     const cancelledNow = cancelled.isCancelled(itemId);
     if (cancelledNow === true || (cancelledNow !== false && (await cancelledNow))) return undefined;
     if (tokens.suspect) {
-      // A job cancelled meanwhile (`worker.cancelJob`) ends, for good, as a handler heeding the signal would end it.
+      // A job cancelled meanwhile (`worker.cancelJob`) fails the attempt, as a handler heeding the signal would.
       const refusal = await (signal ? unlessAborted(tokens.verdict(), signal, cancelledRun) : tokens.verdict());
       if (refusal) return putBack(job, token, refusal);
     }

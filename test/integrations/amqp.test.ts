@@ -349,10 +349,14 @@ describeWith(amqpUrl).each(backends())('rollcall/amqp on a real RabbitMQ quorum 
         },
         once: (event: 'close', listener: () => void) => channel.once(event, listener),
       };
-      const callback = rollcallConsumer(client, recording, () => undefined);
+      let deliveries = 0;
+      const itemIdOf = (m: ConsumeMessage) => {
+        deliveries += 1;
+        return String(m.properties.headers?.[ITEM_ID_HEADER]);
+      };
+      const callback = rollcallConsumer(client, recording, () => undefined, { itemIdOf });
       await channel.consume(queue, callback);
-      await until(() => seen.whoami >= 1 && rejects === 3); // each ran, its ack refused, and it came back
-      await realSleep(200); // the three back, and held
+      await until(() => seen.whoami >= 1 && rejects === 3 && deliveries === 6); // each ran, its ack refused, and it came back to be held
       void callback.drain(); // still consuming: what goes back comes straight back to it
       await until(() => nacks.length >= 3);
       await realSleep(1_000);

@@ -75,12 +75,12 @@ describe('what a process knows of cancelled batches', () => {
 
   it('when jobs come together after a quiet spell (held messages let go at once), then each of them waits for the fresh answer', async () => {
     const { client, answers } = clientAnsweringEachLater();
-    const batches = new CancelledBatches(client, { cancelCheckIntervalMs: 5 });
+    const batches = new CancelledBatches(client, { cancelCheckIntervalMs: 100 });
     const first = batches.isCancelled(item);
     await nextTurn();
     answers[0]!(sealed);
     expect(await first).toBe(false);
-    await new Promise((resolve) => setTimeout(resolve, 20));
+    await new Promise((resolve) => setTimeout(resolve, 150)); // a quiet spell longer than the interval
     const together = [batches.isCancelled(item), batches.isCancelled(item), batches.isCancelled(item)];
     for (const one of together) expect(one).toBeInstanceOf(Promise); // not the stale "not cancelled"
     await nextTurn();
