@@ -7,7 +7,7 @@ import vm from 'node:vm';
 import amqp, { Channel, ChannelModel, ConsumeMessage } from 'amqplib';
 
 import { Batch, RollcallClient } from '../../src/client';
-import { handedToChild, ITEM_ID_HEADER, RollcallConsumeCallback, rollcallConsumer, RollcallConsumerOptions } from '../../src/integrations/amqp';
+import { AckingChannel, handedToChild, ITEM_ID_HEADER, RollcallConsumeCallback, rollcallConsumer, RollcallConsumerOptions } from '../../src/integrations/amqp';
 import { openBatch } from '../../src/integrations/producer';
 import { backends } from '../helpers/backends';
 import { amqpUrl, describeWith } from '../helpers/brokers';
@@ -234,300 +234,293 @@ describeWith(amqpUrl).each(backends())('rollcall/amqp on a real RabbitMQ quorum 
     expect(await svc.client.status(batch.id)).toMatchObject({ pending: 1 });
   });
 
-  /**
-   * A service that knows only `right`'s token, a quorum queue, and a batch of `count` items whose
-   * first `publishedFirst` messages are published at once, the rest by `publishRest()`.
-   */
-  async function guardedBatch(count: number, publishedFirst: number, queueArguments: Record<string, unknown> = {}) {
-    const right = { token: 'the-right-token-0123456789', tenant: 'a', scopes: ['produce', 'consume', 'read'] };
-    const guarded = await startService(backend, { API_TOKENS: JSON.stringify([right]) });
-    const producer = new RollcallClient({ baseUrl: guarded.url, token: right.token });
-    const queue = `rollcall-test-${randomBytes(4).toString('hex')}`;
-    const channel = await admin.createConfirmChannel();
-    await channel.assertQueue(queue, { durable: true, arguments: { 'x-queue-type': 'quorum', ...queueArguments } });
-    const ids: string[] = [];
-    const batch = await openBatch(producer, { count, enqueue: async (chunk) => void ids.push(...chunk) });
-    const publish = async (from: number, to: number) => {
-      for (let n = from; n < to; n++)
-        channel.sendToQueue(queue, Buffer.from(JSON.stringify({ n })), { headers: { [ITEM_ID_HEADER]: ids[n]! }, persistent: true });
-      await channel.waitForConfirms();
-    };
-    await publish(0, publishedFirst);
-    const publishRest = async () => {
-      await publish(publishedFirst, count);
-      await channel.close();
-    };
-    return { guarded, producer, right, queue, batch, publishRest };
+  const WRONG_TOKEN = 'a-token-the-service-does-not-know';
+
+  /** What a consumer's channel did with each message, by its number, in order. */
+  interface Settle {
+    how: 'ack' | 'nack' | 'reject';
+    n: number;
+    requeue?: boolean;
   }
 
-  it("when rollcall refuses a consumer's token (401), then after the first refused ack its messages are held unrun, and once the token is taken each runs once", async () => {
-    const { guarded, producer, right, queue, batch, publishRest } = await guardedBatch(21, 1);
-    const warned = jest.spyOn(process, 'emitWarning').mockImplementation(() => undefined);
-    try {
-      let fixed = false;
-      const wrong = 'a-token-the-service-does-not-know';
-      const { client, seen } = swappingToken(guarded.url, () => (fixed ? right.token : wrong));
-      const runs = new Map<number, number>();
-      const redelivered = new Set<number>();
-      const channel = await (await connect()).createChannel();
-      await channel.prefetch(20);
-      await channel.consume(
-        queue,
-        rollcallConsumer(client, channel, (message) => {
-          runs.set(numberOf(message), (runs.get(numberOf(message)) ?? 0) + 1);
-          if (message.fields.redelivered) redelivered.add(numberOf(message));
-        }),
-      );
-      await until(() => seen.whoami >= 1); // the first message's ack refused, and the token looked up
-      await publishRest();
-      await until(() => seen.whoami >= 2, 15_000); // refused again 5 s after the first answer
-      expect([...runs]).toEqual([[0, 1]]); // the first message ran and its ack was refused; none since
-      // Held, not returned: the consumer keeps its 20 prefetch places (the first message's second
-      // delivery and 19 more), the 21st waits in the queue for a consumer with room.
-      const check = await admin.createChannel();
-      expect((await check.checkQueue(queue)).messageCount).toBe(1);
-      await check.close();
-      const codes = warned.mock.calls.map(([error]) => (error as { code?: string }).code);
-      expect(codes.filter((code) => code === 'token_refused')).toHaveLength(1);
-      fixed = true;
-      expect(await producer.waitForCompletion(batch.id, { timeoutMs: 30_000 })).toMatchObject({ state: 'complete', succeeded: 21, failed: 0 });
-      expect([...runs.values()].reduce((a, b) => a + b)).toBe(22); // each once, and the first once more
-      expect([...redelivered]).toEqual([0]); // none went back to the queue but the refused run's
-      await drained(queue);
-    } finally {
-      warned.mockRestore();
-      await guarded.stop();
-    }
-  }, 60_000);
+  /** Settles through amqplib's `channel`, noting each settle, and passes the channel's close on. */
+  function noting(channel: Channel): { acking: AckingChannel; settles: Settle[]; numbersOf(how: Settle['how']): number[] } {
+    const settles: Settle[] = [];
+    const acking: AckingChannel = {
+      ack: (m) => {
+        settles.push({ how: 'ack', n: numberOf(m) });
+        channel.ack(m);
+      },
+      nack: (m, allUpTo, requeue) => {
+        settles.push({ how: 'nack', n: numberOf(m), requeue });
+        channel.nack(m, allUpTo, requeue);
+      },
+      reject: (m, requeue) => {
+        settles.push({ how: 'reject', n: numberOf(m), requeue });
+        channel.reject(m, requeue);
+      },
+      once: (event, listener) => channel.once(event, listener),
+    };
+    return { acking, settles, numbersOf: (how) => settles.filter((settle) => settle.how === how).map((settle) => settle.n) };
+  }
 
-  it('when a consumer holding messages for a refused token is stopped, then drain returns them to the queue at once, unrun', async () => {
-    const { guarded, queue } = await guardedBatch(5, 5);
-    const warned = jest.spyOn(process, 'emitWarning').mockImplementation(() => undefined);
-    try {
-      const { client, seen } = swappingToken(guarded.url, () => 'a-token-the-service-does-not-know');
-      let runs = 0;
-      const channel = await (await connect()).createChannel();
-      await channel.prefetch(20);
-      const callback = rollcallConsumer(client, channel, () => void runs++);
-      const { consumerTag } = await channel.consume(queue, callback);
-      await until(() => seen.whoami >= 1); // each ran (once) before a refusal was learnt; now they are held
-      const lookUps = seen.whoami;
-      const ranBefore = runs;
-      await channel.cancel(consumerTag);
-      await callback.drain(); // without waiting for the next look-up, 5 s on, nor the hold's end
-      expect(seen.whoami).toBe(lookUps);
-      await channel.close();
-      const check = await admin.createChannel();
-      await until(async () => (await check.checkQueue(queue)).messageCount === 5);
-      await check.deleteQueue(queue);
-      await check.close();
-      expect(runs).toBe(ranBefore);
-    } finally {
-      warned.mockRestore();
-      await guarded.stop();
-    }
-  }, 30_000);
+  /** A test's service that knows only one token, its batch on a fresh quorum queue, and a consumer's client whose token it refuses until `fix()`. */
+  interface RefusedToken {
+    guarded: TestService;
+    producer: RollcallClient;
+    queue: string;
+    batch: Batch;
+    /** The batch's item IDs; message n carries the nth. */
+    ids: string[];
+    /** Publishes message `n` carrying `itemId`. */
+    send(n: number, itemId: string): Promise<void>;
+    /** Publishes the batch's messages not published at first. */
+    publishRest(): Promise<void>;
+    client: RollcallClient;
+    seen: { whoami: number; acks: number };
+    warned: jest.SpiedFunction<typeof process.emitWarning>;
+    /** The operator's fix: the client's token is taken from now on. */
+    fix(): void;
+    /** The operator's mistake: the client's token is refused from now on. */
+    refuse(): void;
+  }
 
-  it('when a consumer holding messages for a refused token is drained without a cancel, then those go back once and are held again, not returned over and over', async () => {
-    const { guarded, queue } = await guardedBatch(3, 3);
-    const warned = jest.spyOn(process, 'emitWarning').mockImplementation(() => undefined);
-    try {
-      const { client, seen } = swappingToken(guarded.url, () => 'a-token-the-service-does-not-know');
-      const channel = await (await connect()).createChannel();
-      channel.on('error', () => undefined);
-      const nacks: number[] = [];
-      let rejects = 0;
-      const recording = {
-        ack: (m: ConsumeMessage) => channel.ack(m),
-        nack: (m: ConsumeMessage, allUpTo?: boolean, requeue?: boolean) => {
-          nacks.push(numberOf(m));
-          channel.nack(m, allUpTo, requeue);
-        },
-        reject: (m: ConsumeMessage, requeue?: boolean) => {
-          rejects += 1;
-          channel.reject(m, requeue);
-        },
-        once: (event: 'close', listener: () => void) => channel.once(event, listener),
-      };
-      let deliveries = 0;
-      const itemIdOf = (m: ConsumeMessage) => {
-        deliveries += 1;
-        return String(m.properties.headers?.[ITEM_ID_HEADER]);
-      };
-      const callback = rollcallConsumer(client, recording, () => undefined, { itemIdOf });
-      await channel.consume(queue, callback);
-      await until(() => seen.whoami >= 1 && rejects === 3 && deliveries === 6); // each ran, its ack refused, and it came back to be held
-      void callback.drain(); // still consuming: what goes back comes straight back to it
-      await until(() => nacks.length >= 3);
-      await realSleep(1_000);
-      expect(nacks.sort()).toEqual([0, 1, 2]); // each went back once, and is held again on its return
-      await channel.close();
-    } finally {
-      warned.mockRestore();
-      await guarded.stop();
-    }
-  }, 30_000);
-
-  it('when the channel of a consumer holding messages for a refused token closes, then none of them runs once the token is taken: RabbitMQ gave them to another consumer', async () => {
-    const { guarded, producer, right, batch, queue } = await guardedBatch(3, 3);
-    const warned = jest.spyOn(process, 'emitWarning').mockImplementation(() => undefined);
-    try {
-      let fixed = false;
-      const { client, seen } = swappingToken(guarded.url, () => (fixed ? right.token : 'a-token-the-service-does-not-know'));
-      const ran = { first: 0, second: 0 };
-      const first = await (await connect()).createChannel();
-      await first.consume(
-        queue,
-        rollcallConsumer(client, first, () => void ran.first++),
-      );
-      await until(() => seen.whoami >= 1); // each ran before a refusal was learnt; now they are held
-      const ranBefore = ran.first;
-      await first.close(); // a dropped link: RabbitMQ takes the held messages back
-      fixed = true;
-      const second = await (await connect()).createChannel();
-      await second.consume(
-        queue,
-        rollcallConsumer(client, second, () => void ran.second++),
-      );
-      // The second waits for the same look-up the first's messages waited for: taken, 5 s after the refusal.
-      expect(await producer.waitForCompletion(batch.id, { timeoutMs: 20_000 })).toMatchObject({ state: 'complete', succeeded: 3 });
-      expect(ran).toEqual({ first: ranBefore, second: 3 });
-      await drained(queue);
-    } finally {
-      warned.mockRestore();
-      await guarded.stop();
-    }
-  }, 30_000);
-
-  it('when a batch is cancelled while its messages are held for a refused token, then once the token is taken they are acked unrun', async () => {
-    const { guarded, producer, right, batch, queue } = await guardedBatch(3, 3);
-    const warned = jest.spyOn(process, 'emitWarning').mockImplementation(() => undefined);
-    try {
-      let fixed = false;
-      const { client, seen } = swappingToken(guarded.url, () => (fixed ? right.token : 'a-token-the-service-does-not-know'));
-      let runs = 0;
-      let acked = 0;
-      const channel = await (await connect()).createChannel();
-      const counting = {
-        ack: (m: ConsumeMessage) => {
-          acked += 1;
-          channel.ack(m);
-        },
-        nack: (m: ConsumeMessage, allUpTo?: boolean, requeue?: boolean) => channel.nack(m, allUpTo, requeue),
-        reject: (m: ConsumeMessage, requeue?: boolean) => channel.reject(m, requeue),
-      };
-      await channel.consume(
-        queue,
-        rollcallConsumer(client, counting, () => void runs++),
-      );
-      await until(() => seen.whoami >= 1); // each ran before a refusal was learnt; now they are held
-      const ranBefore = runs;
-      await producer.cancel(batch.id);
-      fixed = true;
-      await until(() => acked === 3, 15_000); // taken at the look-up 5 s after the refusal
-      expect(runs).toBe(ranBefore);
-      await channel.close();
-      await drained(queue);
-    } finally {
-      warned.mockRestore();
-      await guarded.stop();
-    }
-  }, 30_000);
-
-  it('when the token is refused and a message comes of a batch the process knows is cancelled, then it is acked at once, not held', async () => {
+  /**
+   * Runs `body` with a batch of `count` items whose first `publishedFirst` messages are published at
+   * once, and a client whose token the service refuses; the service is stopped and the queue
+   * deleted after it. Process warnings are caught: `token_refused` is expected.
+   */
+  async function whileTokenRefused(count: number, publishedFirst: number, body: (refused: RefusedToken) => Promise<void>): Promise<void> {
     const right = { token: 'the-right-token-0123456789', tenant: 'a', scopes: ['produce', 'consume', 'read'] };
     const guarded = await startService(backend, { API_TOKENS: JSON.stringify([right]) });
     const warned = jest.spyOn(process, 'emitWarning').mockImplementation(() => undefined);
+    const publisher = await admin.createConfirmChannel();
+    const queue = `rollcall-test-${randomBytes(4).toString('hex')}`;
     try {
-      const producer = new RollcallClient({ baseUrl: guarded.url, token: right.token });
-      const queue = `rollcall-test-${randomBytes(4).toString('hex')}`;
-      const publisher = await admin.createConfirmChannel();
       await publisher.assertQueue(queue, { durable: true, arguments: { 'x-queue-type': 'quorum' } });
-      const idsOf = async (count: number) => {
-        const ids: string[] = [];
-        const batch = await openBatch(producer, { count, enqueue: async (chunk) => void ids.push(...chunk) });
-        return { batch, ids };
-      };
-      const cancelledOne = await idsOf(2);
-      const other = await idsOf(1);
-      const publish = async (n: number, id: string) => {
-        publisher.sendToQueue(queue, Buffer.from(JSON.stringify({ n })), { headers: { [ITEM_ID_HEADER]: id }, persistent: true });
+      const producer = new RollcallClient({ baseUrl: guarded.url, token: right.token });
+      const ids: string[] = [];
+      const batch = await openBatch(producer, { count, enqueue: async (chunk) => void ids.push(...chunk) });
+      const send = async (n: number, itemId: string) => {
+        publisher.sendToQueue(queue, Buffer.from(JSON.stringify({ n })), { headers: { [ITEM_ID_HEADER]: itemId }, persistent: true });
         await publisher.waitForConfirms();
       };
-      let refused = false;
-      const { client, seen } = swappingToken(guarded.url, () => (refused ? 'a-token-the-service-does-not-know' : right.token));
-      const runs: number[] = [];
-      let acked = 0;
-      const channel = await (await connect()).createChannel();
-      const counting = {
-        ack: (m: ConsumeMessage) => {
-          acked += 1;
-          channel.ack(m);
-        },
-        nack: (m: ConsumeMessage, allUpTo?: boolean, requeue?: boolean) => channel.nack(m, allUpTo, requeue),
-        reject: (m: ConsumeMessage, requeue?: boolean) => channel.reject(m, requeue),
-        once: (event: 'close', listener: () => void) => channel.once(event, listener),
+      for (let n = 0; n < publishedFirst; n++) await send(n, ids[n]!);
+      const publishRest = async () => {
+        for (let n = publishedFirst; n < count; n++) await send(n, ids[n]!);
       };
-      await channel.consume(
-        queue,
-        rollcallConsumer(client, counting, (m) => void runs.push(numberOf(m))),
-      );
-      await producer.cancel(cancelledOne.batch.id);
-      await publish(0, cancelledOne.ids[0]!); // its look-up, with a token still taken, finds the cancel
-      await until(() => acked === 1);
-      refused = true; // the operator's mistake: the consumer's token is refused from now on
-      await publish(1, other.ids[0]!); // runs, its ack refused: the token is suspect, and found refused
-      await until(() => seen.whoami >= 1);
-      await publish(2, cancelledOne.ids[1]!);
-      await until(() => acked === 2, 3_000); // at once, not after the hold (5 min) or the next look-up
-      expect(seen.whoami).toBe(1);
-      expect(runs).toEqual([1]);
-      await channel.close();
+      let taken = false;
+      const { client, seen } = swappingToken(guarded.url, () => (taken ? right.token : WRONG_TOKEN));
+      const fix = () => void (taken = true);
+      const refuse = () => void (taken = false);
+      await body({ guarded, producer, queue, batch, ids, send, publishRest, client, seen, warned, fix, refuse });
+    } finally {
+      warned.mockRestore();
       await publisher.deleteQueue(queue);
       await publisher.close();
-    } finally {
-      warned.mockRestore();
       await guarded.stop();
     }
-  }, 30_000);
+  }
 
-  it("when a token stays refused past the consumer's retryForMs, then its held message goes back to the queue unrun, as a delivery that did not fail", async () => {
-    const { guarded, queue } = await guardedBatch(1, 1);
-    const warned = jest.spyOn(process, 'emitWarning').mockImplementation(() => undefined);
+  /** A fresh channel, prefetch 20, that a test may see close with an error. */
+  async function channelWithPrefetch(): Promise<Channel> {
+    const channel = await (await connect()).createChannel();
+    channel.on('error', () => undefined);
+    await channel.prefetch(20);
+    return channel;
+  }
+
+  /** How many of the queue's messages are ready (held or unsettled ones are not). */
+  async function readyIn(queue: string): Promise<number> {
+    const check = await admin.createChannel();
     try {
-      const { client } = swappingToken(guarded.url, () => 'a-token-the-service-does-not-know');
-      const channel = await (await connect()).createChannel();
-      channel.on('error', () => undefined);
-      const returns: string[] = [];
-      let runs = 0;
-      const recording = {
-        ack: (m: ConsumeMessage) => channel.ack(m),
-        nack: (m: ConsumeMessage, allUpTo?: boolean, requeue?: boolean) => {
-          returns.push(`nack ${String(requeue)}`);
-          channel.nack(m, allUpTo, requeue);
-        },
-        reject: (m: ConsumeMessage, requeue?: boolean) => {
-          returns.push(`reject ${String(requeue)}`);
-          channel.reject(m, requeue);
-        },
-      };
-      await channel.consume(
-        queue,
-        rollcallConsumer(client, recording, () => void runs++, { retryForMs: 1_000 }),
-      );
-      await until(() => returns.length >= 2, 15_000);
-      // Its run's ack refused: a failed delivery. Then held past 1 s, to the next look-up: returned unrun.
-      expect({ runs, returns: returns.slice(0, 2) }).toEqual({ runs: 1, returns: ['reject true', 'nack true'] });
-      await channel.close();
-      await admin.createChannel().then(async (check) => {
-        await check.deleteQueue(queue);
-        await check.close();
-      });
+      return (await check.checkQueue(queue)).messageCount;
     } finally {
-      warned.mockRestore();
-      await guarded.stop();
+      await check.close();
     }
-  }, 30_000);
+  }
+
+  const tokenRefusedWarnings = (warned: RefusedToken['warned']) =>
+    warned.mock.calls.filter(([warning]) => (warning as { code?: string }).code === 'token_refused');
+
+  it(
+    "when rollcall refuses a consumer's token (401), then after the first refused ack its messages are held unrun, and once the token is taken each runs once",
+    () =>
+      whileTokenRefused(21, 1, async ({ producer, queue, batch, publishRest, client, seen, warned, fix }) => {
+        const runs = new Map<number, number>();
+        const redelivered = new Set<number>();
+        const channel = await channelWithPrefetch();
+        await channel.consume(
+          queue,
+          rollcallConsumer(client, channel, (message) => {
+            runs.set(numberOf(message), (runs.get(numberOf(message)) ?? 0) + 1);
+            if (message.fields.redelivered) redelivered.add(numberOf(message));
+          }),
+        );
+        await until(() => tokenRefusedWarnings(warned).length === 1); // the first message's ack refused, and the token looked up: refused
+        await publishRest();
+        await until(() => seen.whoami >= 2, 15_000); // refused again 5 s after the first answer
+        expect([...runs]).toEqual([[0, 1]]); // the first message ran and its ack was refused; none since
+        // Held, not returned: the consumer keeps its 20 prefetch places (the first message's second
+        // delivery and 19 more), the 21st waits in the queue for a consumer with room.
+        expect(await readyIn(queue)).toBe(1);
+        expect(tokenRefusedWarnings(warned)).toHaveLength(1); // at most one a minute
+        fix();
+        expect(await producer.waitForCompletion(batch.id, { timeoutMs: 30_000 })).toMatchObject({ state: 'complete', succeeded: 21, failed: 0 });
+        expect([...runs.values()].reduce((a, b) => a + b)).toBe(22); // each once, and the first once more
+        expect([...redelivered]).toEqual([0]); // none went back to the queue but the refused run's
+        await channel.close();
+      }),
+    60_000,
+  );
+
+  it(
+    'when a consumer holding messages for a refused token is stopped, then drain returns them to the queue at once, unrun',
+    () =>
+      whileTokenRefused(5, 5, async ({ queue, client, seen }) => {
+        let runs = 0;
+        const channel = await channelWithPrefetch();
+        const callback = rollcallConsumer(client, channel, () => void runs++);
+        const { consumerTag } = await channel.consume(queue, callback);
+        await until(() => seen.whoami >= 1); // each ran (once) before a refusal was learnt; now they are held
+        const lookUps = seen.whoami;
+        const ranBefore = runs;
+        await channel.cancel(consumerTag);
+        await callback.drain(); // without waiting for the next look-up, 5 s on, nor the hold's end
+        expect(seen.whoami).toBe(lookUps);
+        await channel.close();
+        await until(async () => (await readyIn(queue)) === 5);
+        expect(runs).toBe(ranBefore);
+      }),
+    30_000,
+  );
+
+  it(
+    'when a consumer holding messages for a refused token is drained without a cancel, then those go back once and are held again, not returned over and over',
+    () =>
+      whileTokenRefused(3, 3, async ({ queue, client, seen }) => {
+        const channel = await channelWithPrefetch();
+        const { acking, numbersOf } = noting(channel);
+        let deliveries = 0;
+        const itemIdOf = (m: ConsumeMessage) => {
+          deliveries += 1;
+          return String(m.properties.headers?.[ITEM_ID_HEADER]);
+        };
+        const callback = rollcallConsumer(client, acking, () => undefined, { itemIdOf });
+        await channel.consume(queue, callback);
+        // Each ran, its ack refused, and it came back to be held.
+        await until(() => seen.whoami >= 1 && numbersOf('reject').length === 3 && deliveries === 6);
+        void callback.drain(); // still consuming: what goes back comes straight back to it
+        await until(() => numbersOf('nack').length >= 3);
+        await realSleep(1_000);
+        expect(numbersOf('nack').sort()).toEqual([0, 1, 2]); // each went back once, and is held again on its return
+        await channel.close();
+      }),
+    30_000,
+  );
+
+  it(
+    'when the channel of a consumer holding messages for a refused token closes, then none of them runs once the token is taken: RabbitMQ gave them to another consumer',
+    () =>
+      whileTokenRefused(3, 3, async ({ producer, queue, batch, client, seen, fix }) => {
+        const ran = { first: 0, second: 0 };
+        const first = await channelWithPrefetch();
+        await first.consume(
+          queue,
+          rollcallConsumer(client, first, () => void ran.first++),
+        );
+        await until(() => seen.whoami >= 1); // each ran before a refusal was learnt; now they are held
+        const ranBefore = ran.first;
+        await first.close(); // a dropped link: RabbitMQ takes the held messages back
+        fix();
+        const second = await channelWithPrefetch();
+        await second.consume(
+          queue,
+          rollcallConsumer(client, second, () => void ran.second++),
+        );
+        // The second waits for the same look-up the first's messages waited for: taken, 5 s after the refusal.
+        expect(await producer.waitForCompletion(batch.id, { timeoutMs: 20_000 })).toMatchObject({ state: 'complete', succeeded: 3 });
+        expect(ran).toEqual({ first: ranBefore, second: 3 });
+        await second.close();
+      }),
+    30_000,
+  );
+
+  it(
+    'when a batch is cancelled while its messages are held for a refused token, then once the token is taken they are acked unrun',
+    () =>
+      whileTokenRefused(3, 3, async ({ producer, queue, batch, client, seen, fix }) => {
+        let runs = 0;
+        const channel = await channelWithPrefetch();
+        const { acking, numbersOf } = noting(channel);
+        await channel.consume(
+          queue,
+          rollcallConsumer(client, acking, () => void runs++),
+        );
+        await until(() => seen.whoami >= 1); // each ran before a refusal was learnt; now they are held
+        const ranBefore = runs;
+        await producer.cancel(batch.id);
+        fix();
+        await until(() => numbersOf('ack').length === 3, 15_000); // taken at the look-up 5 s after the refusal
+        expect(runs).toBe(ranBefore);
+        await channel.close();
+      }),
+    30_000,
+  );
+
+  it(
+    'when the token is refused and a message comes of a batch the process knows is cancelled, then it is acked at once, not held',
+    () =>
+      whileTokenRefused(2, 0, async ({ producer, queue, batch, ids, send, client, seen, fix, refuse }) => {
+        fix(); // taken at first
+        const otherIds: string[] = [];
+        await openBatch(producer, { count: 1, enqueue: async (chunk) => void otherIds.push(...chunk) });
+        const runs: number[] = [];
+        const channel = await channelWithPrefetch();
+        const { acking, numbersOf } = noting(channel);
+        await channel.consume(
+          queue,
+          rollcallConsumer(client, acking, (m) => void runs.push(numberOf(m))),
+        );
+        await producer.cancel(batch.id);
+        await send(0, ids[0]!); // its look-up, with a token still taken, finds the cancel
+        await until(() => numbersOf('ack').length === 1);
+        refuse(); // the operator's mistake: the consumer's token is refused from now on
+        await send(1, otherIds[0]!); // runs, its ack refused: the token is suspect, and found refused
+        await until(() => seen.whoami >= 1);
+        await send(2, ids[1]!);
+        await until(() => numbersOf('ack').length === 2, 3_000); // at once, not after the hold (5 min) or the next look-up
+        expect(seen.whoami).toBe(1);
+        expect(runs).toEqual([1]);
+        await channel.close();
+      }),
+    30_000,
+  );
+
+  it(
+    "when a token stays refused past the consumer's retryForMs, then its held message goes back to the queue unrun, as a delivery that did not fail",
+    () =>
+      whileTokenRefused(1, 1, async ({ queue, client }) => {
+        let runs = 0;
+        const channel = await channelWithPrefetch();
+        const { acking, settles } = noting(channel);
+        await channel.consume(
+          queue,
+          rollcallConsumer(client, acking, () => void runs++, { retryForMs: 1_000 }),
+        );
+        await until(() => settles.length >= 2, 15_000);
+        // Its run's ack refused: a failed delivery. Then held past 1 s, to the next look-up: returned unrun.
+        expect({ runs, settles: settles.slice(0, 2) }).toEqual({
+          runs: 1,
+          settles: [
+            { how: 'reject', n: 0, requeue: true },
+            { how: 'nack', n: 0, requeue: true },
+          ],
+        });
+        await channel.close();
+      }),
+    30_000,
+  );
 
   it('when itemIdOf throws or gives no string on some messages and onError throws too, then those are dropped and the rest still flow', async () => {
     const client = new RollcallClient({ baseUrl: svc.url });

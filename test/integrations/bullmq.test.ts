@@ -1075,132 +1075,139 @@ describeWith(redisUrl).each(backends())('rollcall/bullmq on a real Redis and a r
     }
   });
 
-  it("when rollcall refuses a Worker's token (401), then after the first refused ack its jobs wait and are put back unrun, and once the token is taken each runs", async () => {
-    const right = { token: 'the-right-token-0123456789', tenant: 'a', scopes: ['produce', 'consume', 'read'] };
-    const guarded = await startService(backend, { API_TOKENS: JSON.stringify([right]) });
-    const warned = jest.spyOn(process, 'emitWarning').mockImplementation(() => undefined);
-    try {
-      const producer = new RollcallClient({ baseUrl: guarded.url, token: right.token });
-      // Until the operator's fix, the service refuses the Worker's token; then it takes it.
-      let fixed = false;
-      const wrong = 'a-token-the-service-does-not-know';
-      const { client: worker, seen } = swappingToken(guarded.url, () => (fixed ? right.token : wrong));
-      const queue = newQueue();
-      // The first job alone; 20 more once its ack was refused, on their only attempt: a put-back that
-      // counted one would fail them for good.
-      const later: string[] = [];
-      const batch = await openBatch(producer, {
-        count: 21,
-        enqueue: async (ids) => {
-          const [first, ...rest] = ids;
-          later.push(...rest);
-          await queue.add('item', { rollcallItemId: first!, n: 0 }, { attempts: 3 });
-        },
-      });
-      let runs = 0;
-      const handler = async () => {
-        runs += 1;
-        return 'ok';
-      };
-      workers.push(new Worker<TestJobData>(queue.name, rollcallProcessor(worker, handler), { connection, prefix, concurrency: 5 }));
-      await until(() => seen.whoami >= 1); // its ack refused, and the token looked up
-      await queue.addBulk(later.map((id, i) => ({ name: 'item', data: { rollcallItemId: id, n: i + 1 }, opts: { attempts: 1 } })));
-      await until(() => seen.whoami >= 2, 15_000); // refused again 5 s after the first answer
-      expect(runs).toBe(1); // the first job ran and its ack was refused; no job since
-      const codes = warned.mock.calls.map(([error]) => (error as { code?: string }).code);
-      expect(codes.filter((code) => code === 'token_refused')).toHaveLength(1); // at most one a minute
-      expect(await producer.status(batch.id)).toMatchObject({ state: 'sealed', pending: 21 });
-      expect((await queue.getJobCounts('delayed')).delayed).toBeGreaterThan(0); // put back
-      fixed = true;
-      expect(await producer.waitForCompletion(batch.id, { timeoutMs: 30_000 })).toMatchObject({ state: 'complete', succeeded: 21, failed: 0 });
-      expect(runs).toBe(22); // each job once, and the first once more: its refused run was retried
-    } finally {
-      warned.mockRestore();
-      // The Worker first: a job whose look-up found no service would run, and its ack wait out the outage.
-      await Promise.all(workers.splice(0).map((w) => w.close()));
-      await guarded.stop();
-    }
-  }, 60_000);
+  /** A service that knows one token, a batch on a fresh queue, and a Worker's client whose token it refuses until `fix()`. */
+  interface RefusedWorker {
+    producer: RollcallClient;
+    queue: Queue<TestJobData>;
+    batch: Batch;
+    /** The batch's item IDs: job n carries the nth. */
+    ids: string[];
+    /** Adds the jobs of the batch but the first, each on its only attempt: a put-back that counted one would fail them for good. */
+    addRest(): Promise<void>;
+    worker: RollcallClient;
+    seen: { whoami: number; acks: number };
+    warned: jest.SpiedFunction<typeof process.emitWarning>;
+    /** The operator's fix: the Worker's token is taken from now on. */
+    fix(): void;
+    /** The proxy the Worker's client goes through, when asked for: cut it for an outage. */
+    proxy: TcpProxy | null;
+  }
 
-  it("when rollcall is out of reach at a Worker's token look-up (its token refused before, fixed in the outage), then its jobs run and their acks wait for rollcall: counts are exact", async () => {
+  /**
+   * Runs `body` with a batch of `count` items whose first job (3 attempts) is added at once, and a
+   * Worker's client whose token the service refuses; then closes the Workers (first: a job whose
+   * look-up found no service would run, and its ack wait out the outage), the proxy and the service.
+   */
+  async function whileWorkerRefused(count: number, body: (refused: RefusedWorker) => Promise<void>, { throughProxy = false } = {}): Promise<void> {
     const right = { token: 'the-right-token-0123456789', tenant: 'a', scopes: ['produce', 'consume', 'read'] };
     const guarded = await startService(backend, { API_TOKENS: JSON.stringify([right]) });
-    const proxy = new TcpProxy('127.0.0.1', Number(new URL(guarded.url).port));
-    await proxy.open();
+    const proxy = throughProxy ? new TcpProxy('127.0.0.1', Number(new URL(guarded.url).port)) : null;
+    await proxy?.open();
     const warned = jest.spyOn(process, 'emitWarning').mockImplementation(() => undefined);
     try {
       const producer = new RollcallClient({ baseUrl: guarded.url, token: right.token });
-      let fixed = false;
-      const wrong = 'a-token-the-service-does-not-know';
-      const { client: worker, seen } = swappingToken(`http://127.0.0.1:${proxy.port}`, () => (fixed ? right.token : wrong));
-      const queue = newQueue();
-      const later: string[] = [];
-      const batch = await openBatch(producer, {
-        count: 11,
-        enqueue: async (ids) => {
-          const [first, ...rest] = ids;
-          later.push(...rest);
-          await queue.add('item', { rollcallItemId: first!, n: 0 }, { attempts: 3 });
-        },
-      });
-      let runs = 0;
-      const handler = async () => {
-        runs += 1;
-        return 'ok';
-      };
-      workers.push(new Worker<TestJobData>(queue.name, rollcallProcessor(worker, handler), { connection, prefix, concurrency: 5 }));
-      // The first job's ack refused, and the token looked up: refused (the warning comes with that answer).
-      await until(() => warned.mock.calls.some(([warning]) => (warning as { code?: string }).code === 'token_refused'));
-      await queue.addBulk(later.map((id, i) => ({ name: 'item', data: { rollcallItemId: id, n: i + 1 }, opts: { attempts: 1 } })));
-      expect({ runs, lookUps: seen.whoami }).toEqual({ runs: 1, lookUps: 1 });
-      // The operator restarts rollcall with the Worker's token: away when the next look-up is made.
-      await proxy.cut();
-      fixed = true;
-      // That look-up finds no rollcall, which counts as taken: the jobs run, their acks held.
-      await until(() => runs >= 6, 15_000);
-      await proxy.open();
-      expect(await producer.waitForCompletion(batch.id, { timeoutMs: 30_000 })).toMatchObject({ state: 'complete', succeeded: 11, failed: 0 });
-      expect(runs).toBe(12); // each once, and the first once more: its refused run was retried
-    } finally {
-      warned.mockRestore();
-      await Promise.all(workers.splice(0).map((w) => w.close()));
-      await proxy.cut();
-      await guarded.stop();
-    }
-  }, 60_000);
-
-  it("when a job waiting for rollcall's word on a refused token is cancelled (BullMQ's abort signal), then that attempt fails at once with the reason, unrun, and BullMQ retries it", async () => {
-    const right = { token: 'the-right-token-0123456789', tenant: 'a', scopes: ['produce', 'consume', 'read'] };
-    const guarded = await startService(backend, { API_TOKENS: JSON.stringify([right]) });
-    const warned = jest.spyOn(process, 'emitWarning').mockImplementation(() => undefined);
-    try {
-      const producer = new RollcallClient({ baseUrl: guarded.url, token: right.token });
-      const { client: worker, seen } = swappingToken(guarded.url, () => 'a-token-the-service-does-not-know');
+      let taken = false;
+      const { client: worker, seen } = swappingToken(proxy ? `http://127.0.0.1:${proxy.port}` : guarded.url, () =>
+        taken ? right.token : 'a-token-the-service-does-not-know',
+      );
       const queue = newQueue();
       const ids: string[] = [];
-      await openBatch(producer, { count: 2, enqueue: async (chunk) => void ids.push(...chunk) });
+      const batch = await openBatch(producer, { count, enqueue: async (chunk) => void ids.push(...chunk) });
       await queue.add('item', { rollcallItemId: ids[0]!, n: 0 }, { attempts: 3 });
-      const ran: number[] = [];
-      const handler = async (job: Job<TestJobData>, _token?: string, _signal?: AbortSignal) => void ran.push(job.data.n);
-      const running = new Worker<TestJobData>(queue.name, rollcallProcessor(worker, handler), { connection, prefix, concurrency: 5 });
-      workers.push(running);
-      // The first job's ack refused, and the token looked up: refused (the warning comes with that answer).
-      await until(() => warned.mock.calls.some(([warning]) => (warning as { code?: string }).code === 'token_refused'));
-      const waiting = await queue.add('item', { rollcallItemId: ids[1]!, n: 1 }, { attempts: 2 });
-      // Once the Worker runs it (Redis says "active" a little before): it waits for the look-up, 5 s after the first.
-      await until(() => running.cancelJob(waiting.id!, 'no longer wanted'));
-      await until(async () => (await queue.getJob(waiting.id!))?.attemptsMade === 1, 3_000);
-      expect(seen.whoami).toBe(1); // it did not wait for the next look-up
-      const cancelled = await queue.getJob(waiting.id!);
-      expect(cancelled?.failedReason).toBe('the job was cancelled before it ran: no longer wanted');
-      expect(await cancelled?.getState()).not.toBe('failed'); // one attempt failed, as a plain error fails it: retried
-      expect(ran).toEqual([0]);
+      const addRest = async () =>
+        void (await queue.addBulk(ids.slice(1).map((id, i) => ({ name: 'item', data: { rollcallItemId: id, n: i + 1 }, opts: { attempts: 1 } }))));
+      await body({ producer, queue, batch, ids, addRest, worker, seen, warned, fix: () => void (taken = true), proxy });
     } finally {
       warned.mockRestore();
       await Promise.all(workers.splice(0).map((w) => w.close()));
+      await proxy?.cut();
       await guarded.stop();
     }
-  }, 30_000);
+  }
+
+  /** Resolves once a `token_refused` warning was given: a look-up's answer refused the token. */
+  const refusalAnswered = (warned: RefusedWorker['warned']) =>
+    until(() => warned.mock.calls.some(([warning]) => (warning as { code?: string }).code === 'token_refused'));
+
+  /** A handler that counts its runs. */
+  function counting(): { handler: () => Promise<string>; runs: () => number } {
+    let runs = 0;
+    return {
+      handler: async () => {
+        runs += 1;
+        return 'ok';
+      },
+      runs: () => runs,
+    };
+  }
+
+  it(
+    "when rollcall refuses a Worker's token (401), then after the first refused ack its jobs wait and are put back unrun, and once the token is taken each runs",
+    () =>
+      whileWorkerRefused(21, async ({ producer, queue, batch, addRest, worker, seen, warned, fix }) => {
+        const { handler, runs } = counting();
+        workers.push(new Worker<TestJobData>(queue.name, rollcallProcessor(worker, handler), { connection, prefix, concurrency: 5 }));
+        await refusalAnswered(warned); // its ack refused, and the token looked up
+        await addRest();
+        await until(() => seen.whoami >= 2, 15_000); // refused again 5 s after the first answer
+        expect(runs()).toBe(1); // the first job ran and its ack was refused; no job since
+        const codes = warned.mock.calls.map(([error]) => (error as { code?: string }).code);
+        expect(codes.filter((code) => code === 'token_refused')).toHaveLength(1); // at most one a minute
+        expect(await producer.status(batch.id)).toMatchObject({ state: 'sealed', pending: 21 });
+        expect((await queue.getJobCounts('delayed')).delayed).toBeGreaterThan(0); // put back
+        fix();
+        expect(await producer.waitForCompletion(batch.id, { timeoutMs: 30_000 })).toMatchObject({ state: 'complete', succeeded: 21, failed: 0 });
+        expect(runs()).toBe(22); // each job once, and the first once more: its refused run was retried
+      }),
+    60_000,
+  );
+
+  it(
+    "when rollcall is out of reach at a Worker's token look-up (its token refused before, fixed in the outage), then its jobs run and their acks wait for rollcall: counts are exact",
+    () =>
+      whileWorkerRefused(
+        11,
+        async ({ producer, queue, batch, addRest, worker, seen, warned, fix, proxy }) => {
+          const { handler, runs } = counting();
+          workers.push(new Worker<TestJobData>(queue.name, rollcallProcessor(worker, handler), { connection, prefix, concurrency: 5 }));
+          await refusalAnswered(warned);
+          await addRest();
+          expect({ runs: runs(), lookUps: seen.whoami }).toEqual({ runs: 1, lookUps: 1 });
+          // The operator restarts rollcall with the Worker's token: away when the next look-up is made.
+          await proxy!.cut();
+          fix();
+          // That look-up finds no rollcall, which counts as taken: the jobs run, their acks held.
+          await until(() => runs() >= 6, 15_000);
+          await proxy!.open();
+          expect(await producer.waitForCompletion(batch.id, { timeoutMs: 30_000 })).toMatchObject({ state: 'complete', succeeded: 11, failed: 0 });
+          expect(runs()).toBe(12); // each once, and the first once more: its refused run was retried
+        },
+        { throughProxy: true },
+      ),
+    60_000,
+  );
+
+  it(
+    "when a job waiting for rollcall's word on a refused token is cancelled (BullMQ's abort signal), then that attempt fails at once with the reason, unrun, and BullMQ retries it",
+    () =>
+      whileWorkerRefused(2, async ({ queue, ids, worker, seen, warned }) => {
+        const ran: number[] = [];
+        const handler = async (job: Job<TestJobData>, _token?: string, _signal?: AbortSignal) => void ran.push(job.data.n);
+        const running = new Worker<TestJobData>(queue.name, rollcallProcessor(worker, handler), { connection, prefix, concurrency: 5 });
+        workers.push(running);
+        await refusalAnswered(warned); // the first job's ack refused, its retry put back
+        const waiting = await queue.add('item', { rollcallItemId: ids[1]!, n: 1 }, { attempts: 2 });
+        // Once the Worker runs it (Redis says "active" a little before): it waits for the look-up, 5 s after the first.
+        await until(() => running.cancelJob(waiting.id!, 'no longer wanted'));
+        await until(async () => (await queue.getJob(waiting.id!))?.attemptsMade === 1, 3_000);
+        expect(seen.whoami).toBe(1); // it did not wait for the next look-up
+        const cancelled = await queue.getJob(waiting.id!);
+        expect(cancelled?.failedReason).toBe('the job was cancelled before it ran: no longer wanted');
+        expect(await cancelled?.getState()).not.toBe('failed'); // one attempt failed, as a plain error fails it: retried
+        expect(ran).toEqual([0]);
+      }),
+    30_000,
+  );
 
   it("when a Worker's token lacks the consume scope (403), then its jobs stay unrun as the token is asked about again", async () => {
     const tokens = [
