@@ -137,7 +137,7 @@ function defaultItemIdOf(message: ConsumeMessage): string | undefined {
  * The longest a message is held unrun while rollcall refuses the token (or `retryForMs`, when
  * shorter): RabbitMQ's `consumer_timeout` counts the hold, and the run and its ack come after it.
  */
-export const MAX_TOKEN_HOLD_MS = 5 * 60_000;
+const MAX_TOKEN_HOLD_MS = 5 * 60_000;
 
 /**
  * What `drain()` aborts to send the messages held at the time back to the queue. Every held
@@ -232,8 +232,9 @@ export class MessageHandling {
    * again every TOKEN_RECHECK_MS): its work would be done, with no ack rollcall would take, and done
    * again at each redelivery. Held, it keeps its prefetch place, so this consumer takes no more and
    * the others take the queue's messages, as in an outage. It runs once rollcall takes the token;
-   * after MAX_TOKEN_HOLD_MS (or `retryForMs`), or when `drain()` is called, it goes back to the
-   * queue as a run that did not fail (`requeue`), to come back to whichever consumer it reaches.
+   * at the first look-up after MAX_TOKEN_HOLD_MS (or `retryForMs`), or when `drain()` is called, it
+   * goes back to the queue as a run that did not fail (`requeue`), to come back to whichever
+   * consumer it reaches; when the channel closes, RabbitMQ has it back already.
    */
   async returnedForRefusedToken(message: ConsumeMessage): Promise<boolean> {
     if (!this.tokens.suspect) return false;

@@ -20,9 +20,9 @@ export function refusesToken(error: unknown): boolean {
  * refusal), at once and then TOKEN_RECHECK_MS after each answer while it is refused. While it is,
  * no job or message runs (BullMQ jobs are put back, AMQP messages held): its work would be done,
  * and done again at every retry, with no ack rollcall would take (a wrong token, a service
- * deployed without the workers' tokens). Only the look-up's answer
- * puts jobs back, not the ack's: one replica of several, or a proxy, that answered `401` once must
- * not stop a worker that the others serve. Anything but a refusal (rollcall out of reach, a 5xx, no
+ * deployed without the workers' tokens). Only the look-up's answer puts jobs back, not the ack's:
+ * one replica of several, or a proxy, that answered `401` once must not stop a worker that the
+ * others serve. Anything but a refusal (rollcall out of reach, a 5xx, no
  * answer in TOKEN_RECHECK_MS) counts as taken: an outage is the acks' own retries' to meet.
  */
 export class TokenCheck {

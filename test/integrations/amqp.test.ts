@@ -1,5 +1,6 @@
 import { spawn } from 'node:child_process';
 import { randomBytes, randomUUID } from 'node:crypto';
+import { EventEmitter } from 'node:events';
 import path from 'node:path';
 import readline from 'node:readline';
 import vm from 'node:vm';
@@ -493,6 +494,40 @@ describeWith(amqpUrl).each(backends())('rollcall/amqp on a real RabbitMQ quorum 
         expect(seen.whoami).toBe(1);
         expect(runs).toEqual([1]);
         await channel.close();
+      }),
+    30_000,
+  );
+
+  it(
+    'when a channel that goes on delivering after its close (a wrapper reconnecting underneath) brings a message while the token is refused, then it is held, not returned at once',
+    () =>
+      whileTokenRefused(3, 0, async ({ ids, client, seen }) => {
+        // The test's own channel: an event emitter that settles nothing but notes what it is asked.
+        const returned: number[] = [];
+        const events = new EventEmitter();
+        const channel: AckingChannel = {
+          ack: () => undefined,
+          nack: (m) => void returned.push(numberOf(m)),
+          once: (event, listener) => events.once(event, listener),
+        };
+        const message = (n: number): ConsumeMessage =>
+          ({
+            content: Buffer.from(JSON.stringify({ n })),
+            fields: { deliveryTag: n + 1, redelivered: false, consumerTag: 'test', exchange: '', routingKey: 'test' },
+            properties: { headers: { [ITEM_ID_HEADER]: ids[n] } },
+          }) as unknown as ConsumeMessage;
+        const callback = rollcallConsumer(client, channel, () => undefined);
+        callback(message(0)); // runs, its ack refused (401): returned as a failed delivery
+        await until(() => returned.length === 1);
+        callback(message(1)); // held, waiting for the look-up
+        await until(() => seen.whoami >= 1);
+        events.emit('close'); // the held message goes: the broker has it back
+        await until(() => returned.length === 2);
+        callback(message(2)); // delivered after the close: held again, not sent straight back
+        await realSleep(500);
+        expect(returned).toEqual([0, 1]);
+        await callback.drain(); // and a drain still lets it go
+        expect(returned).toEqual([0, 1, 2]);
       }),
     30_000,
   );
