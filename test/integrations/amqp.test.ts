@@ -533,6 +533,25 @@ describeWith(amqpUrl).each(backends())('rollcall/amqp on a real RabbitMQ quorum 
   );
 
   it(
+    'when twenty messages are held for a refused token in one process, then Node gives no listener-leak warning for the drain they listen for',
+    () =>
+      whileTokenRefused(21, 0, async ({ guarded, ids }) => {
+        const child = spawn(process.execPath, ['--import', 'tsx', 'test/integrations/fixtures/heldMessages.ts'], {
+          cwd: path.resolve(__dirname, '../..'),
+          env: { ...process.env, ROLLCALL_URL: guarded.url, ITEM_IDS: JSON.stringify(ids) },
+          stdio: ['ignore', 'pipe', 'inherit'],
+        });
+        let output = '';
+        child.stdout!.on('data', (chunk: Buffer) => (output += chunk.toString()));
+        await new Promise((resolve) => child.once('exit', resolve));
+        const { returned, warnings } = JSON.parse(output) as { returned: number; warnings: string[] };
+        expect(returned).toBe(21); // the first message's refused run, and the twenty held ones the drain let go
+        expect(warnings).not.toContain('MaxListenersExceededWarning');
+      }),
+    30_000,
+  );
+
+  it(
     "when a token stays refused past the consumer's retryForMs, then its held message goes back to the queue unrun, as a delivery that did not fail",
     () =>
       whileTokenRefused(1, 1, async ({ queue, client }) => {
