@@ -78,14 +78,21 @@ describeWith(amqpUrl).each(backends())('rollcall/amqp dead letters on a real Rab
     client: RollcallClient,
     queue: string,
     options: RollcallDeadLetterOptions = {},
-  ): Promise<{ channel: Channel; errors: string[] }> {
+  ): Promise<{ channel: Channel; errors: string[]; stop(): Promise<void> }> {
     const channel = await connection.createChannel();
     const errors: string[] = [];
-    await channel.consume(
-      queue,
-      rollcallDeadLetterConsumer(client, channel, { ...options, onError: (error) => errors.push((error as { code?: string }).code ?? error.message) }),
-    );
-    return { channel, errors };
+    const callback = rollcallDeadLetterConsumer(client, channel, {
+      ...options,
+      onError: (error) => errors.push((error as { code?: string }).code ?? error.message),
+    });
+    const { consumerTag } = await channel.consume(queue, callback);
+    /** Stops as the docs say: no more dead letters, those taken settled (acked after rollcall's answer), then closed. */
+    const stop = async () => {
+      await channel.cancel(consumerTag);
+      await callback.drain();
+      await channel.close();
+    };
+    return { channel, errors, stop };
   }
 
   const contentOf = (message: GetMessage) => ({ body: message.content.toString(), itemId: String(message.properties.headers?.['x-rollcall-item-id']) });
@@ -223,14 +230,15 @@ describeWith(amqpUrl).each(backends())('rollcall/amqp dead letters on a real Rab
       admin.sendToQueue(t.recorded, Buffer.from('{}'), {
         headers: { 'x-rollcall-item-id': id, 'x-first-death-reason': 'delivery_limit', 'x-first-death-queue': t.work },
       });
-    const { channel: recorder, errors } = await recordDeadLetters(client, t.recorded);
+    const { errors, stop } = await recordDeadLetters(client, t.recorded);
     expect(await client.waitForCompletion(batch.id, { timeoutMs: 10_000 })).toMatchObject({ state: 'complete', failed: 2 });
     const reasons = Object.fromEntries((await client.failures(batch.id)).failures.map((f) => [f.id, f.error]));
     expect(reasons).toEqual({
       [ids[0] as string]: 'the thumbnail service answered 500',
       [ids[1] as string]: `dead-lettered by RabbitMQ (delivery_limit) from queue ${t.work}`,
     });
-    await recorder.close();
+    // The completion is rollcall's answer; the dead letter's own ack follows it: let it land before the close.
+    await stop();
     expect([await count(t.recorded), await count(t.parked), errors]).toEqual([0, 0, []]);
   });
 
@@ -259,11 +267,10 @@ describeWith(amqpUrl).each(backends())('rollcall/amqp dead letters on a real Rab
     const batch = await produce(client, t.work, 3);
     await client.cancel(batch.id);
     await until(async () => (await count(t.recorded)) === 3, 10_000);
-    const { channel: recorder } = await recordDeadLetters(client, t.recorded);
+    const { stop } = await recordDeadLetters(client, t.recorded);
     await until(async () => (await count(t.recorded)) === 0, 10_000);
-    // Ready counts leave out unacked messages: closing the channel returns any to the queue.
-    await new Promise((resolve) => setTimeout(resolve, 300));
-    await recorder.close();
+    // Ready counts leave out unacked messages: a stop settles them, where a close would return them to the queue.
+    await stop();
     await new Promise((resolve) => setTimeout(resolve, 300));
     expect({ recorded: await count(t.recorded), parked: await count(t.parked) }).toEqual({ recorded: 0, parked: 0 });
     expect(await client.status(batch.id)).toMatchObject({ state: 'cancelled', pending: 3, failed: 0 });
