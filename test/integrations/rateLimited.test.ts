@@ -7,6 +7,7 @@ import { rollcallProcessor } from '../../src/integrations/bullmq';
 import { openBatch } from '../../src/integrations/producer';
 import { backends, describeEachOrSkip } from '../helpers/backends';
 import { describeWith, redisConnection, redisUrl } from '../helpers/brokers';
+import { until } from '../helpers/realTime';
 import { startService, TestService } from '../helpers/service';
 import { TestJobData } from './fixtures/jobs';
 
@@ -80,6 +81,11 @@ describeWith(redisUrl).each(backends())('rollcall/producer and rollcall/bullmq u
     for (const batch of batches) done.push(await client.waitForCompletion(batch.id, { timeoutMs: 60_000 }));
 
     for (const batch of done) expect(batch).toMatchObject({ state: 'complete', total: 100, succeeded: 100, failed: 0, pending: 0 });
+    // rollcall's commit comes first: the last jobs move to BullMQ's completed set just after their ack's answer.
+    await until(async () => {
+      const { completed = 0, failed = 0 } = await queue.getJobCounts('completed', 'failed');
+      return completed + failed >= 300;
+    });
     expect(await queue.getJobCounts('completed', 'failed')).toEqual({ completed: 300, failed: 0 });
     expect(runs).toBe(300);
     // The limit was met, and waited out.
