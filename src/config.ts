@@ -159,7 +159,18 @@ const tokensSchema = z
     }),
   )
   .min(1)
-  .refine((list) => new Set(list.map((t) => t.token)).size === list.length, 'tokens must be distinct');
+  .refine((list) => new Set(list.map((t) => t.token)).size === list.length, 'tokens must be distinct')
+  .superRefine((list, context) => {
+    // A tenant's callbacks are signed with one secret: of two, the later entry's won unsaid.
+    const secrets = new Map<string, string>();
+    for (const entry of list) {
+      if (entry.callbackSecret === undefined) continue;
+      const other = secrets.get(entry.tenant);
+      if (other !== undefined && other !== entry.callbackSecret)
+        context.addIssue({ code: 'custom', message: `tenant '${entry.tenant}' has two callbackSecrets: give every token of a tenant the same one` });
+      secrets.set(entry.tenant, entry.callbackSecret);
+    }
+  });
 
 export type TokenEntry = z.infer<typeof tokensSchema>[number];
 

@@ -47,6 +47,12 @@ describe('configuration', () => {
     ['CALLBACK_ALLOW_HOSTS', 'hooks.internal:8080'],
     ['CALLBACK_ALLOW_HOSTS', 'http://hooks.internal'],
     ['API_TOKENS', '[{"token":"a-long-enough-token-123","tenant":"a\\u0000b","scopes":["read"]}]'],
+    // One tenant's callbacks are signed with one secret: two would leave it to the entries' order.
+    [
+      'API_TOKENS',
+      '[{"token":"a-long-enough-token-123","tenant":"a","scopes":["read"],"callbackSecret":"first-secret-0123456"},' +
+        '{"token":"a-long-enough-token-456","tenant":"a","scopes":["read"],"callbackSecret":"second-secret-012345"}]',
+    ],
     // Names are not taken (resolving them would need a resolver); port 0 aborted the process in Node's setServers.
     ['CALLBACK_DNS_SERVERS', 'dns.internal:53'],
     ['CALLBACK_DNS_SERVERS', '10.0.0.53:0'],
@@ -102,6 +108,23 @@ describe('configuration', () => {
     expect(() => loadConfig({ DATABASE_URL: 'mysql://u@db/rc', DB_POOLER: 'transaction' })).toThrow(/DB_POOLER: transaction is for a PostgreSQL DATABASE_URL/);
     expect(() => loadConfig({ DB_POOLER: 'transaction' })).toThrow(/DB_POOLER/);
     expect(() => loadConfig({ DATABASE_URL: 'postgres://u@db/rc', DB_POOLER: 'statement' })).toThrow(/DB_POOLER/);
+  });
+
+  it('when two tokens of one tenant carry the same callbackSecret, or only one carries it, then both are taken', () => {
+    const entry = (token: string, callbackSecret?: string) => ({ token, tenant: 'a', scopes: ['read'], ...(callbackSecret ? { callbackSecret } : {}) });
+    const same = [entry('a-long-enough-token-123', 'the-secret-0123456789'), entry('a-long-enough-token-456', 'the-secret-0123456789')];
+    expect(loadConfig({ API_TOKENS: JSON.stringify(same) }).tokens).toHaveLength(2);
+    const one = [entry('a-long-enough-token-123', 'the-secret-0123456789'), entry('a-long-enough-token-456')];
+    expect(loadConfig({ API_TOKENS: JSON.stringify(one) }).tokens).toHaveLength(2);
+    const error = (() => {
+      try {
+        loadConfig({ API_TOKENS: JSON.stringify([...same, entry('a-long-enough-token-789', 'another-secret-012345')]) });
+      } catch (caught) {
+        return caught as Error;
+      }
+    })();
+    expect(error?.message).toContain("tenant 'a' has two callbackSecrets");
+    expect(error?.message).not.toContain('the-secret-0123456789'); // secrets stay out of the message
   });
 
   it('when tokens come from a file, then they are read from it', () => {
