@@ -2,8 +2,6 @@
  * `import { openBatch } from 'rollcall/producer'`: the producer's side in one call — open a batch,
  * add its items, hand their IDs to the queue in chunks, seal. Needs no queue library.
  */
-import { randomUUID } from 'node:crypto';
-
 import type { Batch, RollcallClient } from '../client';
 import { RollcallApiError } from '../client/apiError';
 import { DEFAULT_RETRY, withRetries } from '../client/retry';
@@ -44,12 +42,17 @@ export interface OpenBatchInput {
  * Opens a batch, adds `count` items, calls `enqueue` with their IDs in chunks of at most 1,000, seals
  * with `expectedItems: count`, and returns the sealed batch (`complete` already if the workers were
  * faster than the seal).
- * - With `parentItem` whose item already has a sealed (or complete) child of `count` items, opened so
- *   by an earlier run of the same job that died before its job completed, that child is returned and
- *   nothing is enqueued: a rerun hands the item to it again (`handedToChild`). It is looked up by its
- *   item (`list({ parentItem })`; on a service older than that look-up, among the parent's children;
- *   the token needs `read`). A child still open (a run that died mid-way) or
- *   cancelled is not taken over: the open's `409 item_not_pending` is thrown.
+ * - With `parentItem` whose item already has a child, opened by an earlier run of the same job that
+ *   died (or failed) before its job completed, the rerun takes that child over. Sealed (or complete)
+ *   with `count` items, it is returned and nothing is enqueued: the rerun hands the item to it again
+ *   (`handedToChild`). Still open with at most `count` items (the run died, or its adds, enqueue or
+ *   seal failed, before the seal), it is finished: the adds are made again with the same
+ *   Idempotency-Keys, so those the earlier run committed add nothing and give back their groups,
+ *   every ID is enqueued (those the earlier run enqueued run twice; their second acks are
+ *   duplicates), and it is sealed. The child is looked up by its item (`list({ parentItem })`; on a
+ *   service older than that look-up, among the parent's children; the token needs `read`). A child
+ *   cancelled or of another size is not taken over: the open's `409 item_not_pending` is thrown;
+ *   one holding items that no run of this producer added fails with `add_failed`.
  * - IDs are made as they are enqueued: a batch of millions never sits in memory as strings.
  * - Every add carries an Idempotency-Key and is retried on network errors, `408`, `429` and `5xx`: a retry whose
  *   first try was committed makes nothing twice.
@@ -62,25 +65,13 @@ export interface OpenBatchInput {
  *   sweeps it after `OPEN_BATCH_TTL`.
  */
 export async function openBatch(client: RollcallClient, input: OpenBatchInput): Promise<Batch> {
-  const { count, enqueue, userKey, metadata, callbackUrl, parentItem } = input;
+  const { count, enqueue } = input;
   if (!Number.isSafeInteger(count) || count < 0) throw new RangeError(`count must be a whole number ≥ 0, not ${count}`);
   // Before the open: a JavaScript caller's mistake would otherwise leave an unsealed batch behind.
   if (typeof enqueue !== 'function') throw new TypeError(`enqueue must be a function, not ${typeof enqueue}`);
-  // Only the open's own fields: an input object that also carries the caller's other settings (a
-  // queue name, say) would be refused by the service's strict body schema.
-  let batch: Batch;
-  try {
-    batch = await withRetries(() => client.open({ userKey, metadata, callbackUrl, parentItem }), DEFAULT_RETRY, {
-      retryable: refusedUntried,
-      until: performance.now() + OPEN_WAITS_MS,
-    });
-  } catch (error) {
-    // An earlier run of the same job or message that opened, filled and sealed this child, then died
-    // before its job completed: the rerun takes it over, and enqueues nothing again.
-    const earlier = parentItem !== undefined && isItemTaken(error) ? await childStandingFor(client, parentItem).catch(() => undefined) : undefined;
-    if (earlier && (earlier.state === 'sealed' || earlier.state === 'complete') && earlier.total === count) return earlier;
-    throw error; // the open's own refusal, also when the look-up failed (its token may lack `read`)
-  }
+  const opened = await openOrTakeOver(client, input);
+  if (opened.state !== 'open') return opened; // an earlier run's child, sealed: nothing to enqueue again
+  const batch = opened;
   const progress = { enqueued: 0 };
   /** Runs one step on the open batch; its failure names the batch (or the caller could not reach it again) and how far enqueue got. */
   const step = async <T>(code: IntegrationErrorCode, what: string, work: () => Promise<T>): Promise<T> => {
@@ -96,14 +87,47 @@ export async function openBatch(client: RollcallClient, input: OpenBatchInput): 
       });
     }
   };
-  for (let left = count; left > 0; left -= MAX_ITEMS_PER_ADD) {
-    const idempotencyKey = randomUUID();
-    const added = await step('add_failed', 'adding items', () =>
-      withRetries(() => client.addItems(batch.id, Math.min(left, MAX_ITEMS_PER_ADD), { idempotencyKey })),
-    );
+  for (let add = 0, total = 0; total < count; add++) {
+    const size = Math.min(count - total, MAX_ITEMS_PER_ADD);
+    total += size;
+    const added = await step('add_failed', 'adding items', async () => {
+      const answer = await withRetries(() => client.addItems(batch.id, size, { idempotencyKey: addKey(add) }));
+      if (answer.total !== total) throw new RangeError(`the batch holds ${answer.total - total} items that no run of this producer added`);
+      return answer;
+    });
     await step('enqueue_failed', 'enqueue', () => enqueueInChunks(added.itemIds(), enqueue, progress));
   }
   return step('seal_failed', 'the seal', () => withRetries(() => client.seal(batch.id, { expectedItems: count })));
+}
+
+/**
+ * The Idempotency-Key of a batch's `add`th add (they are scoped to the batch): the same for every
+ * run, so a rerun that finishes an earlier run's child replays the adds that run committed (the
+ * same groups come back) and makes only those it did not.
+ */
+const addKey = (add: number): string => `rollcall-producer-add-${add}`;
+
+/**
+ * Opens the batch; or, with `parentItem` whose item an earlier run of the same job already gave a
+ * child, that child: sealed with `count` items, it is returned as it is; still open with no more
+ * items than `count` (the run died, or its seal failed, before it was sealed), it is finished
+ * here. Any other child is not taken over: the open's refusal is thrown.
+ */
+async function openOrTakeOver(client: RollcallClient, input: OpenBatchInput): Promise<Batch> {
+  const { count, userKey, metadata, callbackUrl, parentItem } = input;
+  try {
+    // Only the open's own fields: an input object that also carries the caller's other settings (a
+    // queue name, say) would be refused by the service's strict body schema.
+    return await withRetries(() => client.open({ userKey, metadata, callbackUrl, parentItem }), DEFAULT_RETRY, {
+      retryable: refusedUntried,
+      until: performance.now() + OPEN_WAITS_MS,
+    });
+  } catch (error) {
+    const earlier = parentItem !== undefined && isItemTaken(error) ? await childStandingFor(client, parentItem).catch(() => undefined) : undefined;
+    if (earlier && (earlier.state === 'sealed' || earlier.state === 'complete') && earlier.total === count) return earlier;
+    if (earlier && earlier.state === 'open' && earlier.total <= count) return earlier;
+    throw error; // the open's own refusal, also when the look-up failed (its token may lack `read`)
+  }
 }
 
 /**

@@ -15,6 +15,13 @@ describe.each(backends())('rollcall/producer openBatch (%s)', (_name, backend) =
     await svc.stop();
   });
 
+  /** Pending items of a new parent batch, for children to stand for. */
+  const parentItems = async (count: number): Promise<string[]> => {
+    const ids: string[] = [];
+    await openBatch(client, { count, enqueue: (chunk) => void ids.push(...chunk) });
+    return ids;
+  };
+
   it('when a batch of 2,500 is opened, then enqueue gets each ID once in chunks of ≤ 1,000, then the seal', async () => {
     const chunks: string[][] = [];
     const batch = await openBatch(client, { count: 2500, userKey: 'producer', metadata: { job: 'x' }, enqueue: async (ids) => void chunks.push(ids) });
@@ -162,18 +169,77 @@ describe.each(backends())('rollcall/producer openBatch (%s)', (_name, backend) =
     const again = await openBatch(client, { count: 2, parentItem: sealedFor.toUpperCase(), enqueue: (ids) => void (enqueued += ids.length) });
     expect([again.id, again.state, enqueued]).toEqual([first.id, 'sealed', 2]);
 
-    // A child a run left open (it died mid-way), or one of another size, is not taken over.
-    await client.open({ parentItem: openFor });
+    // A child of another size is not taken over, nor one still open with more items than the rerun's.
     const refused = (parentItem: string, count: number) =>
       openBatch(client, { count, parentItem, enqueue: () => undefined }).catch((error: unknown) => error as { status?: number; code?: string });
-    expect(await refused(openFor, 0)).toMatchObject({ status: 409, code: 'item_not_pending' });
     expect(await refused(sealedFor, 3)).toMatchObject({ status: 409, code: 'item_not_pending' });
+    const bigger = await client.open({ parentItem: openFor });
+    await client.addItems(bigger.id, 3);
+    expect(await refused(openFor, 2)).toMatchObject({ status: 409, code: 'item_not_pending' });
     await client.ack([otherFor]);
     expect(await refused(otherFor, 2)).toMatchObject({ status: 409, code: 'item_not_pending' }); // acked: no child stands for it
     const cancelled = await openBatch(client, { count: 2, parentItem: cancelledFor, enqueue: () => undefined });
     await client.cancel(cancelled.id); // its item fails, "child batch cancelled": nothing to hand over
     expect(await refused(cancelledFor, 2)).toMatchObject({ status: 409, code: 'item_not_pending' });
     expect((await client.list({ parent: parent.id })).batches).toHaveLength(3);
+  });
+
+  it('when a rerun finds the child an earlier run left open (its seal failed), then it finishes that child: the same items again, sealed, and the parent item gets its outcome', async () => {
+    const parentIds: string[] = [];
+    const parent = await openBatch(client, { count: 1, enqueue: (ids) => void parentIds.push(...ids) });
+    const parentItem = parentIds[0]!;
+    const sealRefused: typeof fetch = (input, init) =>
+      String(input).endsWith('/seal')
+        ? Promise.resolve(new Response(JSON.stringify({ error: { code: 'invalid_request', message: 'refused by the test' } }), { status: 400 }))
+        : fetch(input, init);
+    const first: string[] = [];
+    const error = await openBatch(new RollcallClient({ baseUrl: svc.url, fetch: sealRefused }), {
+      count: 2500,
+      parentItem,
+      enqueue: (ids) => void first.push(...ids),
+    }).catch((e: unknown) => e);
+    expect(error).toMatchObject({ code: 'seal_failed', enqueued: 2500 });
+    const again: string[] = [];
+    const child = await openBatch(client, { count: 2500, parentItem, enqueue: (ids) => void again.push(...ids) });
+    expect(child).toMatchObject({ id: (error as RollcallIntegrationError).batchId, state: 'sealed', total: 2500, parentItem });
+    expect(again).toEqual(first); // the same groups, every ID handed out again
+    // Both runs' jobs ack: each item counts once.
+    expect(await client.ack(first)).toMatchObject({ acked: 2500, duplicates: 0 });
+    expect(await client.ack(again)).toMatchObject({ acked: 0, duplicates: 2500 });
+    expect((await client.status(child.id)).state).toBe('complete');
+    await svc.rollcall.childOutcomes.deliverDue();
+    expect(await client.status(parent.id)).toMatchObject({ state: 'complete', succeeded: 1 });
+  });
+
+  it('when a rerun finds the child an earlier run left open mid-way (its enqueue failed at the second chunk), then it enqueues every ID and seals it', async () => {
+    const parentItem = (await parentItems(1))[0]!;
+    let chunks = 0;
+    const first: string[] = [];
+    const error = await openBatch(client, {
+      count: 2500,
+      parentItem,
+      enqueue: (ids) => {
+        if (++chunks === 2) throw new Error('the queue went away');
+        first.push(...ids);
+      },
+    }).catch((e: unknown) => e);
+    expect(error).toMatchObject({ code: 'enqueue_failed', enqueued: 1000 });
+    const again: string[] = [];
+    const child = await openBatch(client, { count: 2500, parentItem, enqueue: (ids) => void again.push(...ids) });
+    expect(child).toMatchObject({ id: (error as RollcallIntegrationError).batchId, state: 'sealed', total: 2500 });
+    expect(again.slice(0, 1000)).toEqual(first);
+    expect((await client.ack(again)).completed.map((b) => b.id)).toEqual([child.id]);
+  });
+
+  it('when a rerun finds an open child holding items that no run of the producer added, then it fails with add_failed and enqueues nothing', async () => {
+    const parentItem = (await parentItems(1))[0]!;
+    const other = await client.open({ parentItem });
+    await client.addItems(other.id, 5); // no Idempotency-Key of the producer's
+    let enqueued = 0;
+    const error = await openBatch(client, { count: 5, parentItem, enqueue: (ids) => void (enqueued += ids.length) }).catch((e: unknown) => e);
+    expect(error).toMatchObject({ code: 'add_failed', batchId: other.id });
+    expect(enqueued).toBe(0);
+    expect((await client.status(other.id)).state).toBe('open');
   });
 
   it('when the service is older than the look-up by item (it refuses ?parentItem= with 400), then a rerun still finds its child', async () => {
