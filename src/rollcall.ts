@@ -17,6 +17,7 @@ import { CallbackDispatcher, DeliveryOptions } from './service/callbackDispatche
 import { ChildOutcomeDispatcher } from './service/childOutcomeDispatcher';
 import { CompletionWatcher, WaitLimits } from './service/completionWatcher';
 import { ServiceDeps } from './service/deps';
+import { oneAtATime } from './service/oneAtATime';
 import { PeriodicTask } from './service/periodic';
 import { callbackPoster, PostCallback } from './service/postCallback';
 import { sweepOnce, SweepResult } from './service/sweep';
@@ -168,7 +169,9 @@ function backgroundLoops(config: Config, deps: ServiceDeps, metrics: Metrics, po
   dispatcher.onSlotFreed = () => delivering.wake();
   const childOutcomes = new ChildOutcomeDispatcher(deps);
   const ackingParents = new PeriodicTask('child outcomes', config.CALLBACK_POLL_INTERVAL, () => childOutcomes.deliverDue(), log);
-  const sweep = async (): Promise<SweepResult> => {
+  // One sweep at a time in this process, whoever asks (the loop, POST /v1/admin/sweep): each runs
+  // on a connection of its own outside the pool, so 200 admin calls at once took 200 connections.
+  const sweep = oneAtATime(async (): Promise<SweepResult> => {
     const removed = await sweepOnce(deps, {
       openBatchTtlMs: config.OPEN_BATCH_TTL,
       completedRetentionMs: config.COMPLETED_RETENTION,
@@ -178,7 +181,7 @@ function backgroundLoops(config: Config, deps: ServiceDeps, metrics: Metrics, po
     metrics.sweptBatches.inc(removed.batchesRemoved);
     metrics.sweptGroups.inc(removed.groupsRemoved);
     return removed;
-  };
+  });
   const sweeping = new PeriodicTask(
     'sweeper',
     config.SWEEP_INTERVAL,

@@ -160,6 +160,28 @@ describe.each(backends())('sweeping stale batches (%s)', (_name, backend) => {
   });
 });
 
+// On SQLite a sweep runs in the process without a pause, so calls never overlap there.
+describeEachOrSkip(serverBackends())('sweeps asked for at once (%s)', (_name, backend) => {
+  let svc: TestService;
+  beforeAll(async () => {
+    svc = await startService(backend, { OPEN_BATCH_TTL: '7d', SWEEP_CHUNK: '2' });
+  });
+  afterAll(() => svc.stop());
+
+  it('when 20 sweeps are asked for at once, then every due batch is gone when they are answered, and they share a few runs', async () => {
+    const idle = await Promise.all(Array.from({ length: 10 }, () => batchWith(svc.client, 1, { sealed: false })));
+    svc.clock.now += 8 * DAY;
+    const runs = async () => Number(/^rollcall_sweeper_runs_total (\d+)$/m.exec((await svc.api.get('/metrics')).text)?.[1]);
+    const before = await runs();
+    const answers = await Promise.all(Array.from({ length: 20 }, () => svc.api.post('/v1/admin/sweep')));
+    expect(answers.map((a) => a.status)).toEqual(Array.from({ length: 20 }, () => 200));
+    expect(answers.reduce((n, a) => n + (a.body as { batchesRemoved: number }).batchesRemoved, 0)).toBeGreaterThanOrEqual(10);
+    for (const { id } of idle) expect((await svc.api.get(`/v1/batches/${id}`)).status).toBe(404);
+    // Each runs on a connection of its own: one run per call took as many connections as calls.
+    expect((await runs()) - before).toBeLessThan(10);
+  });
+});
+
 describeEachOrSkip(serverBackends())('sweeping past batches another connection holds (%s)', (_name, backend) => {
   let svc: TestService;
   let holder: Knex;
