@@ -4,7 +4,7 @@ import v8 from 'node:v8';
 
 import { Config, ConfigError, loadConfig } from './config';
 import { DatabaseEncodingError, NewerSchemaError, toError } from './domain/errors';
-import { createServer } from './http/server';
+import { closeServer, createServer } from './http/server';
 import { createRollcall } from './rollcall';
 
 /** Starts the service: config checked at boot, migrations applied, SIGTERM/SIGINT drain and exit. */
@@ -40,8 +40,7 @@ export async function serve(): Promise<void> {
       process.exit(1);
     }, config.SHUTDOWN_TIMEOUT_MS);
     timer.unref();
-    server.close();
-    server.closeIdleConnections();
+    closeServer(server);
     rollcall.watcher.release();
     await once(server, 'close').catch(() => undefined);
     await rollcall.close();

@@ -205,6 +205,7 @@ function backgroundLoops(config: Config, deps: ServiceDeps, metrics: Metrics, po
       if (config.SWEEP_INTERVAL > 0) sweeping.start();
     },
     async stop() {
+      childOutcomes.stop();
       await Promise.all([delivering.stop(), ackingParents.stop(), sweeping.stop()]);
       await dispatcher.settle();
     },

@@ -28,7 +28,35 @@ function subclassWith<T extends object>(base: Constructor<T>, prototype: object)
  * property express or this service put on `app.request` stays reachable one step up the chain.
  */
 export function createServer(app: Express): http.Server {
-  return http.createServer(messageClassesOf(app), app).on('clientError', answerClientError);
+  const server = http.createServer(messageClassesOf(app), app).on('clientError', answerClientError);
+  const open = new Set<http.ServerResponse>();
+  server.on('request', (_req: http.IncomingMessage, res: http.ServerResponse) => {
+    open.add(res);
+    res.once('close', () => open.delete(res));
+  });
+  openResponses.set(server, open);
+  return server;
+}
+
+/** Each server's answers under way, for closeServer. */
+const openResponses = new WeakMap<http.Server, Set<http.ServerResponse>>();
+
+/**
+ * Stops taking connections, closes the idle ones, and has every answer from now on close its own:
+ * those under way, and those to requests that still come on connections already open. Node keeps a
+ * busy keep-alive connection open past `close()` and answers it `keep-alive`, so a client that asked
+ * again on it at once (waitForCompletion, after its wait was answered) kept the server from closing
+ * until SHUTDOWN_TIMEOUT ended the process with its requests cut off.
+ */
+export function closeServer(server: http.Server): void {
+  server.close();
+  server.closeIdleConnections();
+  server.prependListener('request', (_req: http.IncomingMessage, res: http.ServerResponse) => res.setHeader('Connection', 'close'));
+  for (const res of openResponses.get(server) ?? []) {
+    if (!res.headersSent) res.setHeader('Connection', 'close');
+    // An answer already on its way says keep-alive: its connection is idle once it ends.
+    else res.once('close', () => server.closeIdleConnections());
+  }
 }
 
 interface MessageClasses {

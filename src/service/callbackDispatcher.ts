@@ -3,7 +3,7 @@ import { randomUUID } from 'node:crypto';
 import { BackoffPolicy, retryDelay, signBody } from '../domain/delivery';
 import { Claimant, heldToFairShare, loadOf, pickFairly, saturated, ShareLimits } from '../domain/fairShare';
 import { Queryable } from '../store/db';
-import { claimEvents, DueEvent, dueEvents, markDelivered, markFailed, OutboxEvent } from '../store/outbox';
+import { claimEvents, DueEvent, dueEvents, markDelivered, markFailed, OutboxEvent, releaseClaim } from '../store/outbox';
 import { inTransaction } from '../store/transaction';
 import { DeliveryResult, ServiceDeps } from './deps';
 import { PostCallback } from './postCallback';
@@ -30,6 +30,8 @@ const READS_PER_PASS = 3;
 const LEASE_BEYOND_TIMEOUT_MS = 5_000;
 /** What of the lease is kept from the POST: the time to record its outcome, and clocks a little apart. */
 const LEASE_SAFETY_MS = 1_000;
+/** How long a shutdown lets deliveries under way end by themselves before it cuts them off. */
+const STOP_GRACE_MS = 1_000;
 
 /**
  * Delivers completion events from the outbox: claims due events with a lease (so replicas never
@@ -45,6 +47,8 @@ export class CallbackDispatcher {
   /** Deliveries ended so far (deliverDue reads again when one ended during its claim). */
   private finished = 0;
   private readonly inFlight = new Map<string, { event: OutboxEvent; done: Promise<void> }>();
+  /** Aborted by settle(): cuts off the POSTs still under way at shutdown. */
+  private readonly stopping = new AbortController();
   /** Called when a delivery ends and its slot is free again (the background loop claims more). */
   onSlotFreed: () => void = () => undefined;
 
@@ -139,9 +143,19 @@ export class CallbackDispatcher {
     }
   }
 
-  /** Resolves when the deliveries under way have ended (shutdown). */
-  async settle(): Promise<void> {
-    await Promise.all([...this.inFlight.values()].map((f) => f.done));
+  /**
+   * Ends the deliveries under way (shutdown): waits up to `graceMs` for them, then cuts off the
+   * rest, whose events are due again at once. A receiver that hangs held the shutdown for up to
+   * CALLBACK_TIMEOUT, as long as SHUTDOWN_TIMEOUT by default, which then ended the process with
+   * code 1; and its event waited for the lease to end before another replica sent it.
+   */
+  async settle(graceMs = STOP_GRACE_MS): Promise<void> {
+    const underWay = () => Promise.all([...this.inFlight.values()].map((f) => f.done));
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([underWay(), new Promise((resolve) => (timer = setTimeout(resolve, graceMs)))]);
+    clearTimeout(timer);
+    this.stopping.abort();
+    await underWay();
   }
 
   /** One attempt within `timeoutMs`; none when the lease left none (the event is claimed again once it ends). */
@@ -153,7 +167,7 @@ export class CallbackDispatcher {
     }
     let error: string | null;
     try {
-      error = await this.post(event.url, this.headersFor(event), event.payload, timeoutMs);
+      error = await this.post(event.url, this.headersFor(event), event.payload, timeoutMs, this.stopping.signal);
     } catch (caught) {
       // A poster that throws (an embedder's own, or node refusing the stored URL) is a failed
       // attempt: its rejection went unhandled and ended the process. Its words stay in the log, as
@@ -161,7 +175,19 @@ export class CallbackDispatcher {
       this.deps.log.warn({ err: caught, eventId: event.id, batchId: event.batchId }, 'sending a callback threw; the attempt counts as failed');
       error = 'connection failed';
     }
+    if (error !== null && this.stopping.signal.aborted) return this.giveBack(event);
     this.deps.observe.delivery(await this.record(event, error));
+  }
+
+  /** An attempt the shutdown cut off: not a failure of the receiver's, so the event is due again at once. */
+  private async giveBack(event: OutboxEvent): Promise<void> {
+    const at = { eventId: event.id, batchId: event.batchId };
+    try {
+      if (await releaseClaim(this.deps.db, event.id, this.claim, this.deps.now()))
+        this.deps.log.info(at, 'callback attempt cut off by the shutdown; the event is due again now');
+    } catch (caught) {
+      this.deps.log.warn({ err: caught, ...at }, 'callback attempt cut off by the shutdown; the event is due again when its lease ends');
+    }
   }
 
   /**

@@ -29,8 +29,14 @@ function parentAck(row: ChildOutcome): AckCall {
  */
 export class ChildOutcomeDispatcher {
   private readonly claim = randomUUID();
+  /** Set at shutdown: the round under way is the last (a backlog held the shutdown until it was gone). */
+  private stopped = false;
 
   constructor(private readonly deps: ServiceDeps) {}
+
+  stop(): void {
+    this.stopped = true;
+  }
 
   /**
    * Acks every due child outcome; returns how many rows were handled. Throws, once the rest are
@@ -38,13 +44,14 @@ export class ChildOutcomeDispatcher {
    */
   async deliverDue(): Promise<number> {
     let handled = 0;
-    for (;;) {
+    while (!this.stopped) {
       const rows = await inTransaction(this.deps.db, this.deps.tx, (trx) => claimDueChildOutcomes(trx, this.claim, this.deps.now(), LEASE_MS, BATCH));
       if (rows.length === 0) return handled;
       const { putOff, firstError } = await this.ackParents(rows);
       handled += rows.length - putOff;
       if (firstError) throw firstError;
     }
+    return handled;
   }
 
   /**

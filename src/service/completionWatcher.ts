@@ -36,6 +36,8 @@ export class CompletionWatcher {
   /** Long-polls held now (from before their first read to their answer), in all and by tenant. */
   private held = 0;
   private readonly heldByTenant = new Map<string, number>();
+  /** Set by release() (shutdown): from then on a wait answers with the state it reads, holding nothing. */
+  private released = false;
 
   constructor(
     private readonly deps: ServiceDeps,
@@ -102,8 +104,10 @@ export class CompletionWatcher {
 
   private async waitHolding(caller: Caller, batchId: string, timeoutMs: number, abandoned: AbortSignal): Promise<BatchView> {
     const now = await getBatch(this.deps, caller, batchId);
-    // A caller gone during that read is not waited for (its abort has fired: no listener would hear it).
-    if (isFinished(now.state) || abandoned.aborted) return now;
+    // A caller gone during that read is not waited for (its abort has fired: no listener would hear
+    // it). Nor is one that came after release(): a shutdown waits for every answer, and a client
+    // asking again at once (waitForCompletion) would otherwise be held to its timeout.
+    if (isFinished(now.state) || abandoned.aborted || this.released) return now;
     const completed = await new Promise<BatchRecord | null>((resolve) => {
       const set = this.waiters.get(now.id) ?? new Set<Wake>();
       this.waiters.set(now.id, set);
@@ -122,11 +126,14 @@ export class CompletionWatcher {
       set.add(wake);
       this.startPolling();
     });
-    return completed ? toBatchView(completed) : getBatch(this.deps, caller, now.id);
+    if (completed) return toBatchView(completed);
+    // A caller gone meanwhile reads nothing more: its place is free at once, and the answer goes nowhere.
+    return abandoned.aborted ? now : getBatch(this.deps, caller, now.id);
   }
 
-  /** Answers every waiter now with the batch's current state (on shutdown). */
+  /** Answers every waiter now with the batch's current state, and every wait from now on at once (on shutdown). */
   release(): void {
+    this.released = true;
     for (const set of [...this.waiters.values()]) for (const wake of [...set]) wake(null);
   }
 

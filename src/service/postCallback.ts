@@ -9,9 +9,10 @@ import { dnsOnlyResolver, ResolveHost, systemResolver } from './callbackDns';
 /**
  * One delivery attempt: resolves with null on a 2xx, else with what went wrong, in words that say
  * nothing about hosts other than the receiver (no port-scan oracle): `refused: private address`,
- * `timeout`, `http <status>` or `connection failed`.
+ * `timeout`, `http <status>` or `connection failed`. `stopping` aborts when the process shuts down:
+ * the attempt may then end at once with any of those (the dispatcher records none of it).
  */
-export type PostCallback = (url: string, headers: Record<string, string>, body: string, timeoutMs: number) => Promise<string | null>;
+export type PostCallback = (url: string, headers: Record<string, string>, body: string, timeoutMs: number, stopping?: AbortSignal) => Promise<string | null>;
 
 const REFUSED = 'refused: private address';
 
@@ -61,7 +62,7 @@ function resolverFor(policy: CallbackTargetPolicy, dnsServers: readonly string[]
  */
 export function callbackPoster(policy: CallbackTargetPolicy, dnsServers: readonly string[] = []): PostCallback {
   const resolveFor = resolverFor(policy, dnsServers);
-  return (urlText, headers, body, timeoutMs) =>
+  return (urlText, headers, body, timeoutMs, stopping) =>
     new Promise((resolve) => {
       const url = new URL(urlText);
       const host = hostnameOf(url);
@@ -73,6 +74,7 @@ export function callbackPoster(policy: CallbackTargetPolicy, dnsServers: readonl
         headers: { ...headers, 'content-length': Buffer.byteLength(body) },
         agent: false,
         lookup: checkedLookup(policy, host, resolveFor(host)) as unknown as net.LookupFunction,
+        signal: stopping,
       });
       const timer = setTimeout(() => {
         timedOut = true;

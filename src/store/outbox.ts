@@ -223,6 +223,16 @@ export async function markDelivered(db: Db, id: string, claim: string, now: numb
   return n === 1;
 }
 
+/**
+ * Gives an event back due at once, its attempt cut off (a shutdown): another replica sends it
+ * without waiting for the lease to end. The attempt still counts (the receiver may have had it).
+ * False when the claim was lost.
+ */
+export async function releaseClaim(db: Db, id: string, claim: string, now: number): Promise<boolean> {
+  const n = await db('outbox').where({ id, claim, status: 'pending' }).update({ claim: null, next_attempt_at: now });
+  return n === 1;
+}
+
 /** Records a failed attempt and when to try next (or that the event is given up: `dead`); false when the claim was lost. */
 export async function markFailed(db: Db, id: string, claim: string, error: string, nextAttemptAt: number | null): Promise<boolean> {
   const n = await db('outbox')

@@ -1,5 +1,6 @@
 import { Knex } from 'knex';
 
+import { ChildOutcomeDispatcher } from '../../src/service/childOutcomeDispatcher';
 import { countChildOutcomes } from '../../src/store/childOutcomes';
 import { backends, describeEachOrSkip, isPostgresBackend, serverBackends } from '../helpers/backends';
 import { BatchSetup, batchWith } from '../helpers/batches';
@@ -83,6 +84,18 @@ describe.each(backends())('nested batches (%s)', (_name, backend) => {
     const results = await Promise.all(Array.from({ length: 8 }, () => svc.api.post('/v1/batches').send({ parentItem: parent.ids[0] })));
     expect(results.filter((r) => r.status === 201)).toHaveLength(1);
     for (const r of results.filter((x) => x.status !== 201)) expect(r.body.error.code).toBe('item_not_pending');
+  });
+
+  it('when the child-outcome loop is stopped (a shutdown), then it starts no round, and the outcome stays for the next process', async () => {
+    const parent = await batch(1);
+    const child = await batch(1, { parentItem: parent.ids[0] });
+    await svc.api.post('/v1/acks').send({ ids: child.ids });
+    const stopping = new ChildOutcomeDispatcher(svc.rollcall.deps);
+    stopping.stop();
+    expect(await stopping.deliverDue()).toBe(0);
+    expect((await svc.api.get(`/v1/items/${parent.ids[0]}`)).body.state).toBe('pending');
+    expect(await svc.rollcall.childOutcomes.deliverDue()).toBe(1);
+    expect((await svc.api.get(`/v1/items/${parent.ids[0]}`)).body.state).toBe('succeeded');
   });
 
   it('when children complete, fail or are cancelled, then their parent items get that outcome', async () => {

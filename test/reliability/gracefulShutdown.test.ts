@@ -2,6 +2,7 @@ import { RollcallClient } from '../../src/client';
 import { backends, isPostgresBackend, processEnv, TestDatabase } from '../helpers/backends';
 import { freePorts } from '../helpers/ports';
 import { call, spawnService } from '../helpers/processes';
+import { Delivery, Receiver } from '../helpers/receiver';
 import { holdBatchRow, holdSqliteFile, otherConnections, untilLockWaited } from '../helpers/rowLocks';
 
 /**
@@ -25,6 +26,16 @@ async function holdBatch(database: TestDatabase, id: string): Promise<{ ackWaits
       destroyed = true;
     },
   };
+}
+
+/** Resolves once the service holds `count` long-polls (its gauge, read by another connection). */
+async function untilWaitsHeld(url: string, count: number): Promise<void> {
+  for (const deadline = Date.now() + 10_000; ;) {
+    const metrics = await (await fetch(`${url}/metrics`)).text();
+    if (Number(/^rollcall_waits_held (\d+)$/m.exec(metrics)?.[1]) >= count) return;
+    if (Date.now() > deadline) throw new Error(`the service did not hold ${count} waits in 10 s`);
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
 }
 
 describe.each(backends())('SIGTERM (%s)', (_name, backend) => {
@@ -64,6 +75,35 @@ describe.each(backends())('SIGTERM (%s)', (_name, backend) => {
     }
   });
 
+  it('when the service gets SIGTERM while a callback receiver hangs, then it exits 0 at once and the next process sends the event without waiting out its lease', async () => {
+    const database = await backend.create();
+    const receiver = new Receiver();
+    await receiver.start();
+    receiver.fallback = 'hang';
+    // A POST may take 30 s and holds its claim 35 s: past the shutdown's 10 s and the test's wait below.
+    const env = { ...processEnv(database), CALLBACK_TIMEOUT: '30s', CALLBACK_POLL_INTERVAL: '200ms' };
+    let service = await spawnService(env);
+    try {
+      const client = new RollcallClient({ baseUrl: service.url });
+      const batch = await client.open({ callbackUrl: receiver.url });
+      await client.seal(batch.id); // empty: complete at once, its batch.completed due
+      await receiver.waitFor(1);
+      const exited = new Promise<number | null>((resolve) => service.child.once('exit', (code) => resolve(code)));
+      await service.stop();
+      expect(await exited).toBe(0);
+      receiver.fallback = 200;
+      service = await spawnService(env);
+      await receiver.waitFor(2, 15_000);
+      const [first, second] = receiver.deliveries as [Delivery, Delivery];
+      expect(second.headers['x-rollcall-event-id']).toBe(first.headers['x-rollcall-event-id']);
+      expect(second.answered?.status).toBe(200);
+    } finally {
+      await service.stop();
+      await receiver.stop();
+      await database.drop();
+    }
+  });
+
   it('when the service is restarted (a deploy) while a client waits for a batch, then waitForCompletion rides out the restart and returns the batch complete', async () => {
     const database = await backend.create();
     const [port] = (await freePorts(1)) as [number];
@@ -84,9 +124,14 @@ describe.each(backends())('SIGTERM (%s)', (_name, backend) => {
         () => (settled = true),
         () => (settled = true),
       );
-      await service.stop(); // SIGTERM answers the open wait ('sealed'); the client asks again, and is refused
+      await untilWaitsHeld(service.url, 1);
+      const exited = new Promise<number | null>((resolve) => service.child.once('exit', (code) => resolve(code)));
+      // SIGTERM answers the open wait ('sealed'); the client asks again at once on its kept-alive
+      // connection, and must be neither held nor answered keep-alive: within SHUTDOWN_TIMEOUT, exit 0.
+      await service.stop();
+      expect(await exited).toBe(0);
       await new Promise((resolve) => setTimeout(resolve, 500));
-      expect(settled).toBe(false);
+      expect(settled).toBe(false); // the client asked again, and was refused
       service = await spawnService(env);
       await client.ack([second]);
       const done = await wait;

@@ -66,4 +66,31 @@ describe.each(backends())('the completion watcher on a fake clock (%s)', (_name,
     expect(answer.value).toMatchObject({ id: batch.id, state: 'sealed', succeeded: 0, pending: 2 });
     expect(watcher.waiting).toBe(0);
   });
+
+  it('when release() has run (a shutdown), then a wait that comes after answers at once with the state, holding nothing', async () => {
+    watcher = new CompletionWatcher(svc.rollcall.deps, 60_000);
+    watcher.release();
+    const answer = track(watcher.wait(OPEN_CALLER, batch.id, 30_000, new AbortController().signal));
+    await until(() => answer.settled, 5000);
+    expect(answer.value).toMatchObject({ id: batch.id, state: 'sealed', pending: 2 });
+    expect([watcher.waiting, watcher.holding]).toEqual([0, 0]);
+  });
+
+  it('when the caller goes away, then its wait ends without reading the batch again', async () => {
+    watcher = new CompletionWatcher(svc.rollcall.deps, 60_000);
+    const gone = new AbortController();
+    const answer = track(watcher.wait(OPEN_CALLER, batch.id, 30_000, gone.signal));
+    await until(() => watcher.waiting === 1);
+    let reads = 0;
+    const count = () => void (reads += 1);
+    svc.rollcall.db.on('query', count);
+    try {
+      gone.abort();
+      await until(() => answer.settled, 5000);
+    } finally {
+      svc.rollcall.db.off('query', count);
+    }
+    expect(reads).toBe(0);
+    expect(watcher.holding).toBe(0);
+  });
 });
