@@ -204,10 +204,13 @@ export class CallbackDispatcher {
       } else {
         // From its first attempt: an event held back behind another, or untried while no replica
         // ran, gets the whole CALLBACK_MAX_AGE of retries once it may be sent.
-        const giveUp = now - (event.firstAttemptAt ?? event.createdAt) >= this.options.maxAgeMs;
+        const firstAttemptAt = event.firstAttemptAt ?? event.createdAt;
+        const giveUp = now - firstAttemptAt >= this.options.maxAgeMs;
         this.deps.log.warn({ ...at, attempts: event.attempts, error, giveUp }, 'callback delivery failed');
-        if (await markFailed(this.deps.db, event.id, this.claim, error, giveUp ? null : now + retryDelay(this.options.backoff, event.attempts)))
-          return giveUp ? 'dead' : 'failed';
+        // The last try comes when CALLBACK_MAX_AGE ends, not a whole backoff later: a
+        // CALLBACK_BACKOFF_CAP past it kept the event pending, and its batch, that much longer.
+        const next = Math.min(now + retryDelay(this.options.backoff, event.attempts), firstAttemptAt + this.options.maxAgeMs);
+        if (await markFailed(this.deps.db, event.id, this.claim, error, giveUp ? null : next)) return giveUp ? 'dead' : 'failed';
       }
       this.deps.log.warn(at, 'callback attempt ended after another replica claimed the event; its outcome is not recorded here');
     } catch (caught) {

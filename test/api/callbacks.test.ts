@@ -189,6 +189,23 @@ describe.each(backends())('completion callbacks (%s)', (_name, backend) => {
     expect(await statusOf(untried)).toMatchObject({ status: 'pending', attempts: 1 }); // its first attempt: its whole age ahead
   });
 
+  it('when the backoff would reach past CALLBACK_MAX_AGE, then the last try comes as the age ends, and its failure gives the event up', async () => {
+    const patient = await startService(backend, { CALLBACK_BACKOFF_BASE: '10h', CALLBACK_BACKOFF_CAP: '30d', CALLBACK_MAX_AGE: '1h' });
+    try {
+      receiver.fallback = 503;
+      const { id } = await batchWith(patient.client, 0, { callbackUrl: receiver.url });
+      const firstAt = patient.clock.now;
+      expect(await patient.rollcall.dispatcher.deliverDue()).toBe(1);
+      const eventOf = async () => (await patient.api.get(`/v1/batches/${id}/events`)).body.events[0];
+      expect(await eventOf()).toMatchObject({ status: 'pending', attempts: 1, nextAttemptAt: new Date(firstAt + 3_600_000).toISOString() });
+      patient.clock.now = firstAt + 3_600_000;
+      expect(await patient.rollcall.dispatcher.deliverDue()).toBe(1);
+      expect(await eventOf()).toMatchObject({ status: 'dead', attempts: 2 });
+    } finally {
+      await patient.stop();
+    }
+  });
+
   it('when the receiver is unreachable, then the network error is recorded and retried', async () => {
     const id = await completeBatchWithCallback('http://127.0.0.1:9/unreachable');
     await svc.rollcall.dispatcher.deliverDue();
