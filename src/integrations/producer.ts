@@ -50,9 +50,11 @@ export interface OpenBatchInput {
  *   Idempotency-Keys, so those the earlier run committed add nothing and give back their groups,
  *   every ID is enqueued (those the earlier run enqueued run twice; their second acks are
  *   duplicates), and it is sealed. The child is looked up by its item (`list({ parentItem })`; on a
- *   service older than that look-up, among the parent's children; the token needs `read`). A child
- *   cancelled or of another size is not taken over: the open's `409 item_not_pending` is thrown;
- *   one holding items that no run of this producer added fails with `add_failed`.
+ *   service older than that look-up, among the parent's children; the token needs `read`). Any
+ *   other child is not taken over (the open's `409 item_not_pending` is thrown): cancelled, sealed
+ *   with another total, open with another userKey or callbackUrl, with more than `count` items or a
+ *   total this call's adds do not reach on the way, or whose item is no longer pending. An open
+ *   child whose items a run with another `count` added fails with `add_failed`.
  * - IDs are made as they are enqueued: a batch of millions never sits in memory as strings.
  * - Every add carries an Idempotency-Key and is retried on network errors, `408`, `429` and `5xx`: a retry whose
  *   first try was committed makes nothing twice.
@@ -125,9 +127,24 @@ async function openOrTakeOver(client: RollcallClient, input: OpenBatchInput): Pr
   } catch (error) {
     const earlier = parentItem !== undefined && isItemTaken(error) ? await childStandingFor(client, parentItem).catch(() => undefined) : undefined;
     if (earlier && (earlier.state === 'sealed' || earlier.state === 'complete') && earlier.total === count) return earlier;
-    if (earlier && earlier.state === 'open' && earlier.total <= count) return earlier;
-    throw error; // the open's own refusal, also when the look-up failed (its token may lack `read`)
+    if (earlier?.state === 'open' && (await mayFinish(client, earlier, input).catch(() => false))) return earlier;
+    throw error; // the open's own refusal, also when a look-up failed (its token may lack `read`)
   }
+}
+
+/**
+ * Whether an open child looks like an earlier run's of this same call, left before its seal: the
+ * same userKey and callbackUrl, a total that this call's adds reach on the way (0, whole adds, or
+ * `count`), and its item still pending. Finishing it adds items to it when the earlier run's adds
+ * did not all commit, and enqueues `count` jobs: not for another caller's child (its items are not
+ * ours, and an add under a key it never used would be made anew), nor for an item that failed
+ * meanwhile (its last attempt gave up on the child: a manual retry would run the jobs for nothing).
+ */
+async function mayFinish(client: RollcallClient, child: Batch, input: OpenBatchInput): Promise<boolean> {
+  const { count, userKey, callbackUrl, parentItem } = input;
+  if (child.userKey !== (userKey ?? null) || child.callbackUrl !== (callbackUrl ?? null)) return false;
+  if (child.total > count || (child.total !== count && child.total % MAX_ITEMS_PER_ADD !== 0)) return false;
+  return (await withRetries(() => client.item(parentItem as string))).state === 'pending';
 }
 
 /**

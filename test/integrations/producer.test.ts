@@ -231,6 +231,30 @@ describe.each(backends())('rollcall/producer openBatch (%s)', (_name, backend) =
     expect((await client.ack(again)).completed.map((b) => b.id)).toEqual([child.id]);
   });
 
+  it('when an open child does not look like this call’s (another userKey, a total its adds do not reach, its item no longer pending), then it is not taken over and nothing is added', async () => {
+    const [otherKeyFor, offTheWayFor, failedFor] = await parentItems(3);
+    const refused = async (parentItem: string, input: { userKey?: string } = {}) => {
+      let enqueued = 0;
+      const error = await openBatch(client, { count: 5, parentItem, ...input, enqueue: (ids) => void (enqueued += ids.length) }).catch((e: unknown) => e);
+      expect(enqueued).toBe(0);
+      return error;
+    };
+    const otherKey = await client.open({ parentItem: otherKeyFor, userKey: 'first' });
+    expect(await refused(otherKeyFor!, { userKey: 'second' })).toMatchObject({ status: 409, code: 'item_not_pending' });
+    const offTheWay = await client.open({ parentItem: offTheWayFor });
+    await client.addItems(offTheWay.id, 1);
+    expect(await refused(offTheWayFor!)).toMatchObject({ status: 409, code: 'item_not_pending' });
+    const failed = await client.open({ parentItem: failedFor });
+    await client.ack([failedFor!], { outcome: 'failed', error: 'the last attempt gave up' });
+    expect(await refused(failedFor!)).toMatchObject({ status: 409, code: 'item_not_pending' });
+    for (const [child, total] of [
+      [otherKey, 0],
+      [offTheWay, 1],
+      [failed, 0],
+    ] as const)
+      expect(await client.status(child.id)).toMatchObject({ state: 'open', total });
+  });
+
   it('when a rerun finds an open child holding items that no run of the producer added, then it fails with add_failed and enqueues nothing', async () => {
     const parentItem = (await parentItems(1))[0]!;
     const other = await client.open({ parentItem });
