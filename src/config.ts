@@ -163,12 +163,14 @@ const tokensSchema = z
   .superRefine((list, context) => {
     // A tenant's callbacks are signed with one secret: of two, the later entry's won unsaid.
     const secrets = new Map<string, string>();
-    for (const entry of list) {
-      if (entry.callbackSecret === undefined) continue;
-      const other = secrets.get(entry.tenant);
-      if (other !== undefined && other !== entry.callbackSecret)
-        context.addIssue({ code: 'custom', message: `tenant '${entry.tenant}' has two callbackSecrets: give every token of a tenant the same one` });
-      secrets.set(entry.tenant, entry.callbackSecret);
+    const told = new Set<string>();
+    for (const { tenant, callbackSecret } of list) {
+      if (callbackSecret === undefined) continue;
+      const other = secrets.get(tenant) ?? callbackSecret;
+      secrets.set(tenant, other);
+      if (other === callbackSecret || told.has(tenant)) continue;
+      told.add(tenant);
+      context.addIssue({ code: 'custom', message: `tenant '${tenant}' has two callbackSecrets: give every token of a tenant the same one` });
     }
   });
 
