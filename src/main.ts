@@ -41,7 +41,7 @@ export async function serve(): Promise<void> {
     }, config.SHUTDOWN_TIMEOUT_MS);
     timer.unref();
     closeServer(server);
-    rollcall.watcher.release();
+    rollcall.beginShutdown();
     await once(server, 'close').catch(() => undefined);
     await rollcall.close();
     log.info('stopped');

@@ -5,6 +5,7 @@ import { Config } from './config';
 import { AckCall } from './domain/ackCall';
 import { BatchRecord } from './domain/batch';
 import { CallbackTargetPolicy } from './domain/callbackTarget';
+import { UnavailableError } from './domain/errors';
 import { ShareLimits } from './domain/fairShare';
 import { createApp } from './http/app';
 import { isLoopback } from './http/hostCheck';
@@ -42,6 +43,11 @@ export interface Rollcall {
   sweep(): Promise<SweepResult>;
   /** Starts the sweeper and callback loops (main.ts does; tests drive them by hand). */
   startBackground(): void;
+  /**
+   * The drain's start (SIGTERM): answers every wait now and any later one at once, and ends sweeps
+   * and the child-outcome loop after the chunk or round under way; no sweep starts after it.
+   */
+  beginShutdown(): void;
   /** Stops loops, answers queued acks, closes the pool. */
   close(): Promise<void>;
 }
@@ -101,6 +107,10 @@ export async function createRollcall(config: Config, options: RollcallOptions = 
     committer,
     sweep: loops.sweep,
     startBackground: () => loops.start(),
+    beginShutdown() {
+      watcher.release();
+      loops.beginStop();
+    },
     async close() {
       watcher.close();
       tenantRate?.close();
@@ -169,19 +179,28 @@ function backgroundLoops(config: Config, deps: ServiceDeps, metrics: Metrics, po
   dispatcher.onSlotFreed = () => delivering.wake();
   const childOutcomes = new ChildOutcomeDispatcher(deps);
   const ackingParents = new PeriodicTask('child outcomes', config.CALLBACK_POLL_INTERVAL, () => childOutcomes.deliverDue(), log);
+  let stopping = false;
   // One sweep at a time in this process, whoever asks (the loop, POST /v1/admin/sweep): each runs
   // on a connection of its own outside the pool, so 200 admin calls at once took 200 connections.
+  // From the shutdown's start none begins, and the one under way ends after its chunk: a sweep of a
+  // backlog, or one that waited behind another, held the shutdown past its time.
   const sweep = oneAtATime(async (): Promise<SweepResult> => {
+    if (stopping) throw new UnavailableError('the service is shutting down; no sweep starts now');
     const removed = await sweepOnce(deps, {
       openBatchTtlMs: config.OPEN_BATCH_TTL,
       completedRetentionMs: config.COMPLETED_RETENTION,
       chunk: config.SWEEP_CHUNK,
+      stopped: () => stopping,
     });
     metrics.sweeps.inc();
     metrics.sweptBatches.inc(removed.batchesRemoved);
     metrics.sweptGroups.inc(removed.groupsRemoved);
     return removed;
   });
+  const beginStop = () => {
+    stopping = true;
+    childOutcomes.stop();
+  };
   const sweeping = new PeriodicTask(
     'sweeper',
     config.SWEEP_INTERVAL,
@@ -204,10 +223,11 @@ function backgroundLoops(config: Config, deps: ServiceDeps, metrics: Metrics, po
       ackingParents.start();
       if (config.SWEEP_INTERVAL > 0) sweeping.start();
     },
+    beginStop,
     async stop() {
-      childOutcomes.stop();
-      await Promise.all([delivering.stop(), ackingParents.stop(), sweeping.stop()]);
-      await dispatcher.settle();
+      beginStop();
+      // The callbacks' grace runs beside the others' ends, not after them.
+      await Promise.all([delivering.stop().then(() => dispatcher.settle()), ackingParents.stop(), sweeping.stop()]);
     },
   };
 }

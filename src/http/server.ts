@@ -30,9 +30,13 @@ function subclassWith<T extends object>(base: Constructor<T>, prototype: object)
 export function createServer(app: Express): http.Server {
   const server = http.createServer(messageClassesOf(app), app).on('clientError', answerClientError);
   const open = new Set<http.ServerResponse>();
-  server.on('request', (_req: http.IncomingMessage, res: http.ServerResponse) => {
+  server.on('request', (req: http.IncomingMessage, res: http.ServerResponse) => {
     open.add(res);
-    res.once('close', () => open.delete(res));
+    const drop = () => open.delete(res);
+    res.once('close', drop);
+    // A pipelined request's answer waits for the one before it; if the client goes first, that
+    // answer never closes, while its request does.
+    req.once('close', drop);
   });
   openResponses.set(server, open);
   return server;
@@ -40,6 +44,11 @@ export function createServer(app: Express): http.Server {
 
 /** Each server's answers under way, for closeServer. */
 const openResponses = new WeakMap<http.Server, Set<http.ServerResponse>>();
+
+/** How many answers a server has under way (what closeServer would reach). */
+export function answersUnderWay(server: http.Server): number {
+  return openResponses.get(server)?.size ?? 0;
+}
 
 /**
  * Stops taking connections, closes the idle ones, and has every answer from now on close its own:

@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import { setMaxListeners } from 'node:events';
 
 import { BackoffPolicy, retryDelay, signBody } from '../domain/delivery';
 import { Claimant, heldToFairShare, loadOf, pickFairly, saturated, ShareLimits } from '../domain/fairShare';
@@ -34,6 +35,16 @@ const LEASE_SAFETY_MS = 1_000;
 const STOP_GRACE_MS = 1_000;
 
 /**
+ * An AbortController whose signal any number of POSTs may listen to: each request under way adds a
+ * listener, and past Node's default of 10 (CALLBACK_CONCURRENCY is 16) it warned of a leak.
+ */
+function unlimitedAbortController(): AbortController {
+  const controller = new AbortController();
+  setMaxListeners(0, controller.signal);
+  return controller;
+}
+
+/**
  * Delivers completion events from the outbox: claims due events with a lease (so replicas never
  * send one event at the same time), POSTs each, marks it delivered on 2xx, otherwise schedules the
  * next attempt with exponential backoff and jitter. At least once: a crash between the POST and the
@@ -48,7 +59,7 @@ export class CallbackDispatcher {
   private finished = 0;
   private readonly inFlight = new Map<string, { event: OutboxEvent; done: Promise<void> }>();
   /** Aborted by settle(): cuts off the POSTs still under way at shutdown. */
-  private readonly stopping = new AbortController();
+  private readonly stopping = unlimitedAbortController();
   /** Called when a delivery ends and its slot is free again (the background loop claims more). */
   onSlotFreed: () => void = () => undefined;
 

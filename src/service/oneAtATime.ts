@@ -7,9 +7,12 @@ export function oneAtATime<T>(task: () => Promise<T>): () => Promise<T> {
   let running: Promise<T> | null = null;
   let next: Promise<T> | null = null;
   const start = (): Promise<T> => {
-    const run: Promise<T> = task().finally(() => {
-      if (running === run) running = null;
-    });
+    // Through a promise, so a task that throws before its first await rejects as any other.
+    const run: Promise<T> = Promise.resolve()
+      .then(task)
+      .finally(() => {
+        if (running === run) running = null;
+      });
     running = run;
     return run;
   };

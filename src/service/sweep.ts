@@ -12,6 +12,8 @@ export interface SweepOptions {
   chunk: number;
   /** A sweep ends once it has passed over this many candidates (default MAX_PASSED_OVER). */
   maxPassedOver?: number;
+  /** Asked before each chunk: true ends the sweep there (a shutdown), the rest left to the next. */
+  stopped?: () => boolean;
 }
 
 /** Candidates one sweep may pass over before it ends, leaving the rest to the next. */
@@ -41,6 +43,7 @@ async function sweepChunks(deps: ServiceDeps, db: Db, options: SweepOptions): Pr
   // candidates were all held would remove nothing and end the sweep with due batches behind them.
   const passedOver = new Set<string>();
   for (;;) {
+    if (options.stopped?.()) return total;
     const now = deps.now();
     const cutoffs = { idleBefore: now - options.openBatchTtlMs, completedBefore: now - options.completedRetentionMs };
     const chunk = await inTransaction(db, deps.tx, async (trx) => {

@@ -55,6 +55,16 @@ describe.each(backends())('sweeping stale batches (%s)', (_name, backend) => {
     expect(await exists(id)).toBe(false);
   });
 
+  it('when a shutdown begins during a sweep, then it ends after the chunk under way, and the next sweep removes the rest', async () => {
+    const idle = await Promise.all(Array.from({ length: 5 }, () => open(1)));
+    svc.clock.now += 8 * DAY;
+    let chunks = 0;
+    const options = { openBatchTtlMs: 7 * DAY, completedRetentionMs: DAY, chunk: 2 };
+    expect(await sweepOnce(svc.rollcall.deps, { ...options, stopped: () => chunks++ >= 1 })).toEqual({ batchesRemoved: 2, groupsRemoved: 2 });
+    expect((await Promise.all(idle.map(({ id }) => exists(id)))).filter(Boolean)).toHaveLength(3);
+    expect(await sweep()).toEqual({ batchesRemoved: 3, groupsRemoved: 3 });
+  });
+
   it('when an ack touched an old batch, then its clock starts again', async () => {
     const { id, ids } = await open(2);
     svc.clock.now += 6 * DAY;

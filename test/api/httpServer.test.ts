@@ -1,0 +1,54 @@
+import http from 'node:http';
+import { AddressInfo, connect } from 'node:net';
+
+import express from 'express';
+
+import { answersUnderWay, closeServer, createServer } from '../../src/http/server';
+
+/** A server, as rollcall serves its app, whose one route answers after `delayMs`. */
+async function slowServer(delayMs: number): Promise<{ server: http.Server; port: number }> {
+  const app = express();
+  app.get('/slow', (_req, res) => void setTimeout(() => res.json({ ok: true }), delayMs));
+  const server = createServer(app);
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  return { server, port: (server.address() as AddressInfo).port };
+}
+
+const pause = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+describe('the HTTP server', () => {
+  it('when a client pipelines two requests and goes before the first is answered, then neither answer stays counted as under way', async () => {
+    const { server, port } = await slowServer(200);
+    try {
+      const socket = connect(port, '127.0.0.1');
+      await new Promise((resolve) => socket.once('connect', resolve));
+      socket.write('GET /slow HTTP/1.1\r\nHost: x\r\n\r\nGET /slow HTTP/1.1\r\nHost: x\r\n\r\n');
+      await pause(50);
+      expect(answersUnderWay(server)).toBe(2);
+      socket.destroy();
+      await pause(400);
+      expect(answersUnderWay(server)).toBe(0);
+    } finally {
+      server.closeAllConnections();
+      server.close();
+    }
+  });
+
+  it('when it is closed while an answer is under way on a kept-alive connection, then that answer closes its connection and the server closes', async () => {
+    const { server, port } = await slowServer(200);
+    const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
+    try {
+      const answer = new Promise<http.IncomingMessage>((resolve) => http.get({ port, path: '/slow', agent }, resolve));
+      await pause(50);
+      const closed = new Promise((resolve) => server.once('close', resolve));
+      closeServer(server);
+      const res = await answer;
+      res.resume();
+      expect(res.headers.connection).toBe('close');
+      await closed; // without the close, the idle kept-alive connection held it for its 5 s keep-alive timeout
+    } finally {
+      agent.destroy();
+      server.closeAllConnections();
+    }
+  });
+});
