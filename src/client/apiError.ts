@@ -1,7 +1,23 @@
 /** What the service answers when it refuses a call, as the client throws it; and when to ask again. */
 
+/** Symbol.for, so that an error made by another copy of this package carries the same mark. */
+const API_ERROR: unique symbol = Symbol.for('rollcall.apiError');
+
 /** An error answer of the API, with its stable code (`batch_not_found`, `batch_not_open`, …). */
 export class RollcallApiError extends Error {
+  readonly [API_ERROR] = true;
+
+  /**
+   * `instanceof RollcallApiError` holds for the errors of another copy of this package too (two
+   * versions installed, one for the client and one for an integration): told by class, a 404 of the
+   * other copy's client was taken for a network error and retried for ~30 s, and the producer's
+   * rerun never found its child. Subclasses are told by class as usual.
+   */
+  static override [Symbol.hasInstance](value: unknown): boolean {
+    if (this !== RollcallApiError) return Function.prototype[Symbol.hasInstance].call(this, value);
+    return typeof value === 'object' && value !== null && (value as { [API_ERROR]?: unknown })[API_ERROR] === true;
+  }
+
   constructor(
     readonly status: number,
     readonly code: string,
