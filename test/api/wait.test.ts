@@ -1,5 +1,5 @@
 import http from 'node:http';
-import { AddressInfo } from 'node:net';
+import { AddressInfo, connect } from 'node:net';
 
 import { createServer } from '../../src/http/server';
 import { createRollcall } from '../../src/rollcall';
@@ -124,6 +124,20 @@ describe.each(backends())('waiting for completion (%s)', (_name, backend) => {
       await new Promise<void>((resolve) => server.close(() => resolve()));
       await replica.close();
     }
+  });
+
+  it('when a client pipelines two waits and goes, then neither is held any longer', async () => {
+    const [first, second] = await Promise.all([sealed(1), sealed(1)]);
+    const socket = connect(Number(new URL(svc.url).port), '127.0.0.1');
+    await new Promise((resolve) => socket.once('connect', resolve));
+    socket.on('error', () => undefined);
+    const wait = (id: string) => `GET /v1/batches/${id}/wait?timeout=30 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n`;
+    socket.write(wait(first.id) + wait(second.id));
+    await until(() => svc.rollcall.watcher.holding === 2);
+    socket.destroy();
+    // The second's answer waits behind the first's: only its request hears the client go.
+    await until(() => svc.rollcall.watcher.holding === 0, 5000);
+    expect(svc.rollcall.watcher.waiting).toBe(0);
   });
 
   it('when 300 clients wait, then the database sees one shared query per poll, not one per waiter', async () => {

@@ -12,9 +12,12 @@ export function waitRoutes(watcher: CompletionWatcher): Router {
   router.get('/v1/batches/:batchId/wait', requireScope('read'), async (req, res) => {
     const { timeout } = parse(waitQuery, req.query, 'query');
     const abandoned = new AbortController();
-    res.on('close', () => {
+    const gone = () => {
       if (!res.writableFinished) abandoned.abort();
-    });
+    };
+    res.on('close', gone);
+    // A pipelined wait's answer waits behind the one before it and never closes when the client goes; its request does.
+    req.on('close', gone);
     res.json(await watcher.wait(req.caller, batchIdOf(req), Math.round(timeout * 1000), abandoned.signal));
   });
   return router;
