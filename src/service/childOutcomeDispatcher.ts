@@ -11,8 +11,6 @@ import { ServiceDeps } from './deps';
 
 /** A claim outlives one ack transaction by far; a replica that died holding it frees the rows then. */
 const LEASE_MS = 5_000;
-/** What of the lease a round keeps unused: past it the round ends, before another replica may claim its rows. */
-const LEASE_SAFETY_MS = 1_000;
 const BATCH = 100;
 
 /** The parent-item ack a finished child stands for. */
@@ -47,10 +45,9 @@ export class ChildOutcomeDispatcher {
   async deliverDue(): Promise<number> {
     let handled = 0;
     while (!this.stopped) {
-      const claimedAt = this.deps.now();
-      const rows = await inTransaction(this.deps.db, this.deps.tx, (trx) => claimDueChildOutcomes(trx, this.claim, claimedAt, LEASE_MS, BATCH));
+      const rows = await inTransaction(this.deps.db, this.deps.tx, (trx) => claimDueChildOutcomes(trx, this.claim, this.deps.now(), LEASE_MS, BATCH));
       if (rows.length === 0) return handled;
-      const { putOff, firstError } = await this.ackParents(rows, claimedAt + LEASE_MS - LEASE_SAFETY_MS);
+      const { putOff, firstError } = await this.ackParents(rows);
       handled += rows.length - putOff;
       if (firstError) throw firstError;
     }
@@ -65,15 +62,11 @@ export class ChildOutcomeDispatcher {
    * the round ends there: the rest would wait the same way, each for the pool's acquire timeout, and
    * their leases run out meanwhile; they are due again when those end.
    */
-  private async ackParents(rows: ChildOutcome[], leaseEndsAt: number): Promise<{ putOff: number; firstError: Error | null }> {
+  private async ackParents(rows: ChildOutcome[]): Promise<{ putOff: number; firstError: Error | null }> {
     let putOff = 0;
     let firstError: Error | null = null;
     const groups = byParentBatch(rows);
-    const left = (at: number) => groups.slice(at).reduce((n, group) => n + group.length, 0);
     for (const [at, children] of groups.entries()) {
-      // Parents held before these took the lease: the rest are left for when it ends, to whichever
-      // replica claims them then, rather than acked here while another acks them too.
-      if (this.deps.now() >= leaseEndsAt) return { putOff: putOff + left(at), firstError };
       try {
         await ackItems(this.deps, children.map(parentAck));
         await this.cleared(children);
@@ -81,7 +74,7 @@ export class ChildOutcomeDispatcher {
         const error = toError(caught);
         this.deps.log.warn({ err: error, parentItems: children.map((row) => row.parentItem) }, 'acking parent items failed; will retry');
         firstError ??= error;
-        if (!(await this.putOff(children))) return { putOff: putOff + left(at), firstError };
+        if (!(await this.putOff(children))) return { putOff: putOff + groups.slice(at).reduce((n, group) => n + group.length, 0), firstError };
         putOff += children.length;
       }
     }

@@ -291,29 +291,6 @@ describeEachOrSkip(serverBackends())('nested batches whose parent row another co
     expect((await svc.api.get(`/v1/items/${held.ids[0]}`)).body.state).toBe('succeeded');
   }, 30_000);
 
-  it('when a held parent takes a round past most of its lease, then the round leaves the rest for when the lease ends, not acking them beside the replica that claims them then', async () => {
-    const held = await batchWith(svc.client, 1);
-    const free = await batchWith(svc.client, 1);
-    const heldChild = await batchWith(svc.client, 1, { parentItem: held.ids[0] }); // made first: its outcome is acked first
-    const freeChild = await batchWith(svc.client, 1, { parentItem: free.ids[0] });
-    await svc.api.post('/v1/acks').send({ ids: [...heldChild.ids, ...freeChild.ids] });
-    const prober = otherConnections(svc.database, 1);
-    const release = await holdBatchRow(holder, held.id);
-    try {
-      const delivering = svc.rollcall.childOutcomes.deliverDue().catch((error: unknown) => error);
-      await untilLockWaited(prober, isPostgresBackend(backend.name));
-      svc.clock.now += 4_500; // the round's lease (5 s) ends in half a second
-      expect(await delivering).toMatchObject({ code: 'unavailable' }); // the held parent, at LOCK_TIMEOUT
-      expect((await svc.api.get(`/v1/items/${free.ids[0]}`)).body.state).toBe('pending');
-    } finally {
-      await release();
-      await prober.destroy();
-    }
-    svc.clock.now += 1_000; // the lease has ended: the free parent's outcome is due again
-    await svc.rollcall.childOutcomes.deliverDue().catch(() => undefined);
-    expect((await svc.api.get(`/v1/items/${free.ids[0]}`)).body.state).toBe('succeeded');
-  }, 30_000);
-
   it('when one parent cannot be acked now, then the other children’s outcomes still reach their parents, and its own later', async () => {
     const held = await batchWith(svc.client, 1);
     const free = await batchWith(svc.client, 1);
