@@ -32,11 +32,13 @@ export function createServer(app: Express): http.Server {
   const open = new Set<http.ServerResponse>();
   server.on('request', (req: http.IncomingMessage, res: http.ServerResponse) => {
     open.add(res);
-    const drop = () => open.delete(res);
-    res.once('close', drop);
+    res.once('close', () => open.delete(res));
     // A pipelined request's answer waits for the one before it; if the client goes first, that
-    // answer never closes, while its request does.
-    req.once('close', drop);
+    // answer never closes, while its request does. Not any request's close: one whose body was
+    // read closes then, its answer still to come.
+    req.once('close', () => {
+      if (req.socket.destroyed) open.delete(res);
+    });
   });
   openResponses.set(server, open);
   return server;

@@ -9,6 +9,7 @@ import { answersUnderWay, closeServer, createServer } from '../../src/http/serve
 async function slowServer(delayMs: number): Promise<{ server: http.Server; port: number }> {
   const app = express();
   app.get('/slow', (_req, res) => void setTimeout(() => res.json({ ok: true }), delayMs));
+  app.post('/slow', express.json(), (_req, res) => void setTimeout(() => res.json({ ok: true }), delayMs));
   const server = createServer(app);
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   return { server, port: (server.address() as AddressInfo).port };
@@ -27,6 +28,28 @@ describe('the HTTP server', () => {
       expect(answersUnderWay(server)).toBe(2);
       socket.destroy();
       await pause(400);
+      expect(answersUnderWay(server)).toBe(0);
+    } finally {
+      server.closeAllConnections();
+      server.close();
+    }
+  });
+
+  it('when a request’s body has been read and its answer is still to come, then that answer is still counted as under way', async () => {
+    const { server, port } = await slowServer(300);
+    try {
+      const answer = new Promise<number>((resolve) =>
+        http
+          .request({ port, path: '/slow', method: 'POST', headers: { 'content-type': 'application/json' } }, (res) => {
+            res.resume();
+            resolve(res.statusCode ?? 0);
+          })
+          .end('{"ids":[]}'),
+      );
+      await pause(150); // the body is read, and the request has closed
+      expect(answersUnderWay(server)).toBe(1);
+      expect(await answer).toBe(200);
+      await pause(50);
       expect(answersUnderWay(server)).toBe(0);
     } finally {
       server.closeAllConnections();

@@ -140,6 +140,17 @@ describe.each(backends())('waiting for completion (%s)', (_name, backend) => {
     expect(svc.rollcall.watcher.waiting).toBe(0);
   });
 
+  it('when a wait is sent with a JSON body (an empty object), then it is still held until the batch completes', async () => {
+    const { id, ids } = await sealed(1);
+    const answer = svc.api.get(`/v1/batches/${id}/wait?timeout=30`).send({}); // its body is read: its request closes then
+    const answered = answer.then((res) => res.body as { state: string });
+    await until(() => svc.rollcall.watcher.waiting === 1);
+    await realSleep(300);
+    expect(svc.rollcall.watcher.waiting).toBe(1);
+    await svc.api.post('/v1/acks').send({ ids });
+    expect(await answered).toMatchObject({ id, state: 'complete' });
+  });
+
   it('when 300 clients wait, then the database sees one shared query per poll, not one per waiter', async () => {
     const batches = await Promise.all(Array.from({ length: 30 }, () => sealed(1)));
     let queries = 0;

@@ -16,8 +16,12 @@ export function waitRoutes(watcher: CompletionWatcher): Router {
       if (!res.writableFinished) abandoned.abort();
     };
     res.on('close', gone);
-    // A pipelined wait's answer waits behind the one before it and never closes when the client goes; its request does.
-    req.on('close', gone);
+    // A pipelined wait's answer waits behind the one before it and never closes when the client
+    // goes; its request does. Not any request's close: one whose body was read (a GET sent with a
+    // JSON body, even an empty one) closes then, while its client still waits.
+    req.on('close', () => {
+      if (req.socket.destroyed) gone();
+    });
     res.json(await watcher.wait(req.caller, batchIdOf(req), Math.round(timeout * 1000), abandoned.signal));
   });
   return router;
