@@ -25,6 +25,7 @@ describe('RollcallApiError', () => {
     expect(new Error('a network error')).not.toBeInstanceOf(RollcallApiError);
     expect(Object.assign(new Error('looks alike'), { name: 'RollcallApiError', status: 404, code: 'x' })).not.toBeInstanceOf(RollcallApiError);
     expect(null).not.toBeInstanceOf(RollcallApiError);
+    expect({ ...new RollcallApiError(404, 'batch_not_found', 'gone') }).not.toBeInstanceOf(RollcallApiError); // a copy is no error
     class Narrower extends RollcallApiError {}
     expect(new Narrower(409, 'batch_not_open', 'sealed')).toBeInstanceOf(Narrower);
     expect(new Narrower(409, 'batch_not_open', 'sealed')).toBeInstanceOf(RollcallApiError);

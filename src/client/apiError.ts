@@ -5,7 +5,8 @@ const API_ERROR: unique symbol = Symbol.for('rollcall.apiError');
 
 /** An error answer of the API, with its stable code (`batch_not_found`, `batch_not_open`, …). */
 export class RollcallApiError extends Error {
-  readonly [API_ERROR] = true;
+  /** On the prototype, not the instance: a copy of an error (`{ ...error }`) is no API error. */
+  declare readonly [API_ERROR]: true;
 
   /**
    * `instanceof RollcallApiError` holds for the errors of another copy of this package too (two
@@ -29,6 +30,7 @@ export class RollcallApiError extends Error {
     this.name = new.target.name;
   }
 }
+Object.defineProperty(RollcallApiError.prototype, API_ERROR, { value: true });
 
 /** HTTP's three date forms (RFC 9110): IMF-fixdate, RFC 850 and asctime (which is GMT without saying so). */
 const HTTP_DATES: ReadonlyArray<[RegExp, string]> = [
