@@ -5,22 +5,26 @@ import express from 'express';
 
 import { answersUnderWay, closeServer, createServer } from '../../src/http/server';
 
-/** A server, as rollcall serves its app, whose one route answers after `delayMs`. */
-async function slowServer(delayMs: number): Promise<{ server: http.Server; port: number }> {
+/** Runs `use` against a server, as rollcall serves its app, whose routes answer after `delayMs`; then closes it. */
+async function withSlowServer(delayMs: number, use: (server: http.Server, port: number) => Promise<void>): Promise<void> {
   const app = express();
   app.get('/slow', (_req, res) => void setTimeout(() => res.json({ ok: true }), delayMs));
   app.post('/slow', express.json(), (_req, res) => void setTimeout(() => res.json({ ok: true }), delayMs));
   const server = createServer(app);
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  return { server, port: (server.address() as AddressInfo).port };
+  try {
+    await use(server, (server.address() as AddressInfo).port);
+  } finally {
+    server.closeAllConnections();
+    if (server.listening) server.close();
+  }
 }
 
 const pause = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 describe('the HTTP server', () => {
-  it('when a client pipelines two requests and goes before the first is answered, then neither answer stays counted as under way', async () => {
-    const { server, port } = await slowServer(200);
-    try {
+  it('when a client pipelines two requests and goes before the first is answered, then neither answer stays counted as under way', () =>
+    withSlowServer(200, async (server, port) => {
       const socket = connect(port, '127.0.0.1');
       await new Promise((resolve) => socket.once('connect', resolve));
       socket.write('GET /slow HTTP/1.1\r\nHost: x\r\n\r\nGET /slow HTTP/1.1\r\nHost: x\r\n\r\n');
@@ -29,15 +33,10 @@ describe('the HTTP server', () => {
       socket.destroy();
       await pause(400);
       expect(answersUnderWay(server)).toBe(0);
-    } finally {
-      server.closeAllConnections();
-      server.close();
-    }
-  });
+    }));
 
-  it('when a request’s body has been read and its answer is still to come, then that answer is still counted as under way', async () => {
-    const { server, port } = await slowServer(300);
-    try {
+  it('when a request’s body has been read and its answer is still to come, then that answer is still counted as under way', () =>
+    withSlowServer(300, async (server, port) => {
       const answer = new Promise<number>((resolve) =>
         http
           .request({ port, path: '/slow', method: 'POST', headers: { 'content-type': 'application/json' } }, (res) => {
@@ -51,27 +50,22 @@ describe('the HTTP server', () => {
       expect(await answer).toBe(200);
       await pause(50);
       expect(answersUnderWay(server)).toBe(0);
-    } finally {
-      server.closeAllConnections();
-      server.close();
-    }
-  });
+    }));
 
-  it('when it is closed while an answer is under way on a kept-alive connection, then that answer closes its connection and the server closes', async () => {
-    const { server, port } = await slowServer(200);
-    const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
-    try {
-      const answer = new Promise<http.IncomingMessage>((resolve) => http.get({ port, path: '/slow', agent }, resolve));
-      await pause(50);
-      const closed = new Promise((resolve) => server.once('close', resolve));
-      closeServer(server);
-      const res = await answer;
-      res.resume();
-      expect(res.headers.connection).toBe('close');
-      await closed; // without the close, the idle kept-alive connection held it for its 5 s keep-alive timeout
-    } finally {
-      agent.destroy();
-      server.closeAllConnections();
-    }
-  });
+  it('when it is closed while an answer is under way on a kept-alive connection, then that answer closes its connection and the server closes', () =>
+    withSlowServer(200, async (server, port) => {
+      const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
+      try {
+        const answer = new Promise<http.IncomingMessage>((resolve) => http.get({ port, path: '/slow', agent }, resolve));
+        await pause(50);
+        const closed = new Promise((resolve) => server.once('close', resolve));
+        closeServer(server);
+        const res = await answer;
+        res.resume();
+        expect(res.headers.connection).toBe('close');
+        await closed; // without the close, the idle kept-alive connection held it for its 5 s keep-alive timeout
+      } finally {
+        agent.destroy();
+      }
+    }));
 });
