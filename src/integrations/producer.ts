@@ -54,7 +54,7 @@ export interface OpenBatchInput {
  *   other child is not taken over (the open's `409 item_not_pending` is thrown): cancelled, sealed
  *   with another total, open with another userKey or callbackUrl, with more than `count` items or a
  *   total this call's adds do not reach on the way, or whose item is no longer pending. An open
- *   child whose items a run with another `count` added fails with `add_failed`.
+ *   child holding items under keys not the producer's fails with `add_failed` (docs/integrations.md).
  * - IDs are made as they are enqueued: a batch of millions never sits in memory as strings.
  * - Every add carries an Idempotency-Key and is retried on network errors, `408`, `429` and `5xx`: a retry whose
  *   first try was committed makes nothing twice.
