@@ -4,13 +4,15 @@ import { AckCall, callFromIds } from '../domain/ackCall';
 import { retryDelay } from '../domain/delivery';
 import { toError } from '../domain/errors';
 import { UUID_LENGTH } from '../domain/itemId';
-import { ChildOutcome, claimDueChildOutcomes, deleteChildOutcome, retryChildOutcomeLater } from '../store/childOutcomes';
+import { ChildOutcome, claimDueChildOutcomes, deleteChildOutcome, renewChildOutcomes, retryChildOutcomeLater } from '../store/childOutcomes';
 import { inTransaction } from '../store/transaction';
 import { ackItems } from './ackItems';
 import { ServiceDeps } from './deps';
 
 /** A claim outlives one ack transaction by far; a replica that died holding it frees the rows then. */
 const LEASE_MS = 5_000;
+/** How many lock waits an ack transaction may have: the batch row's, then its group rows'. */
+const LOCK_WAITS_PER_ACK = 2;
 const BATCH = 100;
 
 /** The parent-item ack a finished child stands for. */
@@ -29,26 +31,34 @@ function parentAck(row: ChildOutcome): AckCall {
  */
 export class ChildOutcomeDispatcher {
   private readonly claim = randomUUID();
+  /**
+   * The lease each parent batch's rows get just before their ack: longer than that ack can wait for
+   * locks (each statement up to LOCK_TIMEOUT, which MySQL counts in whole seconds).
+   */
+  private readonly ackLeaseMs: number;
   /** Set at shutdown: the round under way is the last (a backlog held the shutdown until it was gone). */
   private stopped = false;
 
-  constructor(private readonly deps: ServiceDeps) {}
+  constructor(private readonly deps: ServiceDeps) {
+    this.ackLeaseMs = LEASE_MS + LOCK_WAITS_PER_ACK * Math.ceil((deps.tx.lockTimeoutMs ?? 0) / 1000) * 1000;
+  }
 
   stop(): void {
     this.stopped = true;
   }
 
   /**
-   * Acks every due child outcome; returns how many rows were handled. Throws, once the rest are
-   * done, the first failure of a row it put off (its parent's row held past LOCK_TIMEOUT, say).
+   * Acks every due child outcome; returns how many rows it acked (not those another replica claimed
+   * once their lease here ran out). Throws, once the rest are done, the first failure of a row it
+   * put off (its parent's row held past LOCK_TIMEOUT, say).
    */
   async deliverDue(): Promise<number> {
     let handled = 0;
     while (!this.stopped) {
       const rows = await inTransaction(this.deps.db, this.deps.tx, (trx) => claimDueChildOutcomes(trx, this.claim, this.deps.now(), LEASE_MS, BATCH));
       if (rows.length === 0) return handled;
-      const { putOff, firstError } = await this.ackParents(rows);
-      handled += rows.length - putOff;
+      const { acked, firstError } = await this.ackParents(rows);
+      handled += acked;
       if (firstError) throw firstError;
     }
     return handled;
@@ -57,28 +67,43 @@ export class ChildOutcomeDispatcher {
   /**
    * Acks the parent items of `rows`, one transaction for each parent batch: a transaction that spans
    * parents would hold one parent's row (other tenants' among them) while it waits up to LOCK_TIMEOUT
-   * for another's that is held, delaying every ack of the first. A parent that cannot be acked now
-   * puts off only its own children's outcomes. When the put-off fails too (the database is away),
-   * the round ends there: the rest would wait the same way, each for the pool's acquire timeout, and
-   * their leases run out meanwhile; they are due again when those end.
+   * for another's that is held, delaying every ack of the first. Each parent's rows have their lease
+   * renewed first: parents held before them may have outlived the claim's, and a row another replica
+   * claimed since is left to it rather than acked by both. A parent that cannot be acked now puts off
+   * only its own children's outcomes. When the put-off fails too (the database is away), the round
+   * ends there: the rest would wait the same way, each for the pool's acquire timeout, and their
+   * leases run out meanwhile; they are due again when those end.
    */
-  private async ackParents(rows: ChildOutcome[]): Promise<{ putOff: number; firstError: Error | null }> {
-    let putOff = 0;
+  private async ackParents(rows: ChildOutcome[]): Promise<{ acked: number; firstError: Error | null }> {
+    let acked = 0;
     let firstError: Error | null = null;
-    const groups = byParentBatch(rows);
-    for (const [at, children] of groups.entries()) {
+    for (const group of byParentBatch(rows)) {
+      let children = group;
       try {
+        children = await this.stillHeld(group);
+        if (children.length === 0) continue;
         await ackItems(this.deps, children.map(parentAck));
         await this.cleared(children);
+        acked += children.length;
       } catch (caught) {
         const error = toError(caught);
         this.deps.log.warn({ err: error, parentItems: children.map((row) => row.parentItem) }, 'acking parent items failed; will retry');
         firstError ??= error;
-        if (!(await this.putOff(children))) return { putOff: putOff + groups.slice(at).reduce((n, group) => n + group.length, 0), firstError };
-        putOff += children.length;
+        if (!(await this.putOff(children))) break;
       }
     }
-    return { putOff, firstError };
+    return { acked, firstError };
+  }
+
+  /** Those of `rows` this dispatcher still holds, each with its lease renewed for one ack. */
+  private async stillHeld(rows: ChildOutcome[]): Promise<ChildOutcome[]> {
+    const held = await renewChildOutcomes(
+      this.deps.db,
+      rows.map((row) => row.batchId),
+      this.claim,
+      this.deps.now() + this.ackLeaseMs,
+    );
+    return rows.length === held.size ? rows : rows.filter((row) => held.has(row.batchId));
   }
 
   /** Puts rows off, each with a growing delay; false when that failed too (the database is away). */

@@ -64,7 +64,8 @@ export async function claimDueChildOutcomes(q: Queryable, claim: string, now: nu
   const rows = (await q('child_outcomes')
     .whereIn('batch_id', ids)
     .where('claim', claim)
-    .where('next_attempt_at', now + leaseMs)) as ChildOutcomeRow[];
+    .where('next_attempt_at', now + leaseMs)
+    .orderBy(['created_at', 'batch_id'])) as ChildOutcomeRow[];
   return rows.map((row) => ({
     batchId: row.batch_id,
     tenant: row.tenant,
@@ -73,6 +74,19 @@ export async function claimDueChildOutcomes(q: Queryable, claim: string, now: nu
     error: row.error,
     attempts: Number(row.attempts),
   }));
+}
+
+/**
+ * Extends the lease of those of `batchIds` this claim still holds, to `until`, and returns them. A
+ * row whose lease ran out and that another replica claimed since is that replica's now (it checks
+ * the claim too), and one deleted or put back is no one's: both are left alone.
+ */
+export async function renewChildOutcomes(db: Db, batchIds: string[], claim: string, until: number): Promise<Set<string>> {
+  const renewed = await db('child_outcomes').whereIn('batch_id', batchIds).where('claim', claim).update({ next_attempt_at: until });
+  // MySQL counts only rows the update changed, so a short count is asked again by a read.
+  if (renewed === batchIds.length) return new Set(batchIds);
+  const held = (await db('child_outcomes').select('batch_id').whereIn('batch_id', batchIds).where('claim', claim)) as Array<{ batch_id: string }>;
+  return new Set(held.map((row) => row.batch_id));
 }
 
 /** Removes a row whose parent ack has committed. Only the claim holder may. */

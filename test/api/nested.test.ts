@@ -310,3 +310,47 @@ describeEachOrSkip(serverBackends())('nested batches whose parent row another co
     expect((await svc.api.get(`/v1/batches/${held.id}`)).body).toMatchObject({ state: 'complete', succeeded: 1 });
   }, 30_000);
 });
+
+describeEachOrSkip(serverBackends())('nested batches whose parent row is held for longer than a claim of child outcomes lasts (%s)', (_name, backend) => {
+  let svc: TestService;
+  let holder: Knex;
+  beforeAll(async () => {
+    // The ack's lock wait outlasts the steps of the test on a slow machine; the lease runs on the test's clock.
+    svc = await startService(backend, { LOCK_TIMEOUT: '10s' });
+    holder = otherConnections(svc.database, 1);
+  });
+  afterAll(async () => {
+    await holder.destroy();
+    await svc.stop();
+  });
+
+  /** Parent items acked again after they had their outcome: the work of two replicas on one row. */
+  const duplicateAcks = async () =>
+    Number(/rollcall_ack_items_total\{outcome="succeeded",result="duplicate"\} (\d+)/.exec((await svc.api.get('/metrics')).text)?.[1] ?? 0);
+
+  it('when a held parent takes a round past its lease and another replica claims what is due, then each parent item is acked by one replica, once', async () => {
+    const held = await batchWith(svc.client, 1);
+    const free = await batchWith(svc.client, 1);
+    await batchWith(svc.client, 1, { parentItem: held.ids[0] }).then((child) => svc.api.post('/v1/acks').send({ ids: child.ids }));
+    svc.clock.now += 1; // the held parent's outcome is older: the round acks it first
+    await batchWith(svc.client, 1, { parentItem: free.ids[0] }).then((child) => svc.api.post('/v1/acks').send({ ids: child.ids }));
+    const duplicatesBefore = await duplicateAcks();
+    const prober = otherConnections(svc.database, 1);
+    const release = await holdBatchRow(holder, held.id);
+    try {
+      const delivering = svc.rollcall.childOutcomes.deliverDue();
+      await untilLockWaited(prober, isPostgresBackend(backend.name));
+      svc.clock.now += 6_000; // the round's claim (5 s) has run out
+      const otherReplica = new ChildOutcomeDispatcher(svc.rollcall.deps);
+      expect(await otherReplica.deliverDue()).toBe(1); // the free parent's, left to it; the held one's lease was renewed
+      await release();
+      expect(await delivering).toBe(1); // the held parent's only
+    } finally {
+      await release();
+      await prober.destroy();
+    }
+    for (const parent of [held, free]) expect((await svc.api.get(`/v1/items/${parent.ids[0]}`)).body.state).toBe('succeeded');
+    expect(await duplicateAcks()).toBe(duplicatesBefore);
+    expect(await countChildOutcomes(svc.rollcall.db)).toBe(0);
+  }, 30_000);
+});
