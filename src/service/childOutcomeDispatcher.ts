@@ -32,8 +32,10 @@ function parentAck(row: ChildOutcome): AckCall {
 export class ChildOutcomeDispatcher {
   private readonly claim = randomUUID();
   /**
-   * The lease each parent batch's rows get just before their ack: longer than that ack can wait for
-   * locks (each statement up to LOCK_TIMEOUT, which MySQL counts in whole seconds).
+   * The lease each parent batch's rows get just before their ack: longer than that ack's lock waits
+   * (its batch row's, then its group rows', each up to LOCK_TIMEOUT, which MySQL counts in whole
+   * seconds). An ack retried after deadlocks, or slow for other reasons, can still outlive it: then
+   * another replica may ack the same rows too, a duplicate counted once.
    */
   private readonly ackLeaseMs: number;
   /** Set at shutdown: the round under way is the last (a backlog held the shutdown until it was gone). */
@@ -87,7 +89,10 @@ export class ChildOutcomeDispatcher {
         acked += children.length;
       } catch (caught) {
         const error = toError(caught);
-        this.deps.log.warn({ err: error, parentItems: children.map((row) => row.parentItem) }, 'acking parent items failed; will retry');
+        this.deps.log.warn(
+          { err: error, parentItems: children.map((row) => row.parentItem) },
+          'acking parent items (or renewing their lease) failed; will retry',
+        );
         firstError ??= error;
         if (!(await this.putOff(children))) break;
       }
@@ -97,12 +102,9 @@ export class ChildOutcomeDispatcher {
 
   /** Those of `rows` this dispatcher still holds, each with its lease renewed for one ack. */
   private async stillHeld(rows: ChildOutcome[]): Promise<ChildOutcome[]> {
-    const held = await renewChildOutcomes(
-      this.deps.db,
-      rows.map((row) => row.batchId),
-      this.claim,
-      this.deps.now() + this.ackLeaseMs,
-    );
+    const ids = rows.map((row) => row.batchId);
+    // A transaction for its retries (a deadlock, a Galera conflict) and SQLite's wait for the file.
+    const held = await inTransaction(this.deps.db, this.deps.tx, (trx) => renewChildOutcomes(trx, ids, this.claim, this.deps.now() + this.ackLeaseMs));
     return rows.length === held.size ? rows : rows.filter((row) => held.has(row.batchId));
   }
 

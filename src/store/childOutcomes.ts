@@ -81,11 +81,10 @@ export async function claimDueChildOutcomes(q: Queryable, claim: string, now: nu
  * row whose lease ran out and that another replica claimed since is that replica's now (it checks
  * the claim too), and one deleted or put back is no one's: both are left alone.
  */
-export async function renewChildOutcomes(db: Db, batchIds: string[], claim: string, until: number): Promise<Set<string>> {
-  const renewed = await db('child_outcomes').whereIn('batch_id', batchIds).where('claim', claim).update({ next_attempt_at: until });
-  // MySQL counts only rows the update changed, so a short count is asked again by a read.
-  if (renewed === batchIds.length) return new Set(batchIds);
-  const held = (await db('child_outcomes').select('batch_id').whereIn('batch_id', batchIds).where('claim', claim)) as Array<{ batch_id: string }>;
+export async function renewChildOutcomes(q: Queryable, batchIds: string[], claim: string, until: number): Promise<Set<string>> {
+  const renewed = await q('child_outcomes').whereIn('batch_id', batchIds).where('claim', claim).update({ next_attempt_at: until });
+  if (renewed === batchIds.length) return new Set(batchIds); // rows matched (mysql2 asks for found rows), so all still held
+  const held = (await q('child_outcomes').select('batch_id').whereIn('batch_id', batchIds).where('claim', claim)) as Array<{ batch_id: string }>;
   return new Set(held.map((row) => row.batch_id));
 }
 

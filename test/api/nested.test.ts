@@ -338,7 +338,7 @@ describeEachOrSkip(serverBackends())('nested batches whose parent row is held fo
     const prober = otherConnections(svc.database, 1);
     const release = await holdBatchRow(holder, held.id);
     try {
-      const delivering = svc.rollcall.childOutcomes.deliverDue();
+      const delivering = svc.rollcall.childOutcomes.deliverDue().catch((error: unknown) => error);
       await untilLockWaited(prober, isPostgresBackend(backend.name));
       svc.clock.now += 6_000; // the round's claim (5 s) has run out
       const otherReplica = new ChildOutcomeDispatcher(svc.rollcall.deps);
