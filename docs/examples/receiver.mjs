@@ -1,18 +1,33 @@
-// A callback receiver that verifies rollcall's signature and dedupes by event id.
+// A callback receiver that verifies rollcall's Standard Webhooks signature and dedupes by event id.
 // Run: CALLBACK_SECRET=... node docs/examples/receiver.mjs  (listens on 127.0.0.1:9000, or PORT)
 import { createHmac, timingSafeEqual } from 'node:crypto';
 import http from 'node:http';
 
 const secret = process.env.CALLBACK_SECRET;
-const seen = new Set(); // in production: a table with a unique key on the event id
+const TOLERANCE_SECONDS = 5 * 60; // a request signed longer ago (or ahead) is refused: a replay
+// rollcall retries an event, under the same id, for CALLBACK_MAX_AGE (3 days by default) and a
+// little beyond its first attempt: keep ids that long, and a repeat of an older one is refused by
+// its timestamp anyway.
+const KEEP_IDS_MS = 4 * 24 * 3600 * 1000;
+const seen = new Map(); // event id → when seen; in production: a table with a unique key on the id
 
-function signatureMatches(rawBody, header) {
+// webhook-signature: `v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<raw body>">`.
+function signatureMatches(rawBody, headers) {
   if (!secret) return true; // rollcall signs only when it has a secret
-  if (typeof header !== 'string') return false;
-  const expected = Buffer.from(`sha256=${createHmac('sha256', secret).update(rawBody).digest('hex')}`);
-  const given = Buffer.from(header);
-  return expected.length === given.length && timingSafeEqual(expected, given);
+  const id = headers['webhook-id'];
+  const timestamp = headers['webhook-timestamp'];
+  const signatures = headers['webhook-signature'];
+  if (typeof id !== 'string' || typeof timestamp !== 'string' || typeof signatures !== 'string') return false;
+  if (Math.abs(Date.now() / 1000 - Number(timestamp)) > TOLERANCE_SECONDS) return false;
+  const signed = Buffer.concat([Buffer.from(`${id}.${timestamp}.`), rawBody]);
+  const expected = Buffer.from(`v1,${createHmac('sha256', secret).update(signed).digest('base64')}`);
+  // Space-separated: a sender may sign with more than one secret (rollcall sends one).
+  return signatures.split(' ').some((given) => given.length === expected.length && timingSafeEqual(Buffer.from(given), expected));
 }
+
+setInterval(() => {
+  for (const [id, at] of seen) if (Date.now() - at > KEEP_IDS_MS) seen.delete(id);
+}, 60_000).unref();
 
 http
   .createServer((req, res) => {
@@ -20,10 +35,10 @@ http
     req.on('data', (c) => chunks.push(c));
     req.on('end', () => {
       const raw = Buffer.concat(chunks); // verify the raw bytes, before any JSON parsing
-      if (!signatureMatches(raw, req.headers['x-rollcall-signature'])) return res.writeHead(401).end();
-      const eventId = req.headers['x-rollcall-event-id'];
+      if (!signatureMatches(raw, req.headers)) return res.writeHead(401).end();
+      const eventId = req.headers['webhook-id'];
       if (!seen.has(eventId)) {
-        seen.add(eventId);
+        seen.set(eventId, Date.now());
         const { event, batch } = JSON.parse(raw.toString('utf8'));
         console.log(event, batch.id, batch.outcome, `${batch.succeeded}/${batch.total} succeeded`);
       }

@@ -13,6 +13,17 @@ export function verifySignature(secret: string, body: string, header: string | u
   return expected.length === given.length && timingSafeEqual(expected, given);
 }
 
+/**
+ * The Standard Webhooks signature (standardwebhooks.com), the `webhook-signature` header:
+ * `v1,<base64 HMAC-SHA256 of "<id>.<timestamp>.<raw body>">`, keyed by the secret's UTF-8 bytes.
+ * Unlike X-Rollcall-Signature it binds the event id and the attempt's time (Unix seconds) to the
+ * body: a captured request sent again under another id fails, and one sent again later than the
+ * receiver's tolerance can be refused, with no store of every id ever seen.
+ */
+export function standardWebhookSignature(secret: string, id: string, timestampSeconds: number, body: string): string {
+  return `v1,${createHmac('sha256', secret).update(`${id}.${timestampSeconds}.${body}`).digest('base64')}`;
+}
+
 export interface BackoffPolicy {
   baseMs: number;
   capMs: number;

@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { setMaxListeners } from 'node:events';
 
-import { BackoffPolicy, retryDelay, signBody } from '../domain/delivery';
+import { BackoffPolicy, retryDelay, signBody, standardWebhookSignature } from '../domain/delivery';
 import { Claimant, heldToFairShare, loadOf, pickFairly, saturated, ShareLimits } from '../domain/fairShare';
 import { Queryable } from '../store/db';
 import { claimEvents, DueEvent, dueEvents, markDelivered, markFailed, OutboxEvent, releaseClaim } from '../store/outbox';
@@ -231,15 +231,22 @@ export class CallbackDispatcher {
     return 'unrecorded';
   }
 
+  /** The contract's headers, and the same event id, the attempt's time and a signature as Standard Webhooks names them. */
   private headersFor(event: OutboxEvent): Record<string, string> {
+    const timestamp = Math.floor(this.deps.now() / 1000);
     const headers: Record<string, string> = {
       'content-type': 'application/json',
       'user-agent': 'rollcall',
       'x-rollcall-event': event.event,
       'x-rollcall-event-id': event.id,
+      'webhook-id': event.id,
+      'webhook-timestamp': String(timestamp),
     };
     const secret = this.options.secretFor(event.tenant);
-    if (secret) headers['x-rollcall-signature'] = signBody(secret, event.payload);
+    if (secret) {
+      headers['x-rollcall-signature'] = signBody(secret, event.payload);
+      headers['webhook-signature'] = standardWebhookSignature(secret, event.id, timestamp, event.payload);
+    }
     return headers;
   }
 }

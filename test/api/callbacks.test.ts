@@ -1,4 +1,5 @@
 import { Knex } from 'knex';
+import { Webhook } from 'standardwebhooks';
 
 import { verifySignature } from '../../src/domain/delivery';
 import { PostCallback } from '../../src/service/postCallback';
@@ -101,6 +102,28 @@ describe.each(backends())('completion callbacks (%s)', (_name, backend) => {
     expect(body).toMatchObject({ event: 'batch.completed', batch: { id, state: 'complete', outcome: 'succeeded', total: 2, pending: 0, userKey: 'cb' } });
     const events = (await svc.api.get(`/v1/batches/${id}/events`)).body.events;
     expect(events).toEqual([expect.objectContaining({ id: [...ids][0], status: 'delivered', attempts: 3, lastError: null, nextAttemptAt: null })]);
+  });
+
+  it('when a receiver verifies with a Standard Webhooks library, then every attempt verifies, and a captured one sent again under another id or with a newer time does not', async () => {
+    svc.clock.now = Date.now(); // the library checks the attempt's time against its own clock
+    receiver.script = [500, 200];
+    const id = await completeBatchWithCallback();
+    await svc.rollcall.dispatcher.deliverDue();
+    svc.clock.now += 1000;
+    await svc.rollcall.dispatcher.deliverDue();
+    const verifier = new Webhook(Buffer.from(SECRET).toString('base64'));
+    const [first, second] = receiver.deliveries;
+    for (const d of [first!, second!]) {
+      expect(d.headers['webhook-id']).toBe(d.headers['x-rollcall-event-id']);
+      expect(verifier.verify(d.body, d.headers as Record<string, string>)).toMatchObject({ event: 'batch.completed', batch: { id } });
+    }
+    expect(Number(second!.headers['webhook-timestamp'])).toBe(Math.floor(svc.clock.now / 1000)); // each attempt's own time
+    const replay = { ...(first!.headers as Record<string, string>), 'webhook-id': '0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b' };
+    expect(() => verifier.verify(first!.body, replay)).toThrow('No matching signature found');
+    // Sent again later, with its time made new to pass the receiver's tolerance: the time is signed too.
+    const refreshed = { ...(first!.headers as Record<string, string>), 'webhook-timestamp': String(Number(first!.headers['webhook-timestamp']) + 1) };
+    expect(() => verifier.verify(first!.body, refreshed)).toThrow('No matching signature found');
+    expect(verifySignature(SECRET, first!.body, first!.headers['x-rollcall-signature'] as string)).toBe(true); // the contract's, as before
   });
 
   it('when delivery keeps failing, then events show the last error, and past the max age it is dead', async () => {
