@@ -5,10 +5,11 @@ import http from 'node:http';
 
 const secret = process.env.CALLBACK_SECRET;
 const TOLERANCE_SECONDS = 5 * 60; // a request signed longer ago (or ahead) is refused: a replay
-// rollcall retries an event, under the same id, for CALLBACK_MAX_AGE (3 days by default) and a
-// little beyond its first attempt: keep ids that long, and a repeat of an older one is refused by
-// its timestamp anyway.
-const KEEP_IDS_MS = 4 * 24 * 3600 * 1000;
+// rollcall retries an event, under the same id, until CALLBACK_MAX_AGE (3 days by default) after
+// its first attempt, its last try possibly late (a backlog, an outage): keep an id well past that
+// since it was last seen. An id dropped after rollcall's last try can only come back as a replay
+// of an old request, which its timestamp gives away.
+const KEEP_IDS_MS = 7 * 24 * 3600 * 1000;
 const seen = new Map(); // event id → when seen; in production: a table with a unique key on the id
 
 // webhook-signature: `v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<raw body>">`.
@@ -18,11 +19,16 @@ function signatureMatches(rawBody, headers) {
   const timestamp = headers['webhook-timestamp'];
   const signatures = headers['webhook-signature'];
   if (typeof id !== 'string' || typeof timestamp !== 'string' || typeof signatures !== 'string') return false;
-  if (Math.abs(Date.now() / 1000 - Number(timestamp)) > TOLERANCE_SECONDS) return false;
+  const sentAt = Number(timestamp);
+  if (!Number.isFinite(sentAt) || Math.abs(Date.now() / 1000 - sentAt) > TOLERANCE_SECONDS) return false;
   const signed = Buffer.concat([Buffer.from(`${id}.${timestamp}.`), rawBody]);
   const expected = Buffer.from(`v1,${createHmac('sha256', secret).update(signed).digest('base64')}`);
-  // Space-separated: a sender may sign with more than one secret (rollcall sends one).
-  return signatures.split(' ').some((given) => given.length === expected.length && timingSafeEqual(Buffer.from(given), expected));
+  // Space-separated: a sender may sign with more than one secret (rollcall sends one). Lengths are
+  // compared as bytes: timingSafeEqual throws on buffers of different lengths.
+  return signatures.split(' ').some((text) => {
+    const given = Buffer.from(text);
+    return given.length === expected.length && timingSafeEqual(given, expected);
+  });
 }
 
 setInterval(() => {
@@ -37,8 +43,9 @@ http
       const raw = Buffer.concat(chunks); // verify the raw bytes, before any JSON parsing
       if (!signatureMatches(raw, req.headers)) return res.writeHead(401).end();
       const eventId = req.headers['webhook-id'];
-      if (!seen.has(eventId)) {
-        seen.set(eventId, Date.now());
+      const repeat = seen.has(eventId);
+      seen.set(eventId, Date.now()); // kept from its latest sighting
+      if (!repeat) {
         const { event, batch } = JSON.parse(raw.toString('utf8'));
         console.log(event, batch.id, batch.outcome, `${batch.succeeded}/${batch.total} succeeded`);
       }
