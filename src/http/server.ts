@@ -1,4 +1,5 @@
 import http from 'node:http';
+import type { Socket } from 'node:net';
 
 import type { Express } from 'express';
 
@@ -30,22 +31,47 @@ function subclassWith<T extends object>(base: Constructor<T>, prototype: object)
 export function createServer(app: Express): http.Server {
   const server = http.createServer(messageClassesOf(app), app).on('clientError', answerClientError);
   const open = new Set<http.ServerResponse>();
+  const answered = (res: http.ServerResponse) => {
+    open.delete(res);
+    if (open.size === 0 && draining.has(server)) cutUnansweredConnections(server);
+  };
   server.on('request', (req: http.IncomingMessage, res: http.ServerResponse) => {
     open.add(res);
-    res.once('close', () => open.delete(res));
+    res.once('close', () => answered(res));
     // A pipelined request's answer waits for the one before it; if the client goes first, that
     // answer never closes, while its request does. Not any request's close: one whose body was
     // read closes then, its answer still to come.
     req.once('close', () => {
-      if (req.socket.destroyed) open.delete(res);
+      if (req.socket.destroyed) answered(res);
     });
   });
+  const sockets = new Set<Socket>();
+  server.on('connection', (socket: Socket) => {
+    sockets.add(socket);
+    socket.once('close', () => sockets.delete(socket));
+  });
   openResponses.set(server, open);
+  openSockets.set(server, sockets);
   return server;
 }
 
 /** Each server's answers under way, for closeServer. */
 const openResponses = new WeakMap<http.Server, Set<http.ServerResponse>>();
+/** Each server's connections. */
+const openSockets = new WeakMap<http.Server, Set<Socket>>();
+/** Servers closeServer was called on. */
+const draining = new WeakSet<http.Server>();
+
+/**
+ * Once a draining server has no answer under way, the connections still open are those of requests
+ * not yet read whole (a client that stalled in its headers) or not yet started: nothing was answered
+ * on them, so cutting them loses nothing a client was told, and Node's headersTimeout (a minute)
+ * would otherwise keep the process past SHUTDOWN_TIMEOUT_MS. A connection ending after its answer
+ * (Connection: close) is left to end on its own, its answer whole.
+ */
+function cutUnansweredConnections(server: http.Server): void {
+  for (const socket of openSockets.get(server) ?? []) if (!socket.writableEnded) socket.destroy();
+}
 
 /** How many answers a server has under way (what closeServer would reach). */
 export function answersUnderWay(server: http.Server): number {
@@ -60,6 +86,7 @@ export function answersUnderWay(server: http.Server): number {
  * until SHUTDOWN_TIMEOUT ended the process with its requests cut off.
  */
 export function closeServer(server: http.Server): void {
+  draining.add(server);
   server.close();
   server.closeIdleConnections();
   server.prependListener('request', (_req: http.IncomingMessage, res: http.ServerResponse) => res.setHeader('Connection', 'close'));
@@ -68,6 +95,7 @@ export function closeServer(server: http.Server): void {
     // An answer already on its way says keep-alive: its connection is idle once it ends.
     else res.once('close', () => server.closeIdleConnections());
   }
+  if (answersUnderWay(server) === 0) cutUnansweredConnections(server);
 }
 
 interface MessageClasses {

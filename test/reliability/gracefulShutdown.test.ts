@@ -1,5 +1,8 @@
+import { once } from 'node:events';
+import net from 'node:net';
+
 import { RollcallClient } from '../../src/client';
-import { backends, isPostgresBackend, processEnv, TestDatabase } from '../helpers/backends';
+import { Backend, backends, isPostgresBackend, processEnv, TestDatabase } from '../helpers/backends';
 import { freePorts } from '../helpers/ports';
 import { call, spawnService } from '../helpers/processes';
 import { Delivery, Receiver } from '../helpers/receiver';
@@ -148,4 +151,43 @@ describe.each(backends())('SIGTERM (%s)', (_name, backend) => {
       await database.drop();
     }
   });
+});
+
+describe('SIGTERM while a client is part way through a request (sqlite)', () => {
+  jest.setTimeout(60_000);
+  const [, sqlite] = backends()[0] as [string, Backend];
+
+  it.each([
+    ['no answer is under way', false],
+    ['a wait is held (the cut comes once it is answered)', true],
+  ])(
+    'when a client has sent only part of its headers as SIGTERM comes (stalled or slow) and %s, then its connection is cut and the service exits 0, not held to SHUTDOWN_TIMEOUT_MS',
+    async (_what, withWait) => {
+      const database = await sqlite.create();
+      // Node would wait for the headers for its headersTimeout (a minute), past this.
+      const service = await spawnService({ ...processEnv(database), SHUTDOWN_TIMEOUT_MS: '20000' });
+      let socket: net.Socket | undefined;
+      try {
+        const waiting = withWait
+          ? call(`${service.url}/v1/batches/${(await call(`${service.url}/v1/batches`, 'POST', {})).body.id}/wait?timeout=60`, 'GET')
+          : null;
+        if (withWait) await untilWaitsHeld(service.url, 1);
+        socket = net.connect(Number(new URL(service.url).port), '127.0.0.1');
+        await once(socket, 'connect');
+        socket.on('error', () => undefined);
+        const cut = once(socket, 'close');
+        socket.write('POST /v1/batches HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n');
+        await new Promise((resolve) => setTimeout(resolve, 300)); // the service has read it: the connection is not idle
+        const exited = new Promise<number | null>((resolve) => service.child.once('exit', (code) => resolve(code)));
+        service.child.kill('SIGTERM');
+        expect(await exited).toBe(0);
+        await cut;
+        if (waiting) expect((await waiting).body.state).toBe('open'); // answered with the state at the drain
+      } finally {
+        socket?.destroy();
+        await service.stop();
+        await database.drop();
+      }
+    },
+  );
 });
