@@ -35,20 +35,25 @@ export function createServer(app: Express): http.Server {
     open.delete(res);
     if (open.size === 0 && draining.has(server)) cutUnansweredConnections(server);
   };
-  server.on('request', (req: http.IncomingMessage, res: http.ServerResponse) => {
-    open.add(res);
-    res.once('close', () => answered(res));
-    // A pipelined request's answer waits for the one before it; if the client goes first, that
-    // answer never closes, while its request does. Not any request's close: one whose body was
-    // read closes then, its answer still to come.
-    req.once('close', () => {
-      if (req.socket.destroyed) answered(res);
+  const sockets = new Map<Socket, Set<http.ServerResponse>>();
+  server.on('connection', (socket: Socket) => {
+    const onSocket = new Set<http.ServerResponse>();
+    sockets.set(socket, onSocket);
+    // A pipelined request's answer waits for the one before it; if the connection ends first (the
+    // client went, or the answer before it closed the connection), that answer never closes.
+    socket.once('close', () => {
+      sockets.delete(socket);
+      for (const res of onSocket) answered(res);
     });
   });
-  const sockets = new Set<Socket>();
-  server.on('connection', (socket: Socket) => {
-    sockets.add(socket);
-    socket.once('close', () => sockets.delete(socket));
+  server.on('request', (req: http.IncomingMessage, res: http.ServerResponse) => {
+    open.add(res);
+    const onSocket = sockets.get(req.socket);
+    onSocket?.add(res);
+    res.once('close', () => {
+      onSocket?.delete(res);
+      answered(res);
+    });
   });
   openResponses.set(server, open);
   openSockets.set(server, sockets);
@@ -57,20 +62,20 @@ export function createServer(app: Express): http.Server {
 
 /** Each server's answers under way, for closeServer. */
 const openResponses = new WeakMap<http.Server, Set<http.ServerResponse>>();
-/** Each server's connections. */
-const openSockets = new WeakMap<http.Server, Set<Socket>>();
+/** Each server's connections, with the answers under way on each. */
+const openSockets = new WeakMap<http.Server, Map<Socket, Set<http.ServerResponse>>>();
 /** Servers closeServer was called on. */
 const draining = new WeakSet<http.Server>();
 
 /**
  * Once a draining server has no answer under way, the connections still open are those of requests
- * not yet read whole (a client that stalled in its headers) or not yet started: nothing was answered
- * on them, so cutting them loses nothing a client was told, and Node's headersTimeout (a minute)
- * would otherwise keep the process past SHUTDOWN_TIMEOUT_MS. A connection ending after its answer
- * (Connection: close) is left to end on its own, its answer whole.
+ * not yet read whole (a client that stalled in its headers) or not yet started: nothing is under
+ * way on them, so cutting them loses no answer. Node stops enforcing headersTimeout once the server
+ * is closed, so such a client otherwise held the drain until SHUTDOWN_TIMEOUT_MS ended the process
+ * (exit 1). A connection ending after its answer (Connection: close) is left to end on its own.
  */
 function cutUnansweredConnections(server: http.Server): void {
-  for (const socket of openSockets.get(server) ?? []) if (!socket.writableEnded) socket.destroy();
+  for (const socket of openSockets.get(server)?.keys() ?? []) if (!socket.writableEnded) socket.destroy();
 }
 
 /** How many answers a server has under way (what closeServer would reach). */

@@ -35,6 +35,21 @@ describe('the HTTP server', () => {
       expect(answersUnderWay(server)).toBe(0);
     }));
 
+  it('when a client pipelines a request with a body behind another and goes before the first is answered, then neither answer stays counted as under way', () =>
+    withSlowServer(200, async (server, port) => {
+      const socket = connect(port, '127.0.0.1');
+      await new Promise((resolve) => socket.once('connect', resolve));
+      const body = '{"a":1}';
+      socket.write(
+        `GET /slow HTTP/1.1\r\nHost: x\r\n\r\nPOST /slow HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n${body}`,
+      );
+      await pause(50); // the second body has been read: its request has closed, its answer waits behind the first
+      expect(answersUnderWay(server)).toBe(2);
+      socket.destroy();
+      await pause(400);
+      expect(answersUnderWay(server)).toBe(0); // else a drain would never see none under way
+    }));
+
   it('when a request’s body has been read and its answer is still to come, then that answer is still counted as under way', () =>
     withSlowServer(300, async (server, port) => {
       const answer = new Promise<number>((resolve) =>
