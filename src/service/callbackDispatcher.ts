@@ -33,6 +33,10 @@ const LEASE_BEYOND_TIMEOUT_MS = 5_000;
 const LEASE_SAFETY_MS = 1_000;
 /** How long a shutdown lets deliveries under way end by themselves before it cuts them off. */
 const STOP_GRACE_MS = 1_000;
+/** An attempt unanswered this long (or half of CALLBACK_TIMEOUT, if less) steps aside from the slots. */
+const SLOW_AFTER_MS = 2_000;
+/** How many times CALLBACK_CONCURRENCY may be in flight with the attempts that stepped aside. */
+const IN_FLIGHT_PER_SLOT = 4;
 
 /**
  * An AbortController whose signal any number of POSTs may listen to: each request under way adds a
@@ -58,6 +62,8 @@ export class CallbackDispatcher {
   /** Deliveries ended so far (deliverDue reads again when one ended during its claim). */
   private finished = 0;
   private readonly inFlight = new Map<string, { event: OutboxEvent; done: Promise<void> }>();
+  /** Of those, the attempts that stepped aside (unanswered for SLOW_AFTER_MS): they hold no slot. */
+  private readonly steppedAside = new Set<string>();
   /** Aborted by settle(): cuts off the POSTs still under way at shutdown. */
   private readonly stopping = unlimitedAbortController();
   /** Called when a delivery ends and its slot is free again (the background loop claims more). */
@@ -69,9 +75,20 @@ export class CallbackDispatcher {
     private readonly post: PostCallback,
   ) {}
 
+  /**
+   * Free slots. An attempt left unanswered for SLOW_AFTER_MS no longer holds one: receivers that
+   * hang, of several tenants or hosts, each within its share, filled every slot until their attempts
+   * timed out (CALLBACK_TIMEOUT), and every other receiver waited. It still counts toward its
+   * tenant's and its host's shares, and at most IN_FLIGHT_PER_SLOT times the slots are in flight.
+   */
+  private freeSlots(): number {
+    const holding = this.inFlight.size - this.steppedAside.size;
+    return Math.min(this.options.concurrency - holding, this.options.concurrency * IN_FLIGHT_PER_SLOT - this.inFlight.size);
+  }
+
   /** Claims the due events that fit in free slots and starts delivering them; returns how many. */
   async startDue(): Promise<number> {
-    const slots = this.options.concurrency - this.inFlight.size;
+    const slots = this.freeSlots();
     if (slots <= 0) return 0;
     const now = this.deps.now();
     const claimStarted = performance.now();
@@ -89,11 +106,18 @@ export class CallbackDispatcher {
     // The lease runs from before the claim: a claim that waited (for the pool, for a row lock)
     // leaves less of it for the POST, which must end before another replica may claim the event.
     const leaseLeftMs = leaseMs - (performance.now() - claimStarted) - LEASE_SAFETY_MS;
+    const slowAfterMs = Math.min(SLOW_AFTER_MS, this.options.timeoutMs / 2);
     for (const event of claimed) {
-      const done = this.deliver(event, Math.min(this.options.timeoutMs, leaseLeftMs)).finally(() => {
-        this.inFlight.delete(event.id);
-        this.finished += 1;
+      const slow = setTimeout(() => {
+        this.steppedAside.add(event.id);
         this.onSlotFreed();
+      }, slowAfterMs).unref();
+      const done = this.deliver(event, Math.min(this.options.timeoutMs, leaseLeftMs)).finally(() => {
+        clearTimeout(slow);
+        this.inFlight.delete(event.id);
+        this.steppedAside.delete(event.id);
+        this.finished += 1;
+        this.onSlotFreed(); // a slot, or room in its tenant's and host's shares
       });
       this.inFlight.set(event.id, { event, done });
     }

@@ -142,6 +142,46 @@ describe.each(backends())('fair callback delivery (%s)', (_name, backend) => {
   });
 });
 
+describe.each(backends())('callbacks when receivers that never answer fill every slot (%s)', (_name, backend) => {
+  jest.setTimeout(60_000);
+  const tokenC = 'tenant-c-token-0123456789';
+  const tokens = [...TOKENS, { token: tokenC, tenant: 'c', scopes: ['produce', 'read', 'consume'] }];
+
+  it("when two tenants' receivers at six hosts hang, each tenant holding its half of the slots, then a third tenant's callback still arrives within seconds, and the hanging ones get no more than their shares", async () => {
+    const hanging = await Promise.all(
+      [2, 3, 4, 5, 6, 7].map(async (n) => {
+        const receiver = new Receiver();
+        receiver.fallback = 'hang';
+        await receiver.start(0, `127.0.0.${n}`);
+        return receiver;
+      }),
+    );
+    const healthy = new Receiver();
+    await healthy.start(0, '127.0.0.9');
+    // Attempts last up to 30 s: a callback that waits for a slot to free arrives far later than this test waits.
+    const svc = await startService(backend, {
+      API_TOKENS: JSON.stringify(tokens),
+      CALLBACK_ALLOW_HOSTS: '127.0.0.0/8',
+      CALLBACK_TIMEOUT: '30s',
+      CALLBACK_POLL_INTERVAL: '100ms',
+    });
+    const inFlight = () => hanging.reduce((n, receiver) => n + receiver.deliveries.length, 0);
+    try {
+      // a's at three hosts, b's at three others: 3 + 3 + 2 each (3 a tenant's most on a host, 8 its half of 16).
+      for (const [i, receiver] of hanging.entries()) for (let k = 0; k < 5; k++) await completedWithCallback(svc, i < 3 ? tokenA : tokenB, receiver.url);
+      svc.rollcall.startBackground();
+      await until(() => inFlight() >= 16, 10_000); // every slot of CALLBACK_CONCURRENCY 16
+      await completedWithCallback(svc, tokenC, healthy.url);
+      await healthy.waitFor(1, 10_000);
+      expect(inFlight()).toBe(16); // still each tenant's half, though attempts that stepped aside hold no slot
+      expect(hanging.every((receiver) => receiver.deliveries.every((d) => d.answered === undefined))).toBe(true); // none timed out yet
+    } finally {
+      await svc.stop();
+      await Promise.all([...hanging, healthy].map((receiver) => receiver.stop()));
+    }
+  });
+});
+
 describe.each(backends())('callbacks of several tenants to one receiving host (%s)', (_name, backend) => {
   jest.setTimeout(60_000);
   /** A host that tenants a and b both send callbacks to; it answers none unless a test says otherwise. */
