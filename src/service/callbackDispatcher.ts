@@ -76,10 +76,12 @@ export class CallbackDispatcher {
   ) {}
 
   /**
-   * Free slots. An attempt left unanswered for SLOW_AFTER_MS no longer holds one: receivers that
-   * hang, of several tenants or hosts, each within its share, filled every slot until their attempts
-   * timed out (CALLBACK_TIMEOUT), and every other receiver waited. It still counts toward its
-   * tenant's and its host's shares, and at most IN_FLIGHT_PER_SLOT times the slots are in flight.
+   * Free slots. An attempt whose POST is unanswered after SLOW_AFTER_MS holds none while it waits:
+   * receivers that hang, of several tenants or hosts, each within its share, filled every slot
+   * until their attempts timed out (CALLBACK_TIMEOUT), and every other receiver waited. It still
+   * counts toward its tenant's and its host's shares, and at most IN_FLIGHT_PER_SLOT times the
+   * slots are in flight. Holding may pass the slots for a moment when such POSTs end and their
+   * outcomes are written: then none is free until it is below again.
    */
   private freeSlots(): number {
     const holding = this.inFlight.size - this.steppedAside.size;
@@ -106,16 +108,9 @@ export class CallbackDispatcher {
     // The lease runs from before the claim: a claim that waited (for the pool, for a row lock)
     // leaves less of it for the POST, which must end before another replica may claim the event.
     const leaseLeftMs = leaseMs - (performance.now() - claimStarted) - LEASE_SAFETY_MS;
-    const slowAfterMs = Math.min(SLOW_AFTER_MS, this.options.timeoutMs / 2);
     for (const event of claimed) {
-      const slow = setTimeout(() => {
-        this.steppedAside.add(event.id);
-        this.onSlotFreed();
-      }, slowAfterMs).unref();
       const done = this.deliver(event, Math.min(this.options.timeoutMs, leaseLeftMs)).finally(() => {
-        clearTimeout(slow);
         this.inFlight.delete(event.id);
-        this.steppedAside.delete(event.id);
         this.finished += 1;
         this.onSlotFreed(); // a slot, or room in its tenant's and host's shares
       });
@@ -201,6 +196,7 @@ export class CallbackDispatcher {
       return;
     }
     let error: string | null;
+    const slow = this.stepAsideAfter(event.id, Math.min(SLOW_AFTER_MS, this.options.timeoutMs / 2));
     try {
       error = await this.post(event.url, this.headersFor(event), event.payload, timeoutMs, this.stopping.signal);
     } catch (caught) {
@@ -209,9 +205,21 @@ export class CallbackDispatcher {
       // lastError names no more than the four outcomes (a tenant reads it).
       this.deps.log.warn({ err: caught, eventId: event.id, batchId: event.batchId }, 'sending a callback threw; the attempt counts as failed');
       error = 'connection failed';
+    } finally {
+      // The outcome's write holds a slot again: a slow database does not let writes pile up.
+      clearTimeout(slow);
+      this.steppedAside.delete(event.id);
     }
     if (error !== null && this.stopping.signal.aborted) return this.giveBack(event);
     this.deps.observe.delivery(await this.record(event, error));
+  }
+
+  /** Gives the attempt's slot back if its POST is still unanswered after `ms`, and wakes the loop. */
+  private stepAsideAfter(eventId: string, ms: number): NodeJS.Timeout {
+    return setTimeout(() => {
+      this.steppedAside.add(eventId);
+      this.onSlotFreed();
+    }, ms).unref();
   }
 
   /** An attempt the shutdown cut off: not a failure of the receiver's, so the event is due again at once. */

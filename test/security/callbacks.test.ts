@@ -1,5 +1,6 @@
 import { verifySignature } from '../../src/domain/delivery';
-import { backends } from '../helpers/backends';
+import { PostCallback } from '../../src/service/postCallback';
+import { Backend, backends } from '../helpers/backends';
 import { batchWith } from '../helpers/batches';
 import { until } from '../helpers/realTime';
 import { Receiver } from '../helpers/receiver';
@@ -174,10 +175,52 @@ describe.each(backends())('callbacks when receivers that never answer fill every
       await completedWithCallback(svc, tokenC, healthy.url);
       await healthy.waitFor(1, 10_000);
       expect(inFlight()).toBe(16); // still each tenant's half, though attempts that stepped aside hold no slot
-      expect(hanging.every((receiver) => receiver.deliveries.every((d) => d.answered === undefined))).toBe(true); // none timed out yet
+      const [timedOut] = (await svc.rollcall.db('outbox').whereNotNull('last_error').count({ n: '*' })) as Array<{ n: number | string }>;
+      expect(Number(timedOut?.n)).toBe(0); // it came while every hanging attempt was still under way
     } finally {
       await svc.stop();
       await Promise.all([...hanging, healthy].map((receiver) => receiver.stop()));
+    }
+  });
+});
+
+describe('callbacks in flight when many tenants’ receivers hang (sqlite)', () => {
+  jest.setTimeout(60_000);
+  const [, sqlite] = backends()[0] as [string, Backend];
+
+  it('when receivers of ten tenants at ten hosts all hang, then attempts that gave their slots back stop at four times CALLBACK_CONCURRENCY in flight', async () => {
+    const tokens = Array.from({ length: 10 }, (_, i) => ({ token: `tenant-${i}-token-0123456789`, tenant: `t${i}`, scopes: ['produce', 'read', 'consume'] }));
+    let inFlight = 0;
+    let most = 0;
+    // A receiver that never answers: each attempt ends only at its timeout, or the shutdown's cut.
+    const hangs: PostCallback = (_url, _headers, _body, timeoutMs, stopping) =>
+      new Promise((resolve) => {
+        most = Math.max(most, ++inFlight);
+        const end = () => {
+          clearTimeout(timer);
+          inFlight -= 1;
+          resolve('timeout');
+        };
+        const timer = setTimeout(end, timeoutMs);
+        stopping?.addEventListener('abort', end, { once: true });
+      });
+    // 2 slots: a tenant holds at most 1, a host 1; the cap is 8.
+    const env = {
+      API_TOKENS: JSON.stringify(tokens),
+      CALLBACK_ALLOW_HOSTS: '127.0.0.0/8',
+      CALLBACK_CONCURRENCY: '2',
+      CALLBACK_TIMEOUT: '60s',
+      CALLBACK_POLL_INTERVAL: '100ms',
+    };
+    const svc = await startService(sqlite, env, { postCallback: hangs });
+    try {
+      for (const [i, { token }] of tokens.entries()) await completedWithCallback(svc, token, `http://127.0.0.2:${1000 + i}/cb`);
+      svc.rollcall.startBackground();
+      await until(() => most >= 8, 20_000); // two more each time two step aside (after 2 s)
+      await new Promise((resolve) => setTimeout(resolve, 3_000)); // two more would have stepped aside meanwhile
+      expect([inFlight, most]).toEqual([8, 8]);
+    } finally {
+      await svc.stop();
     }
   });
 });
