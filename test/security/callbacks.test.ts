@@ -19,6 +19,24 @@ async function completedWithCallback(svc: TestService, token: string, callbackUr
   return (await batchWith(svc.clientWith(token), 0, { callbackUrl })).id;
 }
 
+/** A receiver listening on `host`; one that hangs never answers. */
+async function receiverOn(host: string, hangs = false): Promise<Receiver> {
+  const receiver = new Receiver();
+  if (hangs) receiver.fallback = 'hang';
+  await receiver.start(0, host);
+  return receiver;
+}
+
+/** A service of these tenants whose callbacks may go to any loopback address, looked for every 100 ms. */
+function serviceOfTenants(
+  backend: Backend,
+  tokens: object[],
+  env: Record<string, string>,
+  options: { postCallback?: PostCallback } = {},
+): Promise<TestService> {
+  return startService(backend, { API_TOKENS: JSON.stringify(tokens), CALLBACK_ALLOW_HOSTS: '127.0.0.0/8', CALLBACK_POLL_INTERVAL: '100ms', ...env }, options);
+}
+
 describe.each(backends())('callback targets in a multi-tenant service (%s)', (_name, backend) => {
   let svc: TestService;
   let allowed: Receiver;
@@ -109,17 +127,9 @@ describe.each(backends())('fair callback delivery (%s)', (_name, backend) => {
   jest.setTimeout(60_000);
 
   it("when hundreds of events wait on a receiver that never answers, then another tenant's callback, and the same tenant's to another host, arrive within seconds", async () => {
-    const blackhole = new Receiver();
-    blackhole.fallback = 'hang';
-    await blackhole.start(0, '127.0.0.2');
-    const healthy = new Receiver();
-    await healthy.start(0, '127.0.0.3');
-    const svc = await startService(backend, {
-      API_TOKENS: JSON.stringify(TOKENS),
-      CALLBACK_ALLOW_HOSTS: '127.0.0.0/8',
-      CALLBACK_TIMEOUT: '10s',
-      CALLBACK_POLL_INTERVAL: '100ms',
-    });
+    const blackhole = await receiverOn('127.0.0.2', true);
+    const healthy = await receiverOn('127.0.0.3');
+    const svc = await serviceOfTenants(backend, TOKENS, { CALLBACK_TIMEOUT: '10s' });
     try {
       for (let i = 0; i < 200; i++) await completedWithCallback(svc, tokenA, blackhole.url);
       svc.rollcall.startBackground();
@@ -149,23 +159,10 @@ describe.each(backends())('callbacks when receivers that never answer fill every
   const tokens = [...TOKENS, { token: tokenC, tenant: 'c', scopes: ['produce', 'read', 'consume'] }];
 
   it("when two tenants' receivers at six hosts hang, each tenant holding its half of the slots, then a third tenant's callback still arrives within seconds, and the hanging ones get no more than their shares", async () => {
-    const hanging = await Promise.all(
-      [2, 3, 4, 5, 6, 7].map(async (n) => {
-        const receiver = new Receiver();
-        receiver.fallback = 'hang';
-        await receiver.start(0, `127.0.0.${n}`);
-        return receiver;
-      }),
-    );
-    const healthy = new Receiver();
-    await healthy.start(0, '127.0.0.9');
+    const hanging = await Promise.all([2, 3, 4, 5, 6, 7].map((n) => receiverOn(`127.0.0.${n}`, true)));
+    const healthy = await receiverOn('127.0.0.9');
     // Attempts last up to 30 s: a callback that waits for a slot to free arrives far later than this test waits.
-    const svc = await startService(backend, {
-      API_TOKENS: JSON.stringify(tokens),
-      CALLBACK_ALLOW_HOSTS: '127.0.0.0/8',
-      CALLBACK_TIMEOUT: '30s',
-      CALLBACK_POLL_INTERVAL: '100ms',
-    });
+    const svc = await serviceOfTenants(backend, tokens, { CALLBACK_TIMEOUT: '30s' });
     const inFlight = () => hanging.reduce((n, receiver) => n + receiver.deliveries.length, 0);
     try {
       // a's at three hosts, b's at three others: 3 + 3 + 2 each (3 a tenant's most on a host, 8 its half of 16).
@@ -205,14 +202,7 @@ describe('callbacks in flight when many tenants’ receivers hang (sqlite)', () 
         stopping?.addEventListener('abort', end, { once: true });
       });
     // 2 slots: a tenant holds at most 1, a host 1; the cap is 8.
-    const env = {
-      API_TOKENS: JSON.stringify(tokens),
-      CALLBACK_ALLOW_HOSTS: '127.0.0.0/8',
-      CALLBACK_CONCURRENCY: '2',
-      CALLBACK_TIMEOUT: '60s',
-      CALLBACK_POLL_INTERVAL: '100ms',
-    };
-    const svc = await startService(sqlite, env, { postCallback: hangs });
+    const svc = await serviceOfTenants(sqlite, tokens, { CALLBACK_CONCURRENCY: '2', CALLBACK_TIMEOUT: '60s' }, { postCallback: hangs });
     try {
       for (const [i, { token }] of tokens.entries()) await completedWithCallback(svc, token, `http://127.0.0.2:${1000 + i}/cb`);
       svc.rollcall.startBackground();
@@ -231,15 +221,8 @@ describe.each(backends())('callbacks of several tenants to one receiving host (%
   let shared: Receiver;
   let svc: TestService;
   beforeEach(async () => {
-    shared = new Receiver();
-    shared.fallback = 'hang';
-    await shared.start(0, '127.0.0.2');
-    svc = await startService(backend, {
-      API_TOKENS: JSON.stringify(TOKENS),
-      CALLBACK_ALLOW_HOSTS: '127.0.0.0/8',
-      CALLBACK_TIMEOUT: '30s',
-      CALLBACK_POLL_INTERVAL: '100ms',
-    });
+    shared = await receiverOn('127.0.0.2', true);
+    svc = await serviceOfTenants(backend, TOKENS, { CALLBACK_TIMEOUT: '30s' });
   });
   afterEach(async () => {
     await shared.stop();
@@ -278,9 +261,7 @@ describe.each(backends())('callbacks of several tenants to one receiving host (%
   });
 
   it("when one tenant's backlog at a host fills a claim's read, then the same claim still takes its events for another host", async () => {
-    const other = new Receiver();
-    other.fallback = 'hang';
-    await other.start(0, '127.0.0.3');
+    const other = await receiverOn('127.0.0.3', true);
     try {
       // More than one read's window (4 per free slot) of a's events at the shared host, older than those for the other.
       await completedMany(tokenA, shared.url, 70);
