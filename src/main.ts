@@ -40,7 +40,8 @@ export async function serve(): Promise<void> {
       process.exit(1);
     }, config.SHUTDOWN_TIMEOUT_MS);
     timer.unref();
-    closeServer(server);
+    // Half the time for bodies still arriving, so the rest of the drain can end within it.
+    closeServer(server, { bodyGraceMs: config.SHUTDOWN_TIMEOUT_MS / 2 });
     rollcall.beginShutdown();
     await once(server, 'close').catch(() => undefined);
     await rollcall.close();

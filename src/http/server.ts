@@ -34,6 +34,8 @@ export function createServer(app: Express): http.Server {
   const answered = (res: http.ServerResponse) => {
     open.delete(res);
     if (open.size === 0 && draining.has(server)) cutUnansweredConnections(server);
+    // A body still arriving behind this answer (pipelined) is at the head of its connection now.
+    else if (bodiesOverdue.has(server)) cutUnfinishedBodies(server);
   };
   const sockets = new Map<Socket, Set<http.ServerResponse>>();
   server.on('connection', (socket: Socket) => {
@@ -66,6 +68,8 @@ const openResponses = new WeakMap<http.Server, Set<http.ServerResponse>>();
 const openSockets = new WeakMap<http.Server, Map<Socket, Set<http.ServerResponse>>>();
 /** Servers closeServer was called on. */
 const draining = new WeakSet<http.Server>();
+/** Draining servers whose requests' bodies had their time to arrive (DrainOptions.bodyGraceMs). */
+const bodiesOverdue = new WeakSet<http.Server>();
 
 /**
  * Once a draining server has no answer under way, the connections still open are those of requests
@@ -78,9 +82,34 @@ function cutUnansweredConnections(server: http.Server): void {
   for (const socket of openSockets.get(server)?.keys() ?? []) if (!socket.writableEnded) socket.destroy();
 }
 
+/**
+ * Cuts the connections whose request's body is still arriving, once it has had its time. No route
+ * that changes anything runs before its body is whole, so nothing of such a request was done: the
+ * client sends it again, to another replica. Node stops enforcing requestTimeout once the server is
+ * closed, so a client that stalled (or crawled) in its body otherwise held the drain until
+ * SHUTDOWN_TIMEOUT_MS ended the process (exit 1). A request pipelined behind an answer still under
+ * way is left until that answer ends (cutting it then would lose that answer); the cut right after
+ * may still reset the connection before the client has read that answer, as any cut may.
+ */
+function cutUnfinishedBodies(server: http.Server): void {
+  for (const [socket, answers] of openSockets.get(server) ?? []) {
+    const head = (socket as Socket & { _httpMessage?: http.ServerResponse | null })._httpMessage;
+    for (const res of answers) {
+      if (res.req.complete || res.headersSent || (head && head !== res)) continue;
+      socket.destroy();
+      break;
+    }
+  }
+}
+
 /** How many answers a server has under way (what closeServer would reach). */
 export function answersUnderWay(server: http.Server): number {
   return openResponses.get(server)?.size ?? 0;
+}
+
+export interface DrainOptions {
+  /** From the drain's start, how long requests whose bodies are still arriving may take to send the rest; then their connections are cut. */
+  bodyGraceMs: number;
 }
 
 /**
@@ -90,8 +119,13 @@ export function answersUnderWay(server: http.Server): number {
  * again on it at once (waitForCompletion, after its wait was answered) kept the server from closing
  * until SHUTDOWN_TIMEOUT ended the process with its requests cut off.
  */
-export function closeServer(server: http.Server): void {
+export function closeServer(server: http.Server, { bodyGraceMs }: DrainOptions): void {
   draining.add(server);
+  const bodiesDue = setTimeout(() => {
+    bodiesOverdue.add(server);
+    cutUnfinishedBodies(server);
+  }, bodyGraceMs).unref();
+  server.once('close', () => clearTimeout(bodiesDue));
   server.close();
   server.closeIdleConnections();
   server.prependListener('request', (_req: http.IncomingMessage, res: http.ServerResponse) => res.setHeader('Connection', 'close'));

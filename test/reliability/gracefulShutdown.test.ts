@@ -157,15 +157,19 @@ describe('SIGTERM while a client is part way through a request (sqlite)', () => 
   jest.setTimeout(60_000);
   const [, sqlite] = backends()[0] as [string, Backend];
 
+  const headersPart = 'POST /v1/batches HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n';
+  const bodyPart = 'POST /v1/batches HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 40\r\n\r\n{"userKey":';
+
   it.each([
-    ['no answer is under way', false],
-    ['a wait is held (the cut comes once it is answered)', true],
+    ['only part of its headers, and no answer is under way', headersPart, false],
+    ['only part of its headers, and a wait is held (the cut comes once it is answered)', headersPart, true],
+    ['its headers and part of its body (the cut comes after half of SHUTDOWN_TIMEOUT_MS)', bodyPart, false],
   ])(
-    'when a client has sent only part of its headers as SIGTERM comes (stalled or slow) and %s, then its connection is cut and the service exits 0, not held to SHUTDOWN_TIMEOUT_MS',
-    async (_what, withWait) => {
+    'when a client has sent %s as SIGTERM comes (stalled or slow), then its connection is cut and the service exits 0, not held to SHUTDOWN_TIMEOUT_MS',
+    async (_what, sent, withWait) => {
       const database = await sqlite.create();
-      // Node stops enforcing headersTimeout once the server is closed: without the cut, exit 1 at this.
-      const service = await spawnService({ ...processEnv(database), SHUTDOWN_TIMEOUT_MS: '20000' });
+      // Node stops enforcing headersTimeout and requestTimeout once the server is closed: without the cut, exit 1 at this.
+      const service = await spawnService({ ...processEnv(database), SHUTDOWN_TIMEOUT_MS: '8000' });
       let socket: net.Socket | undefined;
       let waiting: ReturnType<typeof call> | undefined;
       try {
@@ -175,12 +179,14 @@ describe('SIGTERM while a client is part way through a request (sqlite)', () => 
         await once(socket, 'connect');
         socket.on('error', () => undefined);
         const cut = once(socket, 'close');
-        socket.write('POST /v1/batches HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n');
+        socket.write(sent);
         await new Promise((resolve) => setTimeout(resolve, 300)); // the service has read it: the connection is not idle
         const exited = new Promise<number | null>((resolve) => service.child.once('exit', (code) => resolve(code)));
+        const signalled = performance.now();
         service.child.kill('SIGTERM');
         expect(await exited).toBe(0);
         await cut;
+        if (sent === bodyPart) expect(performance.now() - signalled).toBeGreaterThanOrEqual(3_900); // the body had its 4 s
         if (waiting) expect((await waiting).body.state).toBe('open'); // answered with the state at the drain
       } finally {
         socket?.destroy();
