@@ -213,6 +213,40 @@ describe('callbacks in flight when many tenants’ receivers hang (sqlite)', () 
       await svc.stop();
     }
   });
+
+  it('when CALLBACK_TIMEOUT is shorter than twice the step-aside time, then a hanging attempt gives its slot back at half of its timeout, before it ends', async () => {
+    const tokens = Array.from({ length: 4 }, (_, i) => ({ token: `tenant-${i}-token-0123456789`, tenant: `t${i}`, scopes: ['produce', 'read', 'consume'] }));
+    let ended = 0;
+    /** For each attempt, how many had ended when it started. */
+    const endedAtStart: number[] = [];
+    const hangs: PostCallback = (_url, _headers, _body, timeoutMs, stopping) =>
+      new Promise((resolve) => {
+        endedAtStart.push(ended);
+        const end = () => {
+          clearTimeout(timer);
+          ended += 1;
+          resolve('timeout');
+        };
+        const timer = setTimeout(end, timeoutMs);
+        stopping?.addEventListener('abort', end, { once: true });
+      });
+    // Attempts end at 1.5 s, under the 2 s step-aside: without the half, a slot frees only as an attempt ends.
+    const svc = await serviceOfTenants(
+      sqlite,
+      tokens,
+      { CALLBACK_CONCURRENCY: '2', CALLBACK_TIMEOUT: '1500ms', CALLBACK_POLL_INTERVAL: '50ms' },
+      { postCallback: hangs },
+    );
+    try {
+      for (const [i, { token }] of tokens.entries()) await completedWithCallback(svc, token, `http://127.0.0.2:${1000 + i}/cb`);
+      svc.rollcall.startBackground();
+      await until(() => endedAtStart.length >= 3, 10_000);
+      // The third starts when the first two step aside at 750 ms, while they still hang (they end at 1,500 ms).
+      expect(endedAtStart.slice(0, 3)).toEqual([0, 0, 0]);
+    } finally {
+      await svc.stop();
+    }
+  });
 });
 
 describe.each(backends())('callbacks of several tenants to one receiving host (%s)', (_name, backend) => {
