@@ -92,6 +92,7 @@ export function rollcallConsumer(
     if (itemId === undefined || messages.ackedAsKnownCancelled(message, itemId)) return;
     // The token before asking about a cancel: a batch cancelled while its message was held is then still noticed.
     if ((await messages.returnedForRefusedToken(message)) || (await messages.ackedAsCancelled(message, itemId))) return;
+    if (messages.closed) return; // RabbitMQ has it back: another consumer runs it
     let returned: unknown;
     try {
       returned = await handler(message);

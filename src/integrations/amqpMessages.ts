@@ -11,6 +11,7 @@ import { isTransient } from '../client/retry';
 import { AckCoalescer, ItemOutcome, keepingProcessAlive, Rejected } from './ackCoalescer';
 import { CancelledBatches } from './cancelledBatches';
 import { asError, RollcallIntegrationError } from './errors';
+import { synchronousItemIdOf } from './itemIdOf';
 import { TokenCheck } from './tokenCheck';
 
 /** The header that carries a message's item ID (set by the producer). */
@@ -164,6 +165,8 @@ export class MessageHandling {
    * (returnedForRefusedToken comes first), so a drain releases every message it was given before.
    */
   private holding = holding();
+  /** Set when the channel closes: RabbitMQ has its unsettled messages back, for another consumer to run. */
+  private channelClosed = false;
 
   constructor(
     private readonly channel: AckingChannel,
@@ -172,9 +175,22 @@ export class MessageHandling {
     private readonly tokens: TokenCheck,
     private readonly options: MessageHandlingOptions,
   ) {
-    this.itemIdOf = options.itemIdOf ?? defaultItemIdOf;
+    this.itemIdOf = options.itemIdOf ? synchronousItemIdOf(options.itemIdOf) : defaultItemIdOf;
     // A held message must not run once RabbitMQ has taken it back (for another consumer to run).
-    whenClosed(channel, () => this.releaseHeld());
+    whenClosed(channel, () => {
+      this.channelClosed = true;
+      this.releaseHeld();
+    });
+  }
+
+  /**
+   * Whether the message's channel has closed (a dropped connection, say) while it waited to run (for
+   * a cancel look-up, which takes up to the client's timeoutMs when rollcall is slow): RabbitMQ gives
+   * it to another consumer, so running it here too would do its work twice. Without a `close` event
+   * on the channel this never turns true.
+   */
+  get closed(): boolean {
+    return this.channelClosed;
   }
 
   report(error: Error, message: ConsumeMessage): void {

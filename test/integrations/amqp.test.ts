@@ -7,7 +7,7 @@ import vm from 'node:vm';
 
 import amqp, { Channel, ChannelModel, ConsumeMessage } from 'amqplib';
 
-import { Batch, RollcallClient } from '../../src/client';
+import { Batch, HttpSend, httpSend, RollcallClient } from '../../src/client';
 import { AckingChannel, handedToChild, ITEM_ID_HEADER, RollcallConsumeCallback, rollcallConsumer, RollcallConsumerOptions } from '../../src/integrations/amqp';
 import { openBatch } from '../../src/integrations/producer';
 import { backends } from '../helpers/backends';
@@ -607,6 +607,27 @@ describeWith(amqpUrl).each(backends())('rollcall/amqp on a real RabbitMQ quorum 
     expect(told).toHaveLength(20);
   });
 
+  it('when itemIdOf is async (plain JavaScript lets it be) and its promises reject, then none goes unhandled, onError says why, and the messages are dropped', async () => {
+    const client = new RollcallClient({ baseUrl: svc.url });
+    const { queue, batch } = await produce(client, 5);
+    const channel = await (await connect()).createChannel();
+    channel.on('error', () => undefined);
+    const told: string[] = [];
+    const asyncItemIdOf = async (): Promise<string> => Promise.reject(new Error('no ID to be read'));
+    await channel.consume(
+      queue,
+      rollcallConsumer(client, channel, () => undefined, {
+        itemIdOf: asyncItemIdOf as unknown as (message: ConsumeMessage) => string,
+        onError: (error) => told.push(error.message),
+      }),
+    );
+    await until(() => told.length >= 5, 10_000);
+    await drained(queue);
+    await realSleep(100); // a rejection left unhandled would be reported by now, failing this test
+    expect(told).toEqual(Array(5).fill('itemIdOf gave a promise; it must give the item ID itself (not async)'));
+    expect(await client.status(batch.id)).toMatchObject({ succeeded: 0, pending: 5 });
+  });
+
   // An unhandled rejection fails the test that made it (Jest's own handler: a listener on `process`
   // here would not hear it, as Jest's `process` is a copy).
   it('when onError is async and rejects, then no rejection goes unhandled and the messages are still settled', async () => {
@@ -789,6 +810,38 @@ describeWith(amqpUrl).each(backends())('rollcall/amqp on a real RabbitMQ quorum 
     await drained(queue);
     expect(runs.size).toBe(0);
     expect(await client.status(batch.id)).toMatchObject({ state: 'cancelled', pending: 100 });
+  });
+
+  it('when the channel closes while its messages wait for the cancel look-up, then none of them runs there, and another consumer runs each once', async () => {
+    const producing = new RollcallClient({ baseUrl: svc.url });
+    const { queue, batch } = await produce(producing, 5);
+    let lookups = 0;
+    let release = () => undefined as void;
+    const released = new Promise<void>((resolve) => (release = resolve));
+    const send = httpSend();
+    // rollcall slow to answer the look-up (it may take up to the client's timeoutMs)
+    const slowLookups: HttpSend = async (target, request) => {
+      if (target.includes('/v1/items/')) {
+        lookups += 1;
+        await released;
+      }
+      return send(target, request);
+    };
+    const runs = new Map<number, number>();
+    const first = await consumer(await connect(), queue, new RollcallClient({ baseUrl: svc.url, fetch: slowLookups }), runs, 0);
+    await until(() => lookups >= 1, 10_000);
+    await realSleep(300); // all five delivered (prefetch 20), each waiting on that look-up
+    await first.channel.close(); // RabbitMQ takes them back
+    release();
+    await realSleep(500);
+    expect(runs.size).toBe(0); // before, all five ran here too, for nothing: their acks could not reach RabbitMQ
+    const again = new Map<number, number>();
+    const second = await consumer(await connect(), queue, producing, again, 0);
+    await until(async () => (await producing.status(batch.id)).state === 'complete', 15_000);
+    await expectNoneUnsettled(queue, second);
+    await drained(queue);
+    expect([...again.keys()].sort()).toEqual([0, 1, 2, 3, 4]);
+    expect(runs.size).toBe(0);
   });
 
   it('when a handler opens a child batch for its own item and returns handedToChild, then its message is acked and its item waits for the child', async () => {
