@@ -14,6 +14,7 @@ import { answered, defaultItemIdOf, HANDED_OVER, SUCCESS_REJECTED, watchWorkerOf
 import { CancelCheckOptions, sharedCancelledBatches } from './cancelledBatches';
 import { HandedToChild, isHandedToChild } from './childBatch';
 import { asError, failureMessageOf, IntegrationErrorCode, RollcallIntegrationError } from './errors';
+import { synchronousItemIdOf } from './itemIdOf';
 import { sharedTokenCheck, TOKEN_RECHECK_MS } from './tokenCheck';
 
 export type { FailureWatchOptions, WatchableWorker } from './bullmqFailureWatch';
@@ -310,7 +311,9 @@ export function rollcallProcessor<DataType = any, ResultType = any, NameType ext
   const acks = sharedCoalescer(client, options);
   const cancelled = sharedCancelledBatches(client, options);
   const tokens = sharedTokenCheck(client);
-  const itemIdOf = options.itemIdOf ?? (defaultItemIdOf as (job: Job<DataType, ResultType, NameType>) => string | undefined);
+  const itemIdOf = options.itemIdOf
+    ? synchronousItemIdOf(options.itemIdOf)
+    : (defaultItemIdOf as (job: Job<DataType, ResultType, NameType>) => string | undefined);
   const watchOptions = { ...options, itemIdOf };
 
   /**

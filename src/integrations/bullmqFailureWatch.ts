@@ -12,6 +12,7 @@ import { unlessAborted } from '../client/abortable';
 import { AckCoalescingOptions, keepingProcessAlive, Rejected, sharedCoalescer } from './ackCoalescer';
 import { FailedSet, recentFailuresOf } from './bullmqRecentFailures';
 import { asError, failureMessageOf, RollcallIntegrationError, warn } from './errors';
+import { synchronousItemIdOf } from './itemIdOf';
 
 export interface FailureWatchOptions<DataType, ResultType, NameType extends string> extends AckCoalescingOptions {
   /** Where a job's item ID is. Default: `job.data.rollcallItemId` (as the processor's). */
@@ -126,7 +127,7 @@ export function watchFailedJobs<DataType = any, ResultType = any, NameType exten
   const watching = WATCHES.get(worker);
   if (watching) return watching;
   const acks = sharedCoalescer(client, options);
-  const itemIdOf = (options.itemIdOf ?? defaultItemIdOf) as (job: Job) => string | undefined;
+  const itemIdOf = synchronousItemIdOf((options.itemIdOf ?? defaultItemIdOf) as (job: Job) => string | undefined);
   const report = (message: string, cause?: unknown): void => {
     const error = new RollcallIntegrationError('failure_unrecorded', message, { cause });
     // An `error` listener that throws must not reach BullMQ, nor become an unhandled rejection.

@@ -466,6 +466,33 @@ describeWith(redisUrl).each(backends())('rollcall/bullmq on a real Redis and a r
     expect(await client.status(batch.id)).toMatchObject({ succeeded: 5, failed: 0, pending: 5 });
   });
 
+  it('when itemIdOf is async (plain JavaScript lets it be) and its promises reject, then none goes unhandled, and each job fails saying why, without running', async () => {
+    const queue = newQueue();
+    const batch = await produce(queue, 4, { attempts: 1 });
+    let runs = 0;
+    const asyncItemIdOf = async (): Promise<string> => Promise.reject(new Error('no ID to be read'));
+    const worker = new Worker<TestJobData>(
+      queue.name,
+      rollcallProcessor(
+        client,
+        async () => {
+          runs += 1;
+        },
+        { itemIdOf: asyncItemIdOf as unknown as (job: Job<TestJobData>) => string },
+      ),
+      { connection, prefix, concurrency: 4 },
+    );
+    worker.on('error', () => undefined); // the failure watch cannot read their IDs either (failure_unrecorded)
+    workers.push(worker);
+    await settled(queue, 4);
+    await realSleep(300); // a rejection left unhandled would be reported by now, failing this test
+    expect((await queue.getFailed()).map((job) => job.failedReason)).toEqual(
+      Array(4).fill('itemIdOf gave a promise; it must give the item ID itself (not async)'),
+    );
+    expect(runs).toBe(0);
+    expect(await client.status(batch.id)).toMatchObject({ succeeded: 0, failed: 0, pending: 4 });
+  });
+
   it("when one process runs two workers with one client, then their acks share calls (the process's acks are coalesced)", async () => {
     const send = httpSend();
     const batchesPerCall: number[] = [];

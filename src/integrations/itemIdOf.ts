@@ -1,0 +1,20 @@
+import { RollcallIntegrationError } from './errors';
+
+/**
+ * A user's `itemIdOf` that must give the ID itself. One written as an async function (plain
+ * JavaScript lets it be) gives a promise: no ID, and a rejection of it went unhandled and ended the
+ * process. Such a promise is let go quietly, and the call throws, which each integration answers
+ * as it answers any `itemIdOf` that throws.
+ */
+export function synchronousItemIdOf<T>(itemIdOf: (from: T) => string | undefined): (from: T) => string | undefined {
+  return (from) => {
+    const itemId: unknown = itemIdOf(from);
+    if (!isThenable(itemId)) return itemId as string | undefined;
+    itemId.then(undefined, () => undefined);
+    throw new RollcallIntegrationError('missing_item_id', 'itemIdOf gave a promise; it must give the item ID itself (not async)');
+  };
+}
+
+function isThenable(value: unknown): value is PromiseLike<unknown> {
+  return (typeof value === 'object' || typeof value === 'function') && value !== null && typeof (value as { then?: unknown }).then === 'function';
+}
