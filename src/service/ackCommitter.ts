@@ -170,6 +170,9 @@ export class AckCommitter {
    * The next round, in arrival order: calls none of whose batches is busy, up to maxIds. A call left
    * waiting reserves its batches, so no later call of those batches overtakes it. Calls that name a
    * held batch share a round only with each other, and only while no other such round is in flight.
+   * Calls running again (their batches found free after a round waited for another's lock) share a
+   * round only with each other too: merged with a call of a batch not yet known to be held, they
+   * would wait for it as well, and a second such wait is their 503.
    */
   private takeRound(): { round: Waiting[]; ofHeld: boolean } {
     const round: Waiting[] = [];
@@ -180,7 +183,10 @@ export class AckCommitter {
     for (const entry of this.queue) {
       const free = entry.batchIds.every((id) => !this.busy.has(id) && !reserved.has(id));
       const namesHeld = this.namesHeld(entry);
-      const fits = round.length === 0 ? !(namesHeld && this.heldRoundInFlight) : ids + entry.size <= this.options.maxIds && namesHeld === ofHeld;
+      const fits =
+        round.length === 0
+          ? !(namesHeld && this.heldRoundInFlight)
+          : ids + entry.size <= this.options.maxIds && namesHeld === ofHeld && entry.again === round[0]?.again;
       if (free && fits) {
         if (round.length === 0) ofHeld = namesHeld;
         round.push(entry);

@@ -246,6 +246,24 @@ describeOnServers('the ack committer when a round waits in vain for a batch row 
     }
   });
 
+  it('when a call runs again after its round waited for a held batch, then it does not meet a second held batch not yet known: it commits', async () => {
+    const [x, w, y, z] = [await batchWith(svc.client, 3), await batchWith(svc.client, 3), await batchWith(svc.client, 3), await batchWith(svc.client, 3)];
+    const releases = [await holdBatchRow(holder, x.id), await holdBatchRow(holder, w.id)];
+    try {
+      const { committer, rounds } = committerOn(svc, { windowMs: 50, waitWhenIdle: false, concurrency: 1 });
+      const [ofZ, ofX, ofY] = submitBehind(committer, [z.ids[0]!], [[x.ids[0]!], [y.ids[0]!]]);
+      await until(() => rounds.length === 2); // X's and Y's round waits for X
+      const ofW = track(committer.submit(ack([w.ids[0]!]))); // W's call waits behind it; W is not known to be held
+      await until(() => ofX!.settled && ofY!.settled && ofW.settled);
+      expect(ofZ!.value).toMatchObject({ acked: 1 });
+      expect(ofY!.value).toMatchObject({ acked: 1 }); // before: merged with W's call, a second wait, and 503
+      expect([ofX!.error, ofW.error]).toEqual([expect.objectContaining({ code: 'unavailable' }), expect.objectContaining({ code: 'unavailable' })]);
+      expect(rounds).toEqual([1, 2, 1, 1]);
+    } finally {
+      for (const release of releases) await release();
+    }
+  });
+
   it('when a round of several batches waits in vain, then its calls of batches not held run again and commit; those of the held one get 503', async () => {
     const [w, v, z] = [await batchWith(svc.client, 3), await batchWith(svc.client, 3), await batchWith(svc.client, 3)];
     const release = await holdBatchRow(holder, w.id);
