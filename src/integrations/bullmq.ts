@@ -14,7 +14,7 @@ import { answered, defaultItemIdOf, HANDED_OVER, SUCCESS_REJECTED, watchWorkerOf
 import { CancelCheckOptions, sharedCancelledBatches } from './cancelledBatches';
 import { HandedToChild, isHandedToChild } from './childBatch';
 import { asError, failureMessageOf, IntegrationErrorCode, RollcallIntegrationError } from './errors';
-import { synchronousItemIdOf } from './itemIdOf';
+import { PromisedItemIdError, synchronousItemIdOf } from './itemIdOf';
 import { sharedTokenCheck, TOKEN_RECHECK_MS } from './tokenCheck';
 
 export type { FailureWatchOptions, WatchableWorker } from './bullmqFailureWatch';
@@ -364,12 +364,22 @@ export function rollcallProcessor<DataType = any, ResultType = any, NameType ext
     return backoffStops(job, thrown, worker ? worker.settings?.backoffStrategy : options.backoffStrategy);
   };
 
+  /** The job's item ID, or why an async itemIdOf gave none (a job without an ID, as any). */
+  const itemIdOfJob = (job: Job<DataType, ResultType, NameType>): string | undefined | PromisedItemIdError => {
+    try {
+      return itemIdOf(job);
+    } catch (thrown) {
+      if (thrown instanceof PromisedItemIdError) return thrown;
+      throw thrown;
+    }
+  };
+
   const processor: RollcallBullmqProcessor<DataType, ResultType, NameType> = async (job, token, signal) => {
     watchWorkerOf(client, job, watchOptions);
-    const itemId = itemIdOf(job);
+    const itemId = itemIdOfJob(job);
     if (typeof itemId !== 'string' || !itemId) {
       answered(job); // its own failure says why: the failure watch need not report it again
-      throw new RollcallJobError('missing_item_id', `job ${job.id} has no rollcall item ID`);
+      throw new RollcallJobError('missing_item_id', itemId instanceof PromisedItemIdError ? itemId.message : `job ${job.id} has no rollcall item ID`);
     }
     const cancelledNow = cancelled.isCancelled(itemId);
     if (cancelledNow === true || (cancelledNow !== false && (await cancelledNow))) return undefined;

@@ -10,9 +10,20 @@ export function synchronousItemIdOf<T>(itemIdOf: (from: T) => string | undefined
   return (from) => {
     const itemId: unknown = itemIdOf(from);
     if (!isThenable(itemId)) return itemId as string | undefined;
-    itemId.then(undefined, () => undefined);
-    throw new RollcallIntegrationError('missing_item_id', 'itemIdOf gave a promise; it must give the item ID itself (not async)');
+    try {
+      itemId.then(undefined, () => undefined);
+    } catch {
+      // a `then` that throws: nothing is pending, nothing to let go
+    }
+    throw new PromisedItemIdError();
   };
+}
+
+/** What a wrapped `itemIdOf` throws when it gave a promise: no ID, as when it gives none. */
+export class PromisedItemIdError extends RollcallIntegrationError {
+  constructor() {
+    super('missing_item_id', 'itemIdOf gave a promise; it must give the item ID itself (not async)');
+  }
 }
 
 function isThenable(value: unknown): value is PromiseLike<unknown> {
