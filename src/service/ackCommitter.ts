@@ -186,7 +186,7 @@ export class AckCommitter {
       const fits =
         round.length === 0
           ? !(namesHeld && this.heldRoundInFlight)
-          : ids + entry.size <= this.options.maxIds && namesHeld === ofHeld && entry.again === round[0]?.again;
+          : ids + entry.size <= this.options.maxIds && namesHeld === ofHeld && Boolean(entry.again) === Boolean(round[0]?.again);
       if (free && fits) {
         if (round.length === 0) ofHeld = namesHeld;
         round.push(entry);

@@ -217,11 +217,13 @@ describe('callbacks in flight when many tenants’ receivers hang (sqlite)', () 
   it('when CALLBACK_TIMEOUT is shorter than twice the step-aside time, then a hanging attempt gives its slot back at half of its timeout, before it ends', async () => {
     const tokens = Array.from({ length: 4 }, (_, i) => ({ token: `tenant-${i}-token-0123456789`, tenant: `t${i}`, scopes: ['produce', 'read', 'consume'] }));
     let ended = 0;
-    /** For each attempt, how many had ended when it started. */
+    /** For each attempt, how many had ended when it started, and when it started. */
     const endedAtStart: number[] = [];
+    const startedAt: number[] = [];
     const hangs: PostCallback = (_url, _headers, _body, timeoutMs, stopping) =>
       new Promise((resolve) => {
         endedAtStart.push(ended);
+        startedAt.push(performance.now());
         const end = () => {
           clearTimeout(timer);
           ended += 1;
@@ -243,6 +245,7 @@ describe('callbacks in flight when many tenants’ receivers hang (sqlite)', () 
       await until(() => endedAtStart.length >= 3, 10_000);
       // The third starts when the first two step aside at 750 ms, while they still hang (they end at 1,500 ms).
       expect(endedAtStart.slice(0, 3)).toEqual([0, 0, 0]);
+      expect(startedAt[2]! - startedAt[0]!).toBeGreaterThanOrEqual(700); // not before half of the timeout: two slots, two at first
     } finally {
       await svc.stop();
     }
