@@ -85,12 +85,12 @@ function cutUnansweredConnections(server: http.Server): void {
 /**
  * Cuts the connections whose request's body is still arriving, once it has had its time. No route
  * that changes anything runs before its body is whole, so nothing of such a request was done (it
- * counted toward its tenant's rate limit, which runs first): the
- * client sends it again, to another replica. Node stops enforcing requestTimeout once the server is
- * closed, so a client that stalled (or crawled) in its body otherwise held the drain until
- * SHUTDOWN_TIMEOUT_MS ended the process (exit 1). A request pipelined behind an answer still under
- * way is left until that answer ends (cutting it then would lose that answer); the cut right after
- * may still reset the connection before the client has read that answer, as any cut may.
+ * counted toward its tenant's rate limit, which comes first): the client sends it again, to another
+ * replica. Node stops enforcing requestTimeout once the server is closed, so a client that stalled
+ * (or crawled) in its body otherwise held the drain until SHUTDOWN_TIMEOUT_MS ended the process
+ * (exit 1). A request pipelined behind an answer still under way is left until that answer ends
+ * (cutting it then would lose that answer); the cut right after may still reset the connection
+ * before the client has read that answer, as any cut may.
  */
 function cutUnfinishedBodies(server: http.Server): void {
   for (const [socket, answers] of openSockets.get(server) ?? []) {

@@ -3,8 +3,9 @@ import { RollcallIntegrationError } from './errors';
 /**
  * A user's `itemIdOf` that must give the ID itself. One written as an async function (plain
  * JavaScript lets it be) gives a promise: no ID, and a rejection of it went unhandled and ended the
- * process. Such a promise is let go quietly, and the call throws, which each integration answers
- * as it answers any `itemIdOf` that throws.
+ * process. Such a promise is let go quietly, and the call throws PromisedItemIdError: rollcall/amqp
+ * and the failure watch answer it as any `itemIdOf` that throws, the BullMQ processor as a job
+ * without an item ID (failed, unretried).
  */
 export function synchronousItemIdOf<T>(itemIdOf: (from: T) => string | undefined): (from: T) => string | undefined {
   return (from) => {
