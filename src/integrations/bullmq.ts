@@ -364,23 +364,28 @@ export function rollcallProcessor<DataType = any, ResultType = any, NameType ext
     return backoffStops(job, thrown, worker ? worker.settings?.backoffStrategy : options.backoffStrategy);
   };
 
-  /** The job's item ID, or why an async itemIdOf gave none (a job without an ID, as any). */
-  const itemIdOfJob = (job: Job<DataType, ResultType, NameType>): string | undefined | PromisedItemIdError => {
+  /**
+   * The job's item ID. A job with none fails at once, unretried, marked answered (its own failure
+   * says why: the failure watch need not report it again); so does one whose itemIdOf threw or gave
+   * a promise: its reruns would find none either, and its item would stay pending.
+   */
+  const itemIdOfJob = (job: Job<DataType, ResultType, NameType>): string => {
+    let itemId: string | undefined;
     try {
-      return itemIdOf(job);
+      itemId = itemIdOf(job);
     } catch (thrown) {
-      if (thrown instanceof PromisedItemIdError) return thrown;
-      throw thrown;
+      answered(job);
+      const reason = thrown instanceof PromisedItemIdError ? thrown.message : `itemIdOf threw for job ${job.id}: ${failureMessageOf(thrown)}`;
+      throw new RollcallJobError('missing_item_id', reason, { cause: thrown });
     }
+    if (typeof itemId === 'string' && itemId) return itemId;
+    answered(job);
+    throw new RollcallJobError('missing_item_id', `job ${job.id} has no rollcall item ID`);
   };
 
   const processor: RollcallBullmqProcessor<DataType, ResultType, NameType> = async (job, token, signal) => {
     watchWorkerOf(client, job, watchOptions);
     const itemId = itemIdOfJob(job);
-    if (typeof itemId !== 'string' || !itemId) {
-      answered(job); // its own failure says why: the failure watch need not report it again
-      throw new RollcallJobError('missing_item_id', itemId instanceof PromisedItemIdError ? itemId.message : `job ${job.id} has no rollcall item ID`);
-    }
     const cancelledNow = cancelled.isCancelled(itemId);
     if (cancelledNow === true || (cancelledNow !== false && (await cancelledNow))) return undefined;
     if (tokens.suspect) {

@@ -496,6 +496,40 @@ describeWith(redisUrl).each(backends())('rollcall/bullmq on a real Redis and a r
     expect(await client.status(batch.id)).toMatchObject({ succeeded: 0, failed: 0, pending: 4 });
   });
 
+  it('when itemIdOf throws on some jobs, then those fail at once saying why, unretried, without running; the rest complete', async () => {
+    const queue = newQueue();
+    const batch = await produce(queue, 6, { attempts: 3 });
+    const ran: number[] = [];
+    const worker = new Worker<TestJobData>(
+      queue.name,
+      rollcallProcessor(
+        client,
+        async (job: Job<TestJobData>) => {
+          ran.push(job.data.n);
+        },
+        {
+          itemIdOf: (job) => {
+            if (job.data.n % 2 === 1) throw new Error(`no ID in job ${job.data.n}`);
+            return job.data.rollcallItemId;
+          },
+        },
+      ),
+      { connection, prefix, concurrency: 6 },
+    );
+    const errors: Error[] = [];
+    worker.on('error', (error) => errors.push(error));
+    workers.push(worker);
+    await settled(queue, 6);
+    await realSleep(300); // the failure watch's turn, after BullMQ's `failed` events
+    expect(errors).toEqual([]); // each failure says why itself: the watch does not report it again
+    const failed = await queue.getFailed();
+    expect(failed.map((job) => [job.data.n, job.attemptsMade, job.failedReason]).sort()).toEqual(
+      [1, 3, 5].map((n) => [n, 1, `itemIdOf threw for job ${failed.find((job) => job.data.n === n)?.id}: no ID in job ${n}`]),
+    );
+    expect(ran.sort()).toEqual([0, 2, 4]);
+    expect(await client.status(batch.id)).toMatchObject({ succeeded: 3, failed: 0, pending: 3 });
+  });
+
   it("when one process runs two workers with one client, then their acks share calls (the process's acks are coalesced)", async () => {
     const send = httpSend();
     const batchesPerCall: number[] = [];
