@@ -436,98 +436,55 @@ describeWith(redisUrl).each(backends())('rollcall/bullmq on a real Redis and a r
     expect(runs).toBe(4);
   });
 
-  it('when itemIdOf gives a job no string, then that job fails at once without running, unretried; the rest complete', async () => {
+  /**
+   * Jobs 0 … count − 1 (three attempts each) run by a processor that reads their IDs with `itemIdOf`:
+   * which ran, how the others failed (attempts, reason with `<id>` for the job's id), the Worker's
+   * `error` events and the batch's status, once the failure watch has had its turn.
+   */
+  async function runWithItemIdOf(count: number, itemIdOf: (job: Job<TestJobData>) => string | undefined) {
     const queue = newQueue();
-    const batch = await produce(queue, 10, { attempts: 3 });
+    const batch = await produce(queue, count, { attempts: 3 });
     const ran: number[] = [];
-    const worker = new Worker<TestJobData>(
-      queue.name,
-      rollcallProcessor(
-        client,
-        async (job: Job<TestJobData>) => {
-          ran.push(job.data.n);
-        },
-        // A numeric field, say: not an item ID, though it is not undefined either.
-        { itemIdOf: (job) => (job.data.n % 2 === 1 ? (job.data.n as unknown as string) : job.data.rollcallItemId) },
-      ),
-      { connection, prefix, concurrency: 5 },
-    );
+    const processor = rollcallProcessor(client, async (job: Job<TestJobData>) => void ran.push(job.data.n), { itemIdOf });
+    const worker = new Worker<TestJobData>(queue.name, processor, { connection, prefix, concurrency: count });
     const errors: Error[] = [];
     worker.on('error', (error) => errors.push(error));
     workers.push(worker);
-    await settled(queue, 10);
-    await realSleep(300); // the failure watch's turn, after BullMQ's `failed` events
-    expect(errors).toEqual([]); // each failure says why itself: the watch does not report it again
-    const failed = await queue.getFailed();
-    expect(failed.map((job) => [job.data.n, job.attemptsMade, job.failedReason]).sort()).toEqual(
-      [1, 3, 5, 7, 9].map((n) => [n, 1, `job ${failed.find((job) => job.data.n === n)?.id} has no rollcall item ID`]),
-    );
-    expect(ran.sort()).toEqual([0, 2, 4, 6, 8]);
-    expect(await client.status(batch.id)).toMatchObject({ succeeded: 5, failed: 0, pending: 5 });
+    await settled(queue, count);
+    await realSleep(300); // the failure watch's turn, after BullMQ's `failed` events; a rejection left unhandled is reported by then
+    const failed = (await queue.getFailed())
+      .map((job) => [job.data.n, job.attemptsMade, job.failedReason.replace(`job ${job.id}`, 'job <id>')] as const)
+      .sort(([a], [b]) => a - b);
+    return { ran: ran.sort((a, b) => a - b), failed, errors, status: await client.status(batch.id) };
+  }
+
+  it('when itemIdOf gives a job no string, then that job fails at once without running, unretried; the rest complete', async () => {
+    // A numeric field, say: not an item ID, though it is not undefined either.
+    const run = await runWithItemIdOf(10, (job) => (job.data.n % 2 === 1 ? (job.data.n as unknown as string) : job.data.rollcallItemId));
+    expect(run.errors).toEqual([]); // each failure says why itself: the watch does not report it again
+    expect(run.failed).toEqual([1, 3, 5, 7, 9].map((n) => [n, 1, 'job <id> has no rollcall item ID']));
+    expect(run.ran).toEqual([0, 2, 4, 6, 8]);
+    expect(run.status).toMatchObject({ succeeded: 5, failed: 0, pending: 5 });
   });
 
   it('when itemIdOf is async (plain JavaScript lets it be) and its promises reject, then none goes unhandled, and each job fails at once saying why, unretried, without running', async () => {
-    const queue = newQueue();
-    const batch = await produce(queue, 4, { attempts: 3 });
-    let runs = 0;
     const asyncItemIdOf = async (): Promise<string> => Promise.reject(new Error('no ID to be read'));
-    const worker = new Worker<TestJobData>(
-      queue.name,
-      rollcallProcessor(
-        client,
-        async () => {
-          runs += 1;
-        },
-        { itemIdOf: asyncItemIdOf as unknown as (job: Job<TestJobData>) => string },
-      ),
-      { connection, prefix, concurrency: 4 },
-    );
-    const errors: Error[] = [];
-    worker.on('error', (error) => errors.push(error));
-    workers.push(worker);
-    await settled(queue, 4);
-    await realSleep(300); // a rejection left unhandled would be reported by now, failing this test
-    const failed = await queue.getFailed();
-    expect(failed.map((job) => [job.failedReason, job.attemptsMade])).toEqual(
-      Array(4).fill(['itemIdOf gave a promise; it must give the item ID itself (not async)', 1]),
-    );
-    expect(errors).toEqual([]); // each failure says why itself: the watch does not report it again
-    expect(runs).toBe(0);
-    expect(await client.status(batch.id)).toMatchObject({ succeeded: 0, failed: 0, pending: 4 });
+    const run = await runWithItemIdOf(4, asyncItemIdOf as unknown as (job: Job<TestJobData>) => string);
+    expect(run.errors).toEqual([]);
+    expect(run.failed).toEqual([0, 1, 2, 3].map((n) => [n, 1, 'itemIdOf gave a promise; it must give the item ID itself (not async)']));
+    expect(run.ran).toEqual([]);
+    expect(run.status).toMatchObject({ succeeded: 0, failed: 0, pending: 4 });
   });
 
   it('when itemIdOf throws on some jobs, then those fail at once saying why, unretried, without running; the rest complete', async () => {
-    const queue = newQueue();
-    const batch = await produce(queue, 6, { attempts: 3 });
-    const ran: number[] = [];
-    const worker = new Worker<TestJobData>(
-      queue.name,
-      rollcallProcessor(
-        client,
-        async (job: Job<TestJobData>) => {
-          ran.push(job.data.n);
-        },
-        {
-          itemIdOf: (job) => {
-            if (job.data.n % 2 === 1) throw new Error(`no ID in job ${job.data.n}`);
-            return job.data.rollcallItemId;
-          },
-        },
-      ),
-      { connection, prefix, concurrency: 6 },
-    );
-    const errors: Error[] = [];
-    worker.on('error', (error) => errors.push(error));
-    workers.push(worker);
-    await settled(queue, 6);
-    await realSleep(300); // the failure watch's turn, after BullMQ's `failed` events
-    expect(errors).toEqual([]); // each failure says why itself: the watch does not report it again
-    const failed = await queue.getFailed();
-    expect(failed.map((job) => [job.data.n, job.attemptsMade, job.failedReason]).sort()).toEqual(
-      [1, 3, 5].map((n) => [n, 1, `itemIdOf threw for job ${failed.find((job) => job.data.n === n)?.id}: no ID in job ${n}`]),
-    );
-    expect(ran.sort()).toEqual([0, 2, 4]);
-    expect(await client.status(batch.id)).toMatchObject({ succeeded: 3, failed: 0, pending: 3 });
+    const run = await runWithItemIdOf(6, (job) => {
+      if (job.data.n % 2 === 1) throw new Error(`no ID in job ${job.data.n}`);
+      return job.data.rollcallItemId;
+    });
+    expect(run.errors).toEqual([]);
+    expect(run.failed).toEqual([1, 3, 5].map((n) => [n, 1, `itemIdOf threw for job <id>: no ID in job ${n}`]));
+    expect(run.ran).toEqual([0, 2, 4]);
+    expect(run.status).toMatchObject({ succeeded: 3, failed: 0, pending: 3 });
   });
 
   it("when one process runs two workers with one client, then their acks share calls (the process's acks are coalesced)", async () => {
