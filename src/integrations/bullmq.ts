@@ -107,9 +107,27 @@ const STEERING_ERRORS = new Set(['DelayedError', 'WaitingError', 'WaitingChildre
 /** Their classes, those the installed bullmq has (WaitingError came after 5.0). */
 const STEERING_CLASSES = [DelayedError, WaitingError, WaitingChildrenError].filter((c): c is typeof DelayedError => typeof c === 'function');
 const RATE_LIMIT_MESSAGE = 'bullmq:rateLimitExceeded';
+const UNRECOVERABLE_ERRORS = new Set(['UnrecoverableError']);
 
-function steersBullmq(error: Error): boolean {
-  return error.message === RATE_LIMIT_MESSAGE || STEERING_ERRORS.has(error.name) || STEERING_CLASSES.some((steering) => error instanceof steering);
+function steersBullmq(error: Error, job: object): boolean {
+  return error.message === RATE_LIMIT_MESSAGE || isBullmqError(error, job, STEERING_ERRORS, STEERING_CLASSES);
+}
+
+/**
+ * Whether `error` is one of BullMQ's own errors (`names`, `classes`) as the job's bullmq tells it: by
+ * name or by class. A job of another installed copy of bullmq (an app whose bullmq is not the one
+ * rollcall resolves) is told by that copy's classes, which are not ours: a subclass of its
+ * `DelayedError` has its own name and is no instance of ours, so there the names of the classes the
+ * error descends from are read instead.
+ */
+function isBullmqError(error: Error, job: object, names: ReadonlySet<string>, classes: ReadonlyArray<abstract new (...args: never[]) => Error>): boolean {
+  if (names.has(error.name) || classes.some((bullmqClass) => error instanceof bullmqClass)) return true;
+  if (job instanceof Job || Object.getPrototypeOf(job) === Object.prototype) return false;
+  for (let proto: unknown = Object.getPrototypeOf(error); proto !== null && proto !== Error.prototype; proto = Object.getPrototypeOf(proto)) {
+    const className: unknown = (proto as { constructor?: { name?: unknown } }).constructor?.name;
+    if (typeof className === 'string' && names.has(className)) return true;
+  }
+  return false;
 }
 
 /**
@@ -120,7 +138,7 @@ function steersBullmq(error: Error): boolean {
  * `attemptsMade` counts the failed runs before this one, so it is 0 on the first run.
  */
 export function isLastAttempt(job: Pick<Job, 'attemptsMade' | 'attemptsStarted' | 'opts'>, error: Error, maxStartedAttempts?: number): boolean {
-  if (error.name === 'UnrecoverableError' || error instanceof UnrecoverableError) return true;
+  if (isBullmqError(error, job, UNRECOVERABLE_ERRORS, [UnrecoverableError])) return true;
   if ((job as { discarded?: unknown }).discarded === true) return true;
   if (maxStartedAttempts && maxStartedAttempts <= job.attemptsStarted && retriesStopAtMaxStarted(job)) return true;
   return job.attemptsMade + 1 >= (job.opts.attempts ?? 1);
@@ -408,7 +426,7 @@ export function rollcallProcessor<DataType = any, ResultType = any, NameType ext
       const thrown = failureOf(caught);
       const error = asBullmqSeesIt(thrown, sandboxed);
       const givenToBackoff = sandboxed ? error : thrown;
-      if (!steersBullmq(error) && (await isLastFailure(job, error, givenToBackoff)) && (await holdsLock(job, token, sandboxed))) {
+      if (!steersBullmq(error, job) && (await isLastFailure(job, error, givenToBackoff)) && (await holdsLock(job, token, sandboxed))) {
         await ackLastFailure(job, itemId, failureMessageOf(error, thrown));
       }
       throw thrown;

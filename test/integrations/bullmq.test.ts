@@ -7,6 +7,13 @@ import v8 from 'node:v8';
 import vm from 'node:vm';
 
 import { DelayedError, FlowProducer, Job, JobsOptions, Queue, UnrecoverableError, Worker } from 'bullmq';
+import {
+  DelayedError as OtherDelayedError,
+  Job as OtherJob,
+  Processor as OtherProcessor,
+  UnrecoverableError as OtherUnrecoverableError,
+  Worker as OtherWorker,
+} from 'bullmq5';
 import IORedis from 'ioredis';
 
 import { Batch, HttpSend, httpSend, RollcallClient } from '../../src/client';
@@ -331,6 +338,37 @@ describeWith(redisUrl).each(backends())('rollcall/bullmq on a real Redis and a r
     );
     const done = await client.waitForCompletion(batch.id, { timeoutMs: 30_000 });
     expect(done).toMatchObject({ state: 'complete', succeeded: 10, failed: 0, pending: 0 });
+  });
+
+  it("when the Worker is another installed copy of bullmq, then a subclass of that copy's UnrecoverableError is recorded failed at once, and one of its DelayedError is not recorded", async () => {
+    // bullmq 5 beside this project's bullmq 6: an app whose bullmq is not the one rollcall resolves.
+    // Each subclass has a name of its own and is no instance of rollcall's bullmq's class.
+    class ParkForLater extends OtherDelayedError {}
+    class GiveUp extends OtherUnrecoverableError {}
+    const queue = newQueue();
+    // The parked jobs on their only attempt (were it taken for a failure, it would be their last); the others with attempts to spare.
+    const batch = await produceEach(
+      queue,
+      Array.from({ length: 10 }, (_, n) => ({ attempts: n % 2 === 1 ? 3 : 1 })),
+    );
+    const parked = new Set<number>();
+    const other = new OtherWorker<TestJobData>(
+      queue.name,
+      rollcallProcessor(client, async (anyJob: Job<TestJobData>, token?: string) => {
+        const job = anyJob as unknown as OtherJob<TestJobData>;
+        if (job.data.n % 2 === 1) throw new GiveUp(`job ${job.data.n} gave up`);
+        if (parked.has(job.data.n)) return job.data.n;
+        parked.add(job.data.n);
+        await job.moveToDelayed(Date.now() + 50, token);
+        throw new ParkForLater();
+      }) as unknown as OtherProcessor<TestJobData>,
+      { connection, prefix, concurrency: 5 },
+    );
+    processorOnly(other as unknown as Worker);
+    workers.push(other as unknown as Worker);
+    const done = await client.waitForCompletion(batch.id, { timeoutMs: 15_000 });
+    expect(done).toMatchObject({ state: 'complete', succeeded: 5, failed: 5, pending: 0 });
+    expect((await client.failures(batch.id, { limit: 100 })).failures.map((f) => f.error).sort()).toEqual([1, 3, 5, 7, 9].map((n) => `job ${n} gave up`));
   });
 
   it("when the Worker's backoff strategy stops a job's retries, then its failure is recorded at once", async () => {
