@@ -21,12 +21,17 @@ const contentSecurity: RequestHandler = (_req, res, next) => {
   next();
 };
 
-/** GET / serves the dashboard page; its script is compiled from dashboard/app.ts by `npm run build`. */
-export function dashboardRoutes(): Router {
-  const dir = path.join(packageRoot(), 'dashboard');
+/**
+ * GET / serves the dashboard page; its script is compiled from dashboard/app.ts by `npm run build`.
+ * `dir`: the folder of its files (the package's dashboard/). Each is sent from `dir` as its root:
+ * given a whole path instead, `send` refused any path with a folder whose name starts with a dot, so
+ * an install under `node_modules/.pnpm/` or `~/.npm/_npx/` answered 404 for the whole dashboard.
+ */
+export function dashboardRoutes(dir = path.join(packageRoot(), 'dashboard')): Router {
   const router = Router();
-  router.get('/', contentSecurity, (_req, res) => res.sendFile(path.join(dir, 'index.html')));
-  router.get('/dashboard/style.css', contentSecurity, (_req, res) => res.sendFile(path.join(dir, 'style.css')));
-  router.get('/dashboard/app.js', contentSecurity, (_req, res) => res.type('text/javascript').sendFile(path.join(dir, 'build', 'dashboard', 'app.js')));
+  const fromDir = { root: dir };
+  router.get('/', contentSecurity, (_req, res) => res.sendFile('index.html', fromDir));
+  router.get('/dashboard/style.css', contentSecurity, (_req, res) => res.sendFile('style.css', fromDir));
+  router.get('/dashboard/app.js', contentSecurity, (_req, res) => res.type('text/javascript').sendFile('build/dashboard/app.js', fromDir));
   return router;
 }
