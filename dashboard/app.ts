@@ -92,7 +92,7 @@ const view = { state: '', userKey: '', cursors: [null] as Array<string | null>, 
  * it was before "Cancel"). An answer older than the one shown is dropped; only those: on a link
  * slower than the refresh every answer has a later read out, and each is still shown.
  */
-function readOrder(): { start(): number; mayShow(read: number): boolean } {
+function readOrder(): { start(): number; mayShow(read: number): boolean; dropStarted(): void } {
   let started = 0;
   let shown = 0;
   return {
@@ -102,6 +102,8 @@ function readOrder(): { start(): number; mayShow(read: number): boolean } {
       shown = read;
       return true;
     },
+    /** Every read out now is dropped when it answers (a token given up). */
+    dropStarted: () => void (shown = started + 1),
   };
 }
 
@@ -259,6 +261,23 @@ async function refresh(): Promise<void> {
   }
 }
 
+/**
+ * A token given (a first, or another after a 401): nothing read with the one before stays on the
+ * screen, nor is shown when its reads answer. Another tenant's token, on a shared screen, went on
+ * showing the last tenant's list, and with a batch open, its list for good (the batch unknown to
+ * the new tenant, every refresh failed).
+ */
+function forgetShown(): void {
+  scopes = null;
+  view.openBatch = null;
+  view.cursors = [null];
+  view.nextCursor = null;
+  listReads.dropStarted();
+  detailReads.dropStarted();
+  ($('batches').querySelector('tbody') as HTMLTableSectionElement).replaceChildren();
+  $('detail').hidden = true;
+}
+
 function wire(): void {
   $('filters').addEventListener('submit', (e) => {
     e.preventDefault();
@@ -296,7 +315,7 @@ function wire(): void {
   $('login-form').addEventListener('submit', (e) => {
     e.preventDefault();
     sessionStorage.setItem(TOKEN_KEY, ($('token') as HTMLInputElement).value.trim());
-    scopes = null;
+    forgetShown();
     $('login').hidden = true;
     $('list').hidden = false;
     void refresh();

@@ -205,6 +205,36 @@ describeWithBrowser.each(dashboardBackends)('the dashboard in a real browser (%s
     });
   });
 
+  it("when another tenant's token is given after a 401, with a batch open, then nothing of the first tenant's stays on the screen", async () => {
+    const tokens = JSON.stringify([
+      { token: 'reader-of-tenant-one-1', tenant: 't1', scopes: ['read'] },
+      { token: 'reader-of-tenant-two-2', tenant: 't2', scopes: ['read'] },
+      { token: 'producer-of-tenant-one', tenant: 't1', scopes: ['produce'] },
+      { token: 'producer-of-tenant-two', tenant: 't2', scopes: ['produce'] },
+    ]);
+    await withService({ API_TOKENS: tokens }, async (svc, url, page) => {
+      const one = await svc.api.post('/v1/batches').set('Authorization', 'Bearer producer-of-tenant-one').send({ userKey: 'tenant-one-batch' });
+      await svc.api.post('/v1/batches').set('Authorization', 'Bearer producer-of-tenant-two').send({ userKey: 'tenant-two-batch' });
+      await page.goto(url);
+      await page.waitForSelector('#login:not([hidden])');
+      await page.fill('#token', 'reader-of-tenant-one-1');
+      await page.click('#login-form button');
+      await page.click(`tr.batch[data-id="${one.body.id}"]`);
+      await page.waitForFunction((id) => (document.querySelector('#detail-title')?.textContent ?? '').includes(id), one.body.id);
+      // The token is revoked (here: replaced by one the service does not know): the next refresh is a 401.
+      await page.evaluate(() => sessionStorage.setItem('rollcall.token', 'revoked-token-00000000'));
+      await page.waitForSelector('#login:not([hidden])');
+      await page.fill('#token', 'reader-of-tenant-two-2');
+      await page.click('#login-form button');
+      expect(await page.locator('#batches tbody').textContent()).not.toContain('tenant-one-batch');
+      await page.waitForFunction(() => (document.querySelector('#batches tbody')?.textContent ?? '').includes('tenant-two-batch'), undefined, {
+        timeout: 5_000,
+      });
+      expect(await page.locator('#batches tbody').textContent()).not.toContain('tenant-one-batch');
+      expect(await page.locator('#detail').isHidden()).toBe(true);
+    });
+  });
+
   it('when a batch has failures, a parent and children, then its page shows them; a producer cancels it', async () => {
     await withService({}, async (svc, url, page) => {
       const parent = await batch(svc, { userKey: 'family' }, 3, 0);
