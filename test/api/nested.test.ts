@@ -137,6 +137,25 @@ describe.each(backends())('nested batches (%s)', (_name, backend) => {
     expect(completions).toBe(1);
   });
 
+  it('when a worker gave up on a parent item (acked it failed), then its child, succeeding or failing later, changes neither the outcome nor its reason', async () => {
+    const parent = await batch(3);
+    const succeeding = await batch(1, { parentItem: parent.ids[0] });
+    const failing = await batch(1, { parentItem: parent.ids[1] });
+    await svc.api.post('/v1/acks').send({ ids: parent.ids.slice(0, 2), outcome: 'failed', error: 'gave up: timeout' });
+    await svc.api.post('/v1/acks').send({ ids: succeeding.ids });
+    await svc.api.post('/v1/acks').send({ ids: failing.ids, outcome: 'failed', error: 'thumbnail too large' });
+    await svc.rollcall.childOutcomes.deliverDue();
+    expect(await countChildOutcomes(svc.rollcall.db)).toBe(0);
+    expect(await get(parent.id)).toMatchObject({ state: 'sealed', succeeded: 0, failed: 2, pending: 1 });
+    const failures = (await svc.api.get(`/v1/batches/${parent.id}/failures`)).body.failures as Array<{ id: string; error: string }>;
+    expect(failures.map((f) => [f.id, f.error]).sort()).toEqual(
+      parent.ids
+        .slice(0, 2)
+        .map((id) => [id, 'gave up: timeout'])
+        .sort(),
+    );
+  });
+
   it('when the parent item was acked by hand, or is gone, then the child outcome is just cleared', async () => {
     const parent = await batch(2);
     const child = await batch(1, { parentItem: parent.ids[0] });
