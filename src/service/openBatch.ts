@@ -75,7 +75,10 @@ export async function openBatch(deps: ServiceDeps, caller: Caller, input: OpenBa
     settleFailed(taken ?? undefined, caught);
     const error = toError(caught);
     // The child link's key: another child already stands for this item (also when two creates race).
-    if (parentItem !== null && isDuplicateKey(error)) throw new ItemNotPendingError(`another batch already stands for item ${parentItem}`, { cause: error });
+    if (parentItem !== null && isDuplicateKey(error))
+      throw new ItemNotPendingError(`another batch already stands for item ${parentItem} (or one deleted after it ended, its outcome still on its way)`, {
+        cause: error,
+      });
     throw asUnavailable(error);
   }
   taken?.commit();

@@ -143,6 +143,10 @@ async function deleteSlice(trx: Knex.Transaction, batchIds: string[]): Promise<n
  * item), read from the child's own row. Not by `child_batch_id`: no index leads with it, so on
  * MariaDB that delete scanned and locked every link, and deletes of batches with children
  * deadlocked each other (test/concurrency/deleteFamilies.test.ts); by key it is also one shard on Citus.
+ * A child that ended with its outcome not yet acked into its parent item (a child_outcomes row, kept)
+ * keeps its link: that item is not free for another child, which its outcome would meet. (Freed,
+ * another child was made for it, and the parent completed on the deleted one's outcome while the new
+ * one ran.) The parent's own deletion removes such a link, as every link to its items.
  */
 async function deleteOwnLinks(trx: Knex.Transaction, batchIds: string[]): Promise<void> {
   const children = (await trx('batches').select('id', 'parent_batch_id', 'parent_item').whereIn('id', batchIds).whereNotNull('parent_item')) as Array<{
@@ -150,6 +154,19 @@ async function deleteOwnLinks(trx: Knex.Transaction, batchIds: string[]): Promis
     parent_batch_id: string;
     parent_item: string;
   }>;
-  for (const child of children)
+  if (children.length === 0) return;
+  const outcomeOnItsWay = new Set(
+    (
+      (await trx('child_outcomes')
+        .select('batch_id')
+        .whereIn(
+          'batch_id',
+          children.map((child) => child.id),
+        )) as Array<{ batch_id: string }>
+    ).map((row) => row.batch_id),
+  );
+  for (const child of children) {
+    if (outcomeOnItsWay.has(child.id)) continue;
     await trx('child_links').where({ parent_batch_id: child.parent_batch_id, parent_item: child.parent_item, child_batch_id: child.id }).delete();
+  }
 }

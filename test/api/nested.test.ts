@@ -156,6 +156,22 @@ describe.each(backends())('nested batches (%s)', (_name, backend) => {
     );
   });
 
+  it('when a child that ended is deleted before its outcome reached the parent item, then no other child is made for that item; one deleted before it ended frees it', async () => {
+    const parent = await batch(2);
+    const ended = await batch(1, { parentItem: parent.ids[0] });
+    await svc.api.post('/v1/acks').send({ ids: ended.ids });
+    expect(await countChildOutcomes(svc.rollcall.db)).toBe(1); // its outcome is on its way
+    expect((await svc.api.delete(`/v1/batches/${ended.id}`)).status).toBe(204);
+    const another = await svc.api.post('/v1/batches').send({ parentItem: parent.ids[0] });
+    expect([another.status, another.body.error?.code]).toEqual([409, 'item_not_pending']);
+    await svc.rollcall.childOutcomes.deliverDue();
+    expect(await get(parent.id)).toMatchObject({ succeeded: 1, pending: 1 });
+
+    const unended = await batch(1, { parentItem: parent.ids[1] });
+    expect((await svc.api.delete(`/v1/batches/${unended.id}`)).status).toBe(204);
+    expect((await svc.api.post('/v1/batches').send({ parentItem: parent.ids[1] })).status).toBe(201);
+  });
+
   it('when the parent item was acked by hand, or is gone, then the child outcome is just cleared', async () => {
     const parent = await batch(2);
     const child = await batch(1, { parentItem: parent.ids[0] });
