@@ -1,11 +1,13 @@
 import { Knex } from 'knex';
 
+export const isPostgres = (knex: Knex): boolean => ['pg', 'postgres', 'postgresql'].includes(knex.client.config.client as string);
+
 /**
  * Citus (sharded PostgreSQL): the migrations distribute rollcall's batch-scoped tables when the
  * database has the `citus` extension. Not a migration: a helper of them.
  */
 export async function onCitus(knex: Knex): Promise<boolean> {
-  if (!['pg', 'postgres', 'postgresql'].includes(knex.client.config.client as string)) return false;
+  if (!isPostgres(knex)) return false;
   const rows = (await knex('pg_extension').select('extname').where('extname', 'citus')) as unknown[];
   return rows.length > 0;
 }

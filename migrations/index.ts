@@ -19,6 +19,7 @@ import * as m0016 from './0016_index_outbox_by_event';
 import * as m0017 from './0017_index_outbox_for_shares';
 import * as m0018 from './0018_index_batches_by_tenant_state';
 import * as m0019 from './0019_outbox_first_attempt';
+import * as m0020 from './0020_index_batches_by_tenant_user_key';
 
 export interface Migration {
   up(knex: Knex): Promise<void>;
@@ -49,4 +50,5 @@ export const migrations: ReadonlyArray<readonly [name: string, migration: Migrat
   ['0017_index_outbox_for_shares', m0017],
   ['0018_index_batches_by_tenant_state', m0018],
   ['0019_outbox_first_attempt', m0019],
+  ['0020_index_batches_by_tenant_user_key', m0020],
 ];

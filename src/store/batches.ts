@@ -214,6 +214,14 @@ export interface BatchFilter {
 
 /** Lists batches newest first by id. No locks; one index range scan for each filter. */
 export async function listBatches(q: Queryable, filter: BatchFilter): Promise<BatchRecord[]> {
+  return ((await listBatchesQuery(q, filter)) as BatchRow[]).map(batchFromRow);
+}
+
+/**
+ * The statement of listBatches. Its indexes: (tenant, id); (tenant, state, id, total) with a state;
+ * (tenant, user_key, id) with a userKey (0020); (parent_batch_id, id) with a parent.
+ */
+export function listBatchesQuery(q: Queryable, filter: BatchFilter): Knex.QueryBuilder {
   const query = q('batches').where('tenant', filter.tenant).orderBy('id', 'desc').limit(filter.limit);
   if (filter.state) query.where('state', filter.state);
   if (filter.userKey !== undefined) query.where('user_key', filter.userKey);
@@ -222,5 +230,5 @@ export async function listBatches(q: Queryable, filter: BatchFilter): Promise<Ba
   // (parent_batch_id, id) narrows the scan to the parent's children on every store.
   if (filter.parentItem !== undefined) query.where('parent_batch_id', filter.parentItem.slice(0, 36)).where('parent_item', filter.parentItem);
   if (filter.beforeId) query.where('id', '<', filter.beforeId);
-  return ((await query) as BatchRow[]).map(batchFromRow);
+  return query;
 }

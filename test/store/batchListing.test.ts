@@ -1,0 +1,68 @@
+import { v7 as uuidv7 } from 'uuid';
+
+import { listBatchesQuery } from '../../src/store/batches';
+import { Db, openDb, Statement } from '../../src/store/db';
+import { profileOf } from '../../src/store/dialect';
+import { migrateLatest } from '../../src/store/migrations';
+import { backends } from '../helpers/backends';
+
+/** The indexes the database's plan for `query` reads. */
+async function indexesRead(db: Db, query: Statement): Promise<string[]> {
+  const { sql, bindings } = query.toSQL();
+  const dialect = profileOf(db).name;
+  if (dialect === 'mysql') {
+    const [rows] = (await db.raw(`EXPLAIN ${sql}`, bindings)) as [Array<{ key: string | null }>];
+    return rows.flatMap((row) => (row.key ? [row.key] : []));
+  }
+  if (dialect === 'postgres') {
+    const { rows } = (await db.raw(`EXPLAIN (FORMAT JSON) ${sql}`, bindings)) as { rows: Array<{ 'QUERY PLAN': unknown }> };
+    return [...JSON.stringify(rows[0]!['QUERY PLAN']).matchAll(/"Index Name":"([^"]+)"/g)].map((match) => match[1]!);
+  }
+  const rows = (await db.raw(`EXPLAIN QUERY PLAN ${sql}`, bindings)) as Array<{ detail: string }>;
+  return rows.flatMap((row) => [...row.detail.matchAll(/USING (?:COVERING )?INDEX (\w+)/g)].map((match) => match[1]!));
+}
+
+/** Batch rows of `tenant`, `count` of them with `userKey`, written as the store writes them. */
+async function batchesOf(db: Db, tenant: string, userKey: string | null, count: number): Promise<void> {
+  const rows = Array.from({ length: count }, () => ({
+    id: uuidv7(),
+    tenant,
+    state: 'open',
+    user_key: userKey,
+    total: 0,
+    succeeded: 0,
+    failed: 0,
+    open_groups: 0,
+    created_at: 1,
+    updated_at: 1,
+    failures_dropped: 0,
+  }));
+  for (let at = 0; at < rows.length; at += 500) await db('batches').insert(rows.slice(at, at + 500));
+}
+
+async function analyze(db: Db): Promise<void> {
+  const dialect = profileOf(db).name;
+  await db.raw(dialect === 'mysql' ? 'ANALYZE TABLE batches' : dialect === 'postgres' ? 'ANALYZE batches' : 'ANALYZE');
+}
+
+describe.each(backends())('listing batches (%s)', (_name, backend) => {
+  jest.setTimeout(60_000);
+
+  it("when a tenant lists its batches of a userKey that a neighbour's thousands of batches share, then one index range of its own is read", async () => {
+    const database = await backend.create();
+    const db = openDb(database.config);
+    try {
+      await migrateLatest(db);
+      await batchesOf(db, 'neighbour', 'nightly', 3000);
+      await batchesOf(db, 'me', null, 3000);
+      await batchesOf(db, 'me', 'nightly', 3);
+      await analyze(db);
+      for (const state of [undefined, 'open' as const])
+        expect(await indexesRead(db, listBatchesQuery(db, { tenant: 'me', userKey: 'nightly', state, limit: 51 }))).toEqual(['batches_tenant_user_key']);
+      expect(await listBatchesQuery(db, { tenant: 'me', userKey: 'nightly', limit: 51 })).toHaveLength(3);
+    } finally {
+      await db.destroy();
+      await database.drop();
+    }
+  });
+});
