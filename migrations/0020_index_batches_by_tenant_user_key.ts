@@ -1,6 +1,7 @@
 import { Knex } from 'knex';
 
 import { isPostgres } from './citus';
+import { isMysql } from './exactCollation';
 
 /**
  * Lets a tenant's list of batches with one userKey (`GET /v1/batches?userKey=`, the dashboard's
@@ -17,6 +18,10 @@ import { isPostgres } from './citus';
  * its shards) let it count them.
  */
 export async function up(knex: Knex): Promise<void> {
+  // One statement on MySQL/MariaDB, where each DDL statement commits alone: cut off between two
+  // (a lock wait past LOCK_TIMEOUT), the migration, run again, would fail for good on the new name.
+  if (isMysql(knex))
+    return void (await knex.raw('ALTER TABLE batches ADD INDEX batches_tenant_user_key (tenant, user_key, id), DROP INDEX batches_user_key_id'));
   await knex.schema.alterTable('batches', (t) => {
     t.index(['tenant', 'user_key', 'id'], 'batches_tenant_user_key');
   });
