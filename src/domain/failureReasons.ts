@@ -49,3 +49,14 @@ export function planFailureReasons(stored: ReadonlySet<string> | null, touches: 
 
 /** `<groupId>:<index>`: an item within its batch. */
 export const reasonKey = (groupId: string, index: number): string => `${groupId}:${index}`;
+
+/**
+ * The time a transaction stamps a batch's reasons with: its own clock's, unless a reason already
+ * stored (the newest, `newestStored`) is as new or newer. Pages of reasons are read in (failed_at,
+ * group, index) order, after the last one read: a reason stamped earlier than one already read, by a
+ * replica whose clock runs behind (or after a clock stepped back), was never listed in that pass.
+ * Under the batch's row lock, so each batch's reasons are stamped in the order they were written.
+ */
+export function reasonTime(now: number, newestStored = 0): number {
+  return newestStored >= now ? newestStored + 1 : now;
+}

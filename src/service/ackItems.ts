@@ -6,6 +6,7 @@ import { AckCall } from '../domain/ackCall';
 import { AckPlan, CallResult, planAcks } from '../domain/ackPlan';
 import { BatchRecord, Outcome } from '../domain/batch';
 import { batchEventBody } from '../domain/delivery';
+import { reasonTime } from '../domain/failureReasons';
 import { runAckTransaction } from '../store/ackTransaction';
 import { NewEvent } from '../store/outbox';
 import { announceCompletions, finishRows } from './completion';
@@ -77,7 +78,8 @@ export async function ackItems(deps: ServiceDeps, calls: AckCall[]): Promise<Ack
   const reads = { groupIdsByBatch: groupIdsByBatch(calls), reasonBatches: batchesWithReasons(calls) };
   const { results, completed } = await runAckTransaction(deps.db, deps.tx, reads, ({ batches, groups, storedReasons }) => {
     const now = deps.now();
-    const plan = planAcks(calls, batches, groups, now, { stored: storedReasons, cap: deps.failureReasonsPerBatch });
+    const stored = new Map([...storedReasons].map(([id, reasons]) => [id, reasons.keys]));
+    const plan = planAcks(calls, batches, groups, now, { stored, cap: deps.failureReasonsPerBatch });
     // A batch written here and complete now became complete in this transaction (complete ones are never written).
     const newlyComplete = plan.batchWrites.filter((b) => b.state === 'complete');
     const finished = finishRows(deps, newlyComplete);
@@ -85,10 +87,9 @@ export async function ackItems(deps: ServiceDeps, calls: AckCall[]): Promise<Ack
       writes: {
         groups: plan.groupWrites,
         batches: plan.batchWrites,
-        reasons: plan.reasonWrites,
+        reasons: plan.reasonWrites.map((write) => ({ ...write, at: reasonTime(now, storedReasons.get(write.batchId)?.newest) })),
         events: [...firstFailureEvents(plan, now), ...finished.events],
         childOutcomes: finished.childOutcomes,
-        now,
       },
       answer: { results: plan.results, completed: new Map<string, BatchRecord>(newlyComplete.map((b) => [b.id, b])) },
     };

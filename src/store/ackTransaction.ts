@@ -4,7 +4,7 @@ import { ReasonPlan } from '../domain/failureReasons';
 import { batchFromRow, BatchRow, lockBatchQuery, updateBatchQuery } from './batches';
 import { insertChildOutcomeQuery, NewChildOutcome } from './childOutcomes';
 import { Db, Queryable, Statement } from './db';
-import { reasonKeysFrom, reasonKeysQuery, writeReasonsQueries } from './failureReasons';
+import { reasonKeysQuery, StoredReasons, storedReasonsFrom, writeReasonsQueries } from './failureReasons';
 import { groupFromRow, GroupRow, lockGroupsQueries, writeGroupsQueries } from './groups';
 import { insertEventQuery, NewEvent } from './outbox';
 import { pgAckWork } from './pgAckStatements';
@@ -23,19 +23,18 @@ export interface AckRows {
   batches: Map<string, BatchRecord>;
   /** By groupKey(batchId, groupId), as the ack planner looks them up. */
   groups: Map<string, GroupRecord>;
-  /** Stored reason keys per batch of AckReads.reasonBatches. */
-  storedReasons: Map<string, Set<string>>;
+  /** Stored reason keys (and their newest time) per batch of AckReads.reasonBatches. */
+  storedReasons: Map<string, StoredReasons>;
 }
 
 /** What an ack transaction writes, as plain records. */
 export interface AckWrites {
   groups: GroupRecord[];
   batches: BatchRecord[];
-  reasons: Array<{ batchId: string; plan: ReasonPlan }>;
+  /** Each batch's reason writes, stamped `at` (reasonTime). */
+  reasons: Array<{ batchId: string; plan: ReasonPlan; at: number }>;
   events: NewEvent[];
   childOutcomes: NewChildOutcome[];
-  /** The time the reasons are stamped with. */
-  now: number;
 }
 
 /**
@@ -54,7 +53,7 @@ export function runAckTransaction<T>(
     reads: (q) => [...targetReads(q, reads.groupIdsByBatch), ...reads.reasonBatches.map((id) => reasonKeysQuery(q, id))],
     decide(q, results) {
       const targetResults = results.slice(0, results.length - reads.reasonBatches.length);
-      const storedReasons = new Map(reads.reasonBatches.map((id, i) => [id, reasonKeysFrom(results[targetResults.length + i])]));
+      const storedReasons = new Map(reads.reasonBatches.map((id, i) => [id, storedReasonsFrom(results[targetResults.length + i])]));
       const { writes, answer } = decide({ ...targetsFrom(targetResults, reads.groupIdsByBatch.size), storedReasons });
       return { writes: ackWrites(q, writes), answer };
     },
@@ -81,7 +80,7 @@ function ackWrites(q: Queryable, writes: AckWrites): Statement[] {
   return [
     ...writeGroupsQueries(q, writes.groups),
     ...writes.batches.map((batch) => updateBatchQuery(q, batch)),
-    ...writes.reasons.flatMap(({ batchId, plan }) => writeReasonsQueries(q, batchId, plan, writes.now)),
+    ...writes.reasons.flatMap(({ batchId, plan, at }) => writeReasonsQueries(q, batchId, plan, at)),
     ...finishRowsQueries(q, writes),
   ];
 }

@@ -14,6 +14,13 @@ interface ReasonRow extends ReasonKeyRow {
   failed_at: number | string;
 }
 
+/** What the ack transaction reads of a batch's stored reasons. */
+export interface StoredReasons {
+  keys: Set<string>;
+  /** The newest `failed_at` among them (0 for none): the reasons it writes are stamped later (reasonTime). */
+  newest: number;
+}
+
 /**
  * The keys of a batch's stored reasons (at most the cap, so a bounded read), for batches named by
  * failures with an error. Read in the ack transaction after its batch row is locked, and every
@@ -23,12 +30,18 @@ interface ReasonRow extends ReasonKeyRow {
  * wait for (or deadlock with) each other.
  */
 export function reasonKeysQuery(q: Queryable, batchId: string): Knex.QueryBuilder {
-  return q('failure_reasons').select('group_id', 'item_index').where('batch_id', batchId);
+  return q('failure_reasons').select('group_id', 'item_index', 'failed_at').where('batch_id', batchId);
 }
 
-/** The key set of lockReasonKeysQuery's rows. */
-export function reasonKeysFrom(rows: unknown): Set<string> {
-  return new Set((rows as ReasonKeyRow[]).map((row) => reasonKey(row.group_id, Number(row.item_index))));
+/** The keys and newest time of reasonKeysQuery's rows. */
+export function storedReasonsFrom(rows: unknown): StoredReasons {
+  const keys = new Set<string>();
+  let newest = 0;
+  for (const row of rows as Array<ReasonKeyRow & Pick<ReasonRow, 'failed_at'>>) {
+    keys.add(reasonKey(row.group_id, Number(row.item_index)));
+    newest = Math.max(newest, Number(row.failed_at));
+  }
+  return { keys, newest };
 }
 
 /** Rows per statement: a reason is up to 1,000 characters, so a statement stays well under a packet. */

@@ -2,7 +2,7 @@ import { groupKey } from '../domain/ackPlan';
 import type { AckReads, AckRows, AckWrites } from './ackTransaction';
 import { batchFromRow, BatchRow, batchUpdate } from './batches';
 import { childOutcomeRow } from './childOutcomes';
-import { reasonKeysFrom, reasonPlanRows } from './failureReasons';
+import { reasonPlanRows, storedReasonsFrom } from './failureReasons';
 import { groupFromRow, GroupRow, groupRow } from './groups';
 import { eventRow } from './outbox';
 import { PgReadDecideWrite, PgStatement, prepared } from './pgDriver';
@@ -65,7 +65,7 @@ SELECT NULL, batch_id, id, size, pending, succeeded_bits, failed_bits FROM g`;
  * the batch rows were locked and it sees every reason committed before (failureReasons.ts). In one
  * statement with the locks it would see the snapshot taken before it waited for them.
  */
-const REASON_KEYS = 'SELECT batch_id, group_id, item_index FROM failure_reasons WHERE batch_id = ANY($1::text[])';
+const REASON_KEYS = 'SELECT batch_id, group_id, item_index, failed_at FROM failure_reasons WHERE batch_id = ANY($1::text[])';
 
 type TargetRow = { batch: BatchRow | null } & GroupRow;
 
@@ -83,7 +83,7 @@ function rowsRead(reads: AckReads, [targets = [], reasons = []]: unknown[][]): A
   return {
     batches: new Map(rows.flatMap((row) => (row.batch ? [[row.batch.id, batchFromRow(row.batch)] as const] : []))),
     groups: new Map(rows.filter((row) => !row.batch).map((row) => [groupKey(row.batch_id, row.id), groupFromRow(row)])),
-    storedReasons: new Map(reads.reasonBatches.map((id) => [id, reasonKeysFrom(reasonRows.filter((row) => row.batch_id === id))])),
+    storedReasons: new Map(reads.reasonBatches.map((id) => [id, storedReasonsFrom(reasonRows.filter((row) => row.batch_id === id))])),
   };
 }
 
@@ -179,7 +179,7 @@ function writeStatements(writes: AckWrites): PgStatement[] {
     const rows = writes.batches.map((batch) => ({ id: batch.id, ...batchUpdate(batch) }));
     parts.push(`UPDATE batches AS t SET ${setFromU(BATCH_COLUMNS)} FROM ${binder.unnest('u', BATCH_COLUMNS, rows)} WHERE t.id = u.id`);
   }
-  const reasons = writes.reasons.map(({ batchId, plan }) => reasonPlanRows(batchId, plan, writes.now));
+  const reasons = writes.reasons.map(({ batchId, plan, at }) => reasonPlanRows(batchId, plan, at));
   const upserts = reasons.flatMap((r) => r.upserts);
   const deletes = reasons.flatMap((r) => r.deletes);
   if (upserts.length > 0) {

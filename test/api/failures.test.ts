@@ -1,6 +1,7 @@
+import { createRollcall } from '../../src/rollcall';
 import { backends } from '../helpers/backends';
 import { batchWith } from '../helpers/batches';
-import { startReplica, startService, TestService } from '../helpers/service';
+import { serve, startReplica, startService, TestService } from '../helpers/service';
 
 function expectCounted(body: { acked: number; duplicates: number; rejected: unknown[] }, sent: number) {
   expect(body.acked + body.duplicates + body.rejected.length).toBe(sent);
@@ -114,6 +115,27 @@ describe.each(backends())('failure reasons (%s)', (_name, backend) => {
       expect(res.body.error.code).toBe('invalid_request');
     }
     expect((await svc.api.get('/v1/batches/0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b/failures')).status).toBe(404);
+  });
+
+  it('when a replica whose clock runs behind fails an item while the list is paged, then a later page lists it', async () => {
+    const behind = await serve(await createRollcall(svc.database.config, { now: () => svc.clock.now - 20 }));
+    try {
+      const { id, ids } = await batchWith(svc.client, 3);
+      await ack({ ids: [ids[0]], outcome: 'failed', error: 'first' }, 1);
+      svc.clock.now += 10;
+      await ack({ ids: [ids[2]], outcome: 'failed', error: 'second' }, 1);
+      const first = await failures(id, '?limit=1');
+      expect(first.failures.map((f: { id: string }) => f.id)).toEqual([ids[0]]);
+      // Its clock reads 10 ms before the first failure: were it stamped so, it would sort before the cursor.
+      expect((await behind.api.post('/v1/acks').send({ ids: [ids[1]], outcome: 'failed', error: 'from behind' })).body.acked).toBe(1);
+      const rest = await failures(id, `?limit=5&cursor=${first.nextCursor}`);
+      expect(rest.failures.map((f: { id: string; error: string }) => [f.id, f.error])).toEqual([
+        [ids[2], 'second'],
+        [ids[1], 'from behind'],
+      ]);
+    } finally {
+      await behind.stop();
+    }
   });
 
   it('when a complete batch gets more failed acks, then they are duplicates and the list stays', async () => {
