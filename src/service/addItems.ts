@@ -43,13 +43,13 @@ export async function addItems(deps: ServiceDeps, caller: Caller, batchId: strin
             if (earlier.count !== count) throw new IdempotencyConflictError(idempotencyKey);
             return earlier.answer;
           }
-          // The answer is kept for the key's repeats (MAX_GROUPS_PER_ADD); one without a key is not.
-          if (count > maxItemsPerAdd(deps.groupSize))
-            throw new InvalidRequestError(
-              `an add with an Idempotency-Key takes at most ${maxItemsPerAdd(deps.groupSize)} items here (${MAX_GROUPS_PER_ADD} groups of GROUP_SIZE ${deps.groupSize}); add them in several calls`,
-            );
         }
         if (batch.state !== 'open') throw new BatchNotOpenError(batch.id, batch.state);
+        // The answer is kept for the key's repeats (MAX_GROUPS_PER_ADD); one without a key is not.
+        if (idempotencyKey !== undefined && count > maxItemsPerAdd(deps.groupSize))
+          throw new InvalidRequestError(
+            `an add with an Idempotency-Key takes at most ${maxItemsPerAdd(deps.groupSize)} items here (${MAX_GROUPS_PER_ADD} groups of GROUP_SIZE ${deps.groupSize}); add them in several calls`,
+          );
         // A batch is never opened again, so the read before found it open and read the usage.
         if (deps.quota) taken = deps.quota.take(usage ?? (await deps.quota.usage(caller.tenant)), { batches: 0, items: count });
 

@@ -151,7 +151,7 @@ describe.each(backends())('adding items with a small GROUP_SIZE (%s)', (_name, b
   });
   afterAll(() => svc.stop());
 
-  it('when an add with an Idempotency-Key would make more than 100,000 groups, then it is 400 and adds nothing; one of 100,000 groups is answered, and answered again for its key', async () => {
+  it('when an add with an Idempotency-Key would make more than 100,000 groups, then it is 400 and adds nothing (409 once the batch is sealed); one of 100,000 groups is answered, and answered again for its key', async () => {
     const id = (await svc.api.post('/v1/batches').send({})).body.id as string;
     const tooMany = await svc.api.post(`/v1/batches/${id}/items`).set('idempotency-key', 'big').send({ count: 800_001 });
     expect([tooMany.status, tooMany.body.error.code]).toEqual([400, 'invalid_request']);
@@ -171,5 +171,10 @@ describe.each(backends())('adding items with a small GROUP_SIZE (%s)', (_name, b
     // Without a key nothing is kept, and the API's whole range is taken.
     const keyless = await svc.api.post(`/v1/batches/${id}/items`).send({ count: 800_008 });
     expect([keyless.status, keyless.body.groups.length]).toEqual([201, 100_001]);
+
+    // A batch no longer open says so first, as it does for any add.
+    await svc.api.post(`/v1/batches/${id}/seal`).send({});
+    const sealed = await svc.api.post(`/v1/batches/${id}/items`).set('idempotency-key', 'late').send({ count: 800_001 });
+    expect([sealed.status, sealed.body.error.code]).toEqual([409, 'batch_not_open']);
   }, 90_000);
 });
