@@ -141,7 +141,7 @@ export const configSchema = z.object({
   PUBLIC_METRICS: z.enum(['on', 'off']).default('on'),
   PUBLIC_OPENAPI: z.enum(['on', 'off']).default('on'),
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
-  SHUTDOWN_TIMEOUT_MS: int(0, 600_000).default(10_000),
+  SHUTDOWN_TIMEOUT_MS: int(1_000, 600_000).default(10_000),
   HEAP_GROWTH_PERCENT: int(0, 300).default(100),
 });
 
@@ -248,8 +248,23 @@ function checkPooler(settings: z.infer<typeof configSchema>): void {
     throw new ConfigError('invalid configuration:\n  DB_POOLER: transaction is for a PostgreSQL DATABASE_URL (postgres://…) reached through a pooler');
 }
 
+/**
+ * Settings whose absence means something else than a value would: no authentication, the embedded
+ * database, unsigned callbacks. Set but empty (`API_TOKENS: ${ROLLCALL_TOKENS}` in a compose file on
+ * a host without that variable), such a setting is refused, not taken for unset: the service started
+ * open to anyone, or each replica on a database of its own. Other settings left empty take their default.
+ */
+const MEANINGFUL_WHEN_UNSET = ['API_TOKENS', 'API_TOKENS_FILE', 'DATABASE_URL', 'CALLBACK_SECRET'] as const;
+
+function refuseEmptyMeaningful(env: Record<string, string | undefined>): void {
+  const empty = MEANINGFUL_WHEN_UNSET.filter((key) => env[key] !== undefined && env[key]!.trim() === '');
+  if (empty.length > 0)
+    throw new ConfigError(`invalid configuration:\n${empty.map((key) => `  ${key}: set but empty; unset it, or give it a value`).join('\n')}`);
+}
+
 /** Parses settings; an invalid value stops the process with a message naming the key. */
 export function loadConfig(env: Record<string, string | undefined> = process.env): Config {
+  refuseEmptyMeaningful(env);
   const present = Object.fromEntries(Object.entries(env).filter(([, value]) => value !== undefined && value !== ''));
   const parsed = configSchema.safeParse(present);
   if (!parsed.success) {

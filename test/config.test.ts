@@ -69,6 +69,15 @@ describe('configuration', () => {
     ['TENANT_RATE_WINDOW', '500ms'],
     ['TENANT_RATE_WINDOW', '1500ms'],
     ['TENANT_RATE_LIMIT', '-1'],
+    // 0 would end every drain at once (exit 1); elsewhere 0 means "no limit" or "off".
+    ['SHUTDOWN_TIMEOUT_MS', '0'],
+    ['SHUTDOWN_TIMEOUT_MS', '999'],
+    // Set but empty (a compose file's ${VAR} on a host without it): unset, each means something else.
+    ['API_TOKENS', ''],
+    ['API_TOKENS_FILE', ''],
+    ['DATABASE_URL', ''],
+    ['DATABASE_URL', ' '],
+    ['CALLBACK_SECRET', ''],
   ])('when %s is %s, then loading stops with a message naming the key', (key, value) => {
     expect(() => loadConfig({ [key]: value })).toThrow(ConfigError);
     expect(() => loadConfig({ [key]: value })).toThrow(new RegExp(key));
