@@ -85,8 +85,25 @@ export interface DialectProfile {
 /** A lock wait of `ms` as InnoDB takes it: whole seconds, at least one. */
 export const lockWaitSeconds = (ms: number) => Math.max(1, Math.ceil(ms / 1000));
 
-/** Socket-level codes every network driver reports when the server is away. */
-const NETWORK_DOWN = ['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EPIPE', 'ENOTFOUND', 'EHOSTUNREACH'];
+/**
+ * Socket-level codes every network driver reports when the server is away, or the way to it: no
+ * route (a network down in a failover), a name its resolver could not look up for now (a DNS flip).
+ * node-postgres marks none of them fatal, as mysql2 does: unlisted, they were 500.
+ */
+const NETWORK_DOWN = [
+  'ECONNREFUSED',
+  'ECONNRESET',
+  'ECONNABORTED',
+  'ETIMEDOUT',
+  'EPIPE',
+  'ENOTFOUND',
+  'EAI_AGAIN',
+  'EHOSTUNREACH',
+  'EHOSTDOWN',
+  'ENETUNREACH',
+  'ENETDOWN',
+  'EADDRNOTAVAIL',
+];
 
 /**
  * A server made read-only for a failover (`read_only`, 1290, for users without SUPER), or a
@@ -166,6 +183,17 @@ export const PROFILES: Readonly<Record<DialectName, DialectProfile>> = {
         // ProxySQL (docs/scaling.md) that reaches no writer: "Max connect timeout reached while
         // reaching hostgroup" (9001, no name in mysql2).
         'ER_ERRNO_9001',
+        // The connection lost, told in an error packet, which mysql2 does not mark fatal: MariaDB's
+        // or MaxScale's "Connection was killed" (1927), ProxySQL's backend lost mid-query (2013) or
+        // gone (2006), the server's own network errors and aborted connections.
+        'ER_ERRNO_1927',
+        'ER_ERRNO_2013',
+        'ER_ERRNO_2006',
+        'ER_ABORTING_CONNECTION',
+        'ER_NET_READ_ERROR',
+        'ER_NET_READ_INTERRUPTED',
+        'ER_NET_ERROR_ON_WRITE',
+        'ER_NET_WRITE_INTERRUPTED',
       ],
       unavailablePrefixes: [],
       readOnly: MYSQL_READ_ONLY,

@@ -335,9 +335,33 @@ const RAISED: Record<'mysql' | 'pg', Array<[what: string, code: string]>> = {
     ['ProxySQL: no writer reachable', '9001'],
     ['Group Replication: the member cannot commit', '3100'],
     ['Group Replication: a certification conflict at COMMIT (retried, then 503)', '3101'],
+    // Connection-loss errors a proxy or MariaDB answers as an error packet, which mysql2 does not mark fatal.
+    ['MariaDB or MaxScale: the connection was killed', '1927'],
+    ['ProxySQL: the backend went away during the query', '2013'],
+    ['ProxySQL: the server has gone away', '2006'],
+    ['the server aborted the connection', '1152'],
+    ['a network read or write failed in the server', '1158'],
+    ['a network read was interrupted in the server', '1159'],
+    ['a network write failed in the server', '1160'],
+    ['a network write was interrupted in the server', '1161'],
   ],
   pg: [['PostgreSQL 17: transaction_timeout', '25P04']],
 };
+
+describeOnServers('a database whose network cannot be reached (%s)', (_name, backend) => {
+  it('when a connection cannot even be attempted (no route: ENETUNREACH), then a transaction is 503 unavailable, not an internal error', async () => {
+    const database = await backend.create();
+    const url = new URL(database.config.DATABASE_URL!);
+    url.hostname = '224.0.0.1'; // multicast: the kernel has no route for a connection there
+    const db = openDb({ ...database.config, DATABASE_URL: url.toString() });
+    try {
+      await expect(inTransaction(db, { retries: 1 }, (trx) => trx.raw('SELECT 1'))).rejects.toMatchObject({ code: 'unavailable', status: 503 });
+    } finally {
+      await db.destroy();
+      await database.drop();
+    }
+  });
+});
 
 const raise = (name: string, code: string, message: string): string =>
   isPostgresBackend(name)
