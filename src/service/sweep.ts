@@ -1,3 +1,4 @@
+import { UnavailableError } from '../domain/errors';
 import { Db, unlessTheDatabaseFreezes, withoutQueryTimeout } from '../store/db';
 import { deleteBatchesWithGroups, lockDueBatches } from '../store/removeBatches';
 import { inTransaction } from '../store/transaction';
@@ -25,15 +26,42 @@ export interface SweepResult {
 }
 
 /**
+ * Per service, the sweep whose caller the freeze watch answered while its statement still waited on
+ * the database: it stops after that statement, and no sweep starts before it has (a 503 at once).
+ * Before, the next sweep (the loop's, or POST /v1/admin/sweep) started beside it, on a connection
+ * more, and sweeps stacked up for as long as the database stayed frozen.
+ */
+const leftRunning = new WeakMap<ServiceDeps, Promise<void>>();
+
+/**
  * Removes every batch due now, in chunks of `chunk` batches, each chunk its own short transaction.
  * Replicas sweeping at once skip each other's rows (SKIP LOCKED), so no work is done twice; each
  * goes on until it finds nothing left that it can lock. Its statements have no DB_QUERY_TIMEOUT: a
  * chunk's delete is as long as its batches are large (1.5M group rows took 4–5 s), and one cut off
  * at the limit was rolled back and chosen again at every sweep, so nothing was ever removed. A
- * database that answers nothing at all for DB_QUERY_TIMEOUT still ends it (UnavailableError).
+ * database that answers nothing at all for DB_QUERY_TIMEOUT still ends it for its caller
+ * (UnavailableError); the sweep itself stops after the statement it is in (leftRunning).
  */
-export function sweepOnce(deps: ServiceDeps, options: SweepOptions): Promise<SweepResult> {
-  return unlessTheDatabaseFreezes(deps.db, 'a sweep ran', () => withoutQueryTimeout(deps.db, (db) => sweepChunks(deps, db, options)));
+export async function sweepOnce(deps: ServiceDeps, options: SweepOptions): Promise<SweepResult> {
+  if (leftRunning.has(deps)) throw new UnavailableError('the last sweep, under which the database stopped answering, has not ended yet; none starts before it');
+  let givenUp = false;
+  let ended = false;
+  const work = withoutQueryTimeout(deps.db, (db) => sweepChunks(deps, db, { ...options, stopped: () => givenUp || options.stopped?.() === true }));
+  // Registered before the freeze watch's race: a work that failed has set `ended` when the race ends.
+  const settled = work.then(
+    () => void (ended = true),
+    () => void (ended = true),
+  );
+  try {
+    return await unlessTheDatabaseFreezes(deps.db, 'a sweep ran', () => work);
+  } catch (error) {
+    if (!ended) {
+      givenUp = true;
+      leftRunning.set(deps, settled);
+      void settled.then(() => leftRunning.delete(deps));
+    }
+    throw error;
+  }
 }
 
 async function sweepChunks(deps: ServiceDeps, db: Db, options: SweepOptions): Promise<SweepResult> {

@@ -108,7 +108,7 @@ describeOnServers('when the database goes away (%s)', (_name, backend) => {
 describeEachOrSkip(servers.filter(([name]) => name === 'mysql' || name === 'pg'))(
   'when the database host freezes in the middle of a sweep (%s)',
   (name, backend) => {
-    it('then the sweep ends 503 unavailable after about DB_QUERY_TIMEOUT, not when the host answers again', async () => {
+    it('then the sweep ends 503 unavailable after about DB_QUERY_TIMEOUT, not when the host answers again, and no other starts beside it until it has', async () => {
       const database = await backend!.create();
       const url = new URL(database.config.DATABASE_URL!);
       const proxy = proxyTo(url);
@@ -150,8 +150,16 @@ describeEachOrSkip(servers.filter(([name]) => name === 'mysql' || name === 'pg')
         const answer = await Promise.race([sweeping, realSleep(15_000).then(() => null)]);
         expect(answer && [answer.status, answer.body.error?.code]).toEqual([503, 'unavailable']);
         expect(Date.now() - started).toBeLessThan(10_000);
+        // The sweep left waiting on the frozen host: none starts beside it, the next asker is told at once.
+        const asked = Date.now();
+        const again = await api.post('/v1/admin/sweep').send({});
+        expect([again.status, again.body.error?.message]).toEqual([503, expect.stringContaining('has not ended yet')]);
+        expect(Date.now() - asked).toBeLessThan(1000);
         proxy.speak();
         await sweeping;
+        // Once the host answers, the sweep left running ends after its statement, and sweeps run again.
+        await until(async () => (await api.post('/v1/admin/sweep').send({})).status === 200, 20_000);
+        await until(async () => (await api.get(`/v1/batches/${batch.id}`)).status === 404, 20_000);
       } finally {
         proxy.speak();
         await direct.destroy();
