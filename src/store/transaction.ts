@@ -111,16 +111,35 @@ const lockDeadline = (options: TransactionOptions) => (options.lockTimeoutMs ===
 type Queues = Map<string, Promise<unknown>>;
 
 /**
- * Runs `work` after the earlier work of the same queue key has settled; work whose turn comes after
- * its deadline is not started, and fails with `late` (a 503).
+ * Runs `work` after the earlier work of the same queue key has settled; work whose turn has not
+ * come by its deadline fails then with `late` (a 503), and is not started when its turn comes. Before,
+ * it was answered only when its turn came: behind a slow transaction of its batch (a large batch's
+ * delete), long after LOCK_TIMEOUT.
  */
 function inTurn<T>(queues: Queues, key: string, deadline: number, late: () => UnavailableError, work: () => Promise<T>): Promise<T> {
-  const turn = () => (performance.now() > deadline ? Promise.reject(late()) : work());
-  const run = (queues.get(key) ?? Promise.resolve()).then(turn, turn);
+  const earlier = queues.get(key);
+  let started = false;
+  let givenUp = false;
+  const turn = () => {
+    if (givenUp || performance.now() > deadline) return Promise.reject(late());
+    started = true;
+    return work();
+  };
+  const run = (earlier ?? Promise.resolve()).then(turn, turn);
   const tail = run.catch(() => undefined);
   queues.set(key, tail);
   void tail.then(() => queues.get(key) === tail && queues.delete(key));
-  return run;
+  if (earlier === undefined || !Number.isFinite(deadline)) return run;
+  return new Promise<T>((resolve, reject) => {
+    // Only while the work has not started: one under way is answered by its own end, or a retried
+    // add, answered 503 although it committed, would add its items twice.
+    const due = setTimeout(() => {
+      if (started) return;
+      givenUp = true;
+      reject(late());
+    }, deadline - performance.now());
+    run.then(resolve, reject).finally(() => clearTimeout(due));
+  });
 }
 
 const sqliteWriters: Queues = new Map();

@@ -201,6 +201,30 @@ describeEachOrSkip(servers.filter(([name]) => name === 'mysql'))('the lock wait 
   );
 });
 
+describeOnServers('transactions of one batch in one process (%s)', (_name, backend) => {
+  it('when one waits behind a transaction of its batch that runs past LOCK_TIMEOUT, then it is 503 at LOCK_TIMEOUT, and never runs', async () => {
+    const database = await backend.create();
+    const db = openDb(database.config);
+    try {
+      const options = { retries: 0, lockTimeoutMs: 1000 };
+      // A large batch's delete, say: the first holds the batch's turn for 3 s.
+      const first = inBatchTransaction(db, options, 'a-batch', () => new Promise((resolve) => setTimeout(resolve, 3000)));
+      let ran = false;
+      const started = performance.now();
+      const second = inBatchTransaction(db, options, 'a-batch', async () => void (ran = true));
+      await expect(second).rejects.toMatchObject({ code: 'unavailable', status: 503 });
+      const waited = performance.now() - started;
+      await first;
+      expect({ answeredBeforeTheFirstEnded: waited < 2500, ran }).toEqual({ answeredBeforeTheFirstEnded: true, ran: false });
+      // The batch's queue goes on: a later transaction runs.
+      expect(await inBatchTransaction(db, options, 'a-batch', async () => 'ran')).toBe('ran');
+    } finally {
+      await db.destroy();
+      await database.drop();
+    }
+  });
+});
+
 const postgres = backends().filter(([name]) => isPostgresBackend(name));
 
 describeEachOrSkip(postgres)('the settings a PostgreSQL transaction runs with (%s)', (name, backend) => {
