@@ -23,7 +23,7 @@ import { PeriodicTask } from './service/periodic';
 import { callbackPoster, PostCallback } from './service/postCallback';
 import { sweepOnce, SweepResult } from './service/sweep';
 import { TenantQuota } from './service/tenantQuota';
-import { Db, openDb, writerSlots } from './store/db';
+import { Db, openDb, probePool, writerSlots } from './store/db';
 import { migrateLatest } from './store/migrations';
 
 /** The service wired together: database, use cases, HTTP app, background loops. */
@@ -64,6 +64,7 @@ export interface RollcallOptions {
 export async function createRollcall(config: Config, options: RollcallOptions = {}): Promise<Rollcall> {
   const log = options.log ?? pino({ level: config.LOG_LEVEL });
   const db = await openMigrated(config, log);
+  const probes = probePool(db);
   const metrics = new Metrics(db);
   const completionListeners: CompletionListener[] = [];
   const deps = serviceDeps(config, db, log, metrics, options.now ?? Date.now, completionListeners);
@@ -83,6 +84,7 @@ export async function createRollcall(config: Config, options: RollcallOptions = 
   const tenantRate = config.TENANT_RATE_LIMIT ? tenantRateLimiter({ requests: config.TENANT_RATE_LIMIT, windowMs: config.TENANT_RATE_WINDOW }) : null;
   const app = createApp({
     service: deps,
+    probes,
     submitAck,
     bodyLimit: config.BODY_LIMIT,
     log,
@@ -117,6 +119,7 @@ export async function createRollcall(config: Config, options: RollcallOptions = 
       await loops.stop();
       await committer?.drain();
       await db.destroy();
+      await probes.close();
     },
   };
 }

@@ -7,6 +7,7 @@ import type { Metrics } from '../metrics';
 import { CompletionWatcher } from '../service/completionWatcher';
 import { ServiceDeps } from '../service/deps';
 import { SweepResult } from '../service/sweep';
+import type { ProbePool } from '../store/db';
 import { authenticate } from './auth';
 import { refuseCrossSiteWrites } from './crossSite';
 import { errorHandler } from './errorHandler';
@@ -27,6 +28,8 @@ import { whoamiRoutes } from './routes/whoami';
 
 export interface AppDeps {
   service: ServiceDeps;
+  /** Where the readiness probe reaches the database (probePool). */
+  probes: ProbePool;
   watcher: CompletionWatcher;
   sweepNow: () => Promise<SweepResult>;
   submitAck: SubmitAck;
@@ -74,7 +77,7 @@ export function createApp(deps: AppDeps): Express {
   app.use(waitRoutes(deps.watcher));
   app.use(eventRoutes(deps.service));
   app.use(adminRoutes(deps.sweepNow));
-  app.use(healthRoutes(deps.service.db));
+  app.use(healthRoutes(deps.probes));
   app.use(metaRoutes(deps));
   app.use(dashboardRoutes());
   app.use((req, _res, next) => next(new RouteNotFoundError(`no route for ${req.method} ${req.path}`)));

@@ -395,6 +395,31 @@ export async function withoutQueryTimeout<T>(db: Db, work: (db: Db) => Promise<T
   }
 }
 
+/** Where the readiness probe reaches the database, and how many of its checks may run at once. */
+export interface ProbePool {
+  db: Db;
+  mostChecks: number;
+  close(): Promise<void>;
+}
+
+/** Connections of a server database's probe pool: one for a check, one for a check beside one stuck. */
+const PROBE_CONNECTIONS = 2;
+
+/**
+ * A pool of its own beside `db`'s server database, for the readiness probe: it asks whether the
+ * database answers, not whether this replica's pool has a connection free. On the pool itself, a
+ * probe waited behind every request for each of its four statements: with the pool busy on a hot
+ * batch's lock waits, up to four LOCK_TIMEOUTs, past an orchestrator's probe timeout, and every
+ * replica was taken out of service at once. Its connections open when a probe comes. SQLite
+ * (in-process, one writer) keeps its one pool, one check at a time.
+ */
+export function probePool(db: Db): ProbePool {
+  const opened = openedWith.get(db);
+  if (!opened) return { db, mostChecks: 1, close: async () => undefined };
+  const probes = openDb({ ...opened.config, DB_POOL_SIZE: PROBE_CONNECTIONS }, opened.log);
+  return { db: probes, mostChecks: PROBE_CONNECTIONS, close: () => probes.destroy() };
+}
+
 /** DB_QUERY_TIMEOUT of a server database's pool: how long its statements may go unanswered; 0 for none (and SQLite). */
 export function queryTimeoutOf(db: Db): number {
   return openedWith.get(db)?.config.DB_QUERY_TIMEOUT ?? 0;
@@ -495,11 +520,6 @@ export interface PoolStats {
   used: number;
   free: number;
   pendingAcquires: number;
-}
-
-/** How many connections the pool may hold at once (DB_POOL_SIZE; 1 for SQLite). */
-export function poolCapacity(db: Db): number {
-  return (db.client.config as { pool?: { max?: number } }).pool?.max ?? 1;
 }
 
 /** The connection pool's state for metrics; null before knex has made its pool. */

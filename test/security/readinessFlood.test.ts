@@ -1,5 +1,5 @@
 import { describeEachOrSkip, serverBackends } from '../helpers/backends';
-import { ProxiedService, startBehindProxy } from '../helpers/service';
+import { ProxiedService, startBehindProxy, startService } from '../helpers/service';
 import { TcpProxy } from '../helpers/tcpProxy';
 
 /**
@@ -43,5 +43,20 @@ describeEachOrSkip(serverBackends())('many readiness probes at once while the ch
     proxy.speak();
     expect(later.status).toBe(200);
     expect(await first).toBe(200);
+  }, 30_000);
+});
+
+describeEachOrSkip(serverBackends())('a readiness probe while every pooled connection is busy (%s)', (_name, backend) => {
+  it('then it is answered ready at once: it asks the database, not for a connection of the pool', async () => {
+    const svc = await startService(backend, { DB_POOL_SIZE: '2' });
+    const held = await Promise.all([0, 1].map(() => svc.rollcall.db.client.acquireConnection() as Promise<unknown>));
+    try {
+      const started = performance.now();
+      const probe = await svc.api.get('/readyz');
+      expect({ status: probe.status, atOnce: performance.now() - started < 2_000 }).toEqual({ status: 200, atOnce: true });
+    } finally {
+      for (const connection of held) await svc.rollcall.db.client.releaseConnection(connection);
+      await svc.stop();
+    }
   }, 30_000);
 });

@@ -1,7 +1,7 @@
 import { Router } from 'express';
 
 import { NewerSchemaError, UnavailableError } from '../../domain/errors';
-import { Db, ping, poolCapacity } from '../../store/db';
+import { Db, ping, ProbePool } from '../../store/db';
 import { ensureSchemaWritable, schemaState, unknownMigrations } from '../../store/migrations';
 
 /**
@@ -9,10 +9,9 @@ import { ensureSchemaWritable, schemaState, unknownMigrations } from '../../stor
  * and its schema is current). A database that is not ready is an UnavailableError, answered like
  * every other error (errorHandler.ts).
  */
-export function healthRoutes(db: Db): Router {
+export function healthRoutes(probes: ProbePool): Router {
   const router = Router();
-  // Two checks at once at most, and never the pool's last connection where it has more than one.
-  const readiness = shared(() => checkReady(db), Math.min(2, Math.max(1, poolCapacity(db) - 1)));
+  const readiness = shared(() => checkReady(probes.db), probes.mostChecks);
   router.get('/healthz', (_req, res) => {
     res.json({ status: 'ok' });
   });
