@@ -8,6 +8,8 @@ import { getBatch } from './readBatches';
 
 /** How long a poll may run before the next tick polls beside it. */
 const POLL_OVERDUE_MS = 5_000;
+/** At most one warning of failing polls in this long. */
+const POLL_FAILURE_SAID_EVERY_MS = 60_000;
 
 /** Wakes a waiter: with the batch that ended, or with nothing (it reads the state itself: timed out, released, or gone). */
 type Wake = (batch: BatchRecord | null) => void;
@@ -33,6 +35,8 @@ export class CompletionWatcher {
    * DB_QUERY_TIMEOUT, or for good without one) does not stop the others' completions reaching waiters.
    */
   private pollStartedAt: number | null = null;
+  /** When a failed poll was last logged (performance.now()). */
+  private pollFailureSaidAt = -Infinity;
   /** Long-polls held now (from before their first read to their answer), in all and by tenant. */
   private held = 0;
   private readonly heldByTenant = new Map<string, number>();
@@ -163,8 +167,16 @@ export class CompletionWatcher {
         for (const id of gone) this.wakeAll(id, null); // reads the batch, finds it gone: 404
         this.notify(finished);
       }
-    } catch {
-      // The database is away; waiters time out and read the state themselves.
+    } catch (error) {
+      // Waiters time out and read the state themselves. Said, at most once a minute: while the polls
+      // fail, completions made on other replicas reach waiters only at their timeouts.
+      if (now - this.pollFailureSaidAt >= POLL_FAILURE_SAID_EVERY_MS) {
+        this.pollFailureSaidAt = now;
+        this.deps.log.warn(
+          { err: error, waiting: this.waiters.size },
+          'the wait poll failed; waits learn of completions on other replicas only at their timeouts until it answers',
+        );
+      }
     } finally {
       if (this.pollStartedAt === started) this.pollStartedAt = null;
     }

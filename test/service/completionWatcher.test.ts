@@ -1,8 +1,11 @@
+import pino from 'pino';
+
 import { callFromIds } from '../../src/domain/ackCall';
 import { OPEN_CALLER } from '../../src/domain/batch';
 import { ackItems } from '../../src/service/ackItems';
 import { CompletionWatcher } from '../../src/service/completionWatcher';
 import { ServiceDeps } from '../../src/service/deps';
+import { openDb } from '../../src/store/db';
 import { backends } from '../helpers/backends';
 import { batchWith, TestBatch } from '../helpers/batches';
 import { realSleep, track, until, useFakeTimers } from '../helpers/realTime';
@@ -92,5 +95,32 @@ describe.each(backends())('the completion watcher on a fake clock (%s)', (_name,
     }
     expect(reads).toBe(0);
     expect(watcher.holding).toBe(0);
+  });
+});
+
+describe.each(backends())('the completion watcher when its polls fail (%s)', (_name, backend) => {
+  it('then it says so in the log, once a minute at most, and the wait answers at its deadline', async () => {
+    const svc = await startService(backend);
+    const broken = openDb(svc.database.config);
+    await broken.destroy();
+    const said: Array<{ msg: string; waiting: number }> = [];
+    const log = pino({ level: 'warn' }, { write: (line: string) => void said.push(JSON.parse(line)) });
+    const deps: ServiceDeps = { ...svc.rollcall.deps, log };
+    const watcher = new CompletionWatcher(deps, 50);
+    try {
+      const batch = await batchWith(svc.client, 2);
+      const answer = track(watcher.wait(OPEN_CALLER, batch.id, 1000, new AbortController().signal));
+      await until(() => watcher.waiting === 1);
+      const writable = deps as { db: ServiceDeps['db'] };
+      writable.db = broken; // every poll fails meanwhile
+      await realSleep(400);
+      writable.db = svc.rollcall.deps.db; // the deadline's own read answers
+      await until(() => answer.settled, 5_000);
+      expect(answer.value).toMatchObject({ id: batch.id, state: 'sealed' });
+      expect(said.map(({ msg, waiting }) => ({ msg, waiting }))).toEqual([{ msg: expect.stringContaining('the wait poll failed'), waiting: 1 }]);
+    } finally {
+      watcher.close();
+      await svc.stop();
+    }
   });
 });
