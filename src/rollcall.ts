@@ -208,6 +208,7 @@ function backgroundLoops(config: Config, deps: ServiceDeps, metrics: Metrics, po
     'sweeper',
     config.SWEEP_INTERVAL,
     async () => {
+      if (stopping) return; // a tick between the shutdown's start and the loops' stop: no warning of a sweep refused
       const removed = await sweep();
       if (removed.batchesRemoved > 0) log.info(removed, 'swept batches');
     },

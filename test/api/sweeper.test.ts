@@ -1,12 +1,14 @@
 import { randomUUID } from 'node:crypto';
 
 import { Knex } from 'knex';
+import pino from 'pino';
 
 import { sweepOnce } from '../../src/service/sweep';
 import { deleteBatchesWithGroups } from '../../src/store/removeBatches';
 import { inTransaction } from '../../src/store/transaction';
 import { backends, describeEachOrSkip, serverBackends } from '../helpers/backends';
 import { batchWith } from '../helpers/batches';
+import { realSleep } from '../helpers/realTime';
 import { Receiver } from '../helpers/receiver';
 import { holdBatchRow, otherConnections } from '../helpers/rowLocks';
 import { startService, TestService } from '../helpers/service';
@@ -262,4 +264,20 @@ describe.each(backends())('removing more batches than one statement may bind (%s
     expect(await inTransaction(svc.rollcall.db, svc.rollcall.deps.tx, (trx) => deleteBatchesWithGroups(trx, ids))).toBe(1);
     expect((await svc.api.get(`/v1/batches/${id}`)).status).toBe(404);
   }, 60_000);
+});
+
+describe.each(backends())('the sweeper during a shutdown (%s)', (_name, backend) => {
+  it('when its timer fires between the shutdown’s start and the loops’ stop, then it logs no failed task', async () => {
+    const said: Array<{ msg: string }> = [];
+    const log = pino({ level: 'warn' }, { write: (line: string) => void said.push(JSON.parse(line)) });
+    const svc = await startService(backend, { SWEEP_INTERVAL: '100ms' }, { log });
+    try {
+      svc.rollcall.startBackground();
+      svc.rollcall.beginShutdown();
+      await realSleep(450);
+      expect(said.map((line) => line.msg)).toEqual([]);
+    } finally {
+      await svc.stop();
+    }
+  });
 });
