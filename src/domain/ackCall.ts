@@ -26,12 +26,6 @@ export interface AckCall {
   error?: string;
   targets: AckTarget[];
   malformed: Rejection[];
-  /**
-   * The items take this outcome only while pending; one they already have stands, and this is a
-   * duplicate. A child's outcome for its parent item: a worker that acked the item itself gave up
-   * on the child, whose later end must not turn that failure into a success, nor its reason.
-   */
-  onlyIfPending?: true;
 }
 
 /** How many item IDs the call carries (every one is counted exactly once in its result). */

@@ -67,12 +67,11 @@ class GroupWork {
    * Applies one outcome to one item; returns whether anything changed and whether it was pending.
    * `failed_again` is a duplicate too, told apart because its failure reason still counts.
    */
-  apply(index: number, outcome: Outcome, onlyIfPending = false): 'new' | 'retry_won' | 'duplicate' | 'failed_again' {
+  apply(index: number, outcome: Outcome): 'new' | 'retry_won' | 'duplicate' | 'failed_again' {
     const succeeded = (this.succeeded ??= Bitfield.from(this.stored.succeededBits, this.stored.size));
     if (succeeded.has(index)) return 'duplicate';
     const failed = (this.failed ??= Bitfield.from(this.stored.failedBits, this.stored.size));
     const wasFailed = failed.has(index);
-    if (wasFailed && onlyIfPending) return 'duplicate';
     if (outcome === 'failed') {
       if (wasFailed) return 'failed_again';
       failed.set(index);
@@ -182,7 +181,7 @@ class AckPlanner {
       result.duplicates += 1;
       return false;
     }
-    const effect = group.apply(index, call.outcome, call.onlyIfPending);
+    const effect = group.apply(index, call.outcome);
     if (call.error !== undefined && (effect === 'new' || effect === 'failed_again')) {
       this.touch(batch.id, { kind: 'failed', key: reasonKey(target.groupId, index), error: call.error });
     }

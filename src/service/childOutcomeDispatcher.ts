@@ -15,9 +15,9 @@ const LEASE_MS = 5_000;
 const LOCK_WAITS_PER_ACK = 2;
 const BATCH = 100;
 
-/** The parent-item ack a finished child stands for: the item's outcome unless it has one already. */
+/** The parent-item ack a finished child stands for. */
 function parentAck(row: ChildOutcome): AckCall {
-  const call: AckCall = { ...callFromIds([row.parentItem], row.outcome, row.tenant), onlyIfPending: true };
+  const call = callFromIds([row.parentItem], row.outcome, row.tenant);
   if (row.outcome === 'failed' && row.error !== null) call.error = row.error;
   return call;
 }
