@@ -1,5 +1,5 @@
 import { UnavailableError } from '../domain/errors';
-import { Db, unlessTheDatabaseFreezes, withoutQueryTimeout } from '../store/db';
+import { Db, queryTimeoutOf, unlessTheDatabaseFreezes, withoutQueryTimeout } from '../store/db';
 import { deleteBatchesWithGroups, lockDueBatches } from '../store/removeBatches';
 import { inTransaction } from '../store/transaction';
 import { ServiceDeps } from './deps';
@@ -27,11 +27,14 @@ export interface SweepResult {
 
 /**
  * Per service, the sweep whose caller the freeze watch answered while its statement still waited on
- * the database: it stops after that statement, and no sweep starts before it has (a 503 at once).
- * Before, the next sweep (the loop's, or POST /v1/admin/sweep) started beside it, on a connection
- * more, and sweeps stacked up for as long as the database stayed frozen.
+ * the database, and when: it stops after the chunk it is in, and for STUCK_SWEEP_LIMITS times
+ * DB_QUERY_TIMEOUT no sweep starts before it has (a 503 at once). Before, the next sweep (the loop's,
+ * or POST /v1/admin/sweep) started beside it, on a connection more, and sweeps stacked up for as
+ * long as the database stayed frozen. Past that time one starts anyway: a statement whose answer was
+ * lost in a partition waits until TCP gives up on it (minutes to hours), and retention must not.
  */
-const leftRunning = new WeakMap<ServiceDeps, Promise<void>>();
+const leftRunning = new WeakMap<ServiceDeps, { since: number }>();
+const STUCK_SWEEP_LIMITS = 3;
 
 /**
  * Removes every batch due now, in chunks of `chunk` batches, each chunk its own short transaction.
@@ -40,10 +43,12 @@ const leftRunning = new WeakMap<ServiceDeps, Promise<void>>();
  * chunk's delete is as long as its batches are large (1.5M group rows took 4–5 s), and one cut off
  * at the limit was rolled back and chosen again at every sweep, so nothing was ever removed. A
  * database that answers nothing at all for DB_QUERY_TIMEOUT still ends it for its caller
- * (UnavailableError); the sweep itself stops after the statement it is in (leftRunning).
+ * (UnavailableError); the sweep itself stops after the chunk it is in (leftRunning).
  */
 export async function sweepOnce(deps: ServiceDeps, options: SweepOptions): Promise<SweepResult> {
-  if (leftRunning.has(deps)) throw new UnavailableError('the last sweep, under which the database stopped answering, has not ended yet; none starts before it');
+  const stuck = leftRunning.get(deps);
+  if (stuck && performance.now() - stuck.since < STUCK_SWEEP_LIMITS * queryTimeoutOf(deps.db))
+    throw new UnavailableError('the last sweep, under which the database stopped answering, has not ended yet; none starts before it');
   let givenUp = false;
   let ended = false;
   const work = withoutQueryTimeout(deps.db, (db) => sweepChunks(deps, db, { ...options, stopped: () => givenUp || options.stopped?.() === true }));
@@ -57,8 +62,9 @@ export async function sweepOnce(deps: ServiceDeps, options: SweepOptions): Promi
   } catch (error) {
     if (!ended) {
       givenUp = true;
-      leftRunning.set(deps, settled);
-      void settled.then(() => leftRunning.delete(deps));
+      const entry = { since: performance.now() };
+      leftRunning.set(deps, entry);
+      void settled.then(() => leftRunning.get(deps) === entry && leftRunning.delete(deps));
     }
     throw error;
   }

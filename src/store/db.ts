@@ -318,6 +318,11 @@ function openPostgres(config: DbConfig, log?: Logger): Db {
     connection: {
       connectionString: config.DATABASE_URL as string,
       connectionTimeoutMillis: 5000,
+      // TCP keepalive, which node-postgres leaves off: a connection whose peer vanished (a partition,
+      // a host gone) is found dead by the kernel's probes, within minutes, instead of never; a
+      // statement without DB_QUERY_TIMEOUT (a sweep's, a migration's) then fails rather than waits.
+      keepAlive: true,
+      keepAliveInitialDelayMillis: 10_000,
       pipeline: true,
       ...(config.DB_QUERY_TIMEOUT > 0 ? { query_timeout: config.DB_QUERY_TIMEOUT } : {}),
     },

@@ -108,7 +108,7 @@ describeOnServers('when the database goes away (%s)', (_name, backend) => {
 describeEachOrSkip(servers.filter(([name]) => name === 'mysql' || name === 'pg'))(
   'when the database host freezes in the middle of a sweep (%s)',
   (name, backend) => {
-    it('then the sweep ends 503 unavailable after about DB_QUERY_TIMEOUT, not when the host answers again, and no other starts beside it until it has', async () => {
+    it('then the sweep ends 503 unavailable after about DB_QUERY_TIMEOUT, not when the host answers again, and for a while no other starts beside it', async () => {
       const database = await backend!.create();
       const url = new URL(database.config.DATABASE_URL!);
       const proxy = proxyTo(url);
@@ -155,6 +155,10 @@ describeEachOrSkip(servers.filter(([name]) => name === 'mysql' || name === 'pg')
         const again = await api.post('/v1/admin/sweep').send({});
         expect([again.status, again.body.error?.message]).toEqual([503, expect.stringContaining('has not ended yet')]);
         expect(Date.now() - asked).toBeLessThan(1000);
+        // Past three DB_QUERY_TIMEOUTs one starts anyway (a lost answer may hold the first for hours): it freezes too.
+        await realSleep(3_700);
+        const later = await api.post('/v1/admin/sweep').send({});
+        expect([later.status, later.body.error?.message]).toEqual([503, expect.not.stringContaining('has not ended yet')]);
         proxy.speak();
         await sweeping;
         // Once the host answers, the sweep left running ends after its statement, and sweeps run again.
