@@ -116,10 +116,13 @@ export async function createRollcall(config: Config, options: RollcallOptions = 
     async close() {
       watcher.close();
       tenantRate?.close();
-      await loops.stop();
-      await committer?.drain();
-      await db.destroy();
-      await probes.close();
+      try {
+        await loops.stop();
+        await committer?.drain();
+        await db.destroy();
+      } finally {
+        await probes.close();
+      }
     },
   };
 }

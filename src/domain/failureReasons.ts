@@ -56,6 +56,7 @@ export const reasonKey = (groupId: string, index: number): string => `${groupId}
  * group, index) order, after the last one read: a reason stamped earlier than one already read, by a
  * replica whose clock runs behind (or after a clock stepped back), was never listed in that pass.
  * Under the batch's row lock, so each batch's reasons are stamped in the order they were written.
+ * Only the reasons still kept count: one whose item's retry won is deleted, and with it its time.
  */
 export function reasonTime(now: number, newestStored = 0): number {
   return newestStored >= now ? newestStored + 1 : now;
