@@ -21,10 +21,13 @@ const $ = <T extends HTMLElement>(id: string): T => {
 };
 
 class Unauthorized extends Error {}
+/** An answer to a read made with a token given up since (another signed in): nothing of it is used. */
+class Superseded extends Error {}
 
 async function api<T>(path: string, method = 'GET'): Promise<T> {
   const token = sessionStorage.getItem(TOKEN_KEY);
   const res = await fetch(path, { method, headers: token ? { authorization: `Bearer ${token}` } : {} });
+  if (sessionStorage.getItem(TOKEN_KEY) !== token) throw new Superseded('the token changed meanwhile');
   if (res.status === 401 || res.status === 403) throw new Unauthorized(res.status === 403 ? 'this token lacks the read scope' : 'a token is needed');
   const body = (await res.json()) as T & { error?: { message: string } };
   if (!res.ok) throw new Error(body.error?.message ?? `HTTP ${res.status}`);
@@ -255,6 +258,7 @@ async function refresh(): Promise<void> {
     $('error').textContent = '';
     $('live').style.opacity = '1';
   } catch (error) {
+    if (error instanceof Superseded) return;
     if (error instanceof Unauthorized) return showLogin(error.message);
     $('error').textContent = `Could not refresh: ${(error as Error).message}`;
     $('live').style.opacity = '.3';
@@ -263,7 +267,8 @@ async function refresh(): Promise<void> {
 
 /**
  * A token given (a first, or another after a 401): nothing read with the one before stays on the
- * screen, nor is shown when its reads answer. Another tenant's token, on a shared screen, went on
+ * screen (its filters included), nor is used when its reads answer (Superseded: not a 401 either,
+ * which would show the sign-in again, nor its scopes). Another tenant's token, on a shared screen, went on
  * showing the last tenant's list, and with a batch open, its list for good (the batch unknown to
  * the new tenant, every refresh failed).
  */
@@ -272,6 +277,10 @@ function forgetShown(): void {
   view.openBatch = null;
   view.cursors = [null];
   view.nextCursor = null;
+  view.state = '';
+  view.userKey = '';
+  ($('state') as HTMLSelectElement).value = '';
+  ($('user-key') as HTMLInputElement).value = '';
   listReads.dropStarted();
   detailReads.dropStarted();
   ($('batches').querySelector('tbody') as HTMLTableSectionElement).replaceChildren();

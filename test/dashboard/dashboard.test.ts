@@ -219,9 +219,28 @@ describeWithBrowser.each(dashboardBackends)('the dashboard in a real browser (%s
       await page.waitForSelector('#login:not([hidden])');
       await page.fill('#token', 'reader-of-tenant-one-1');
       await page.click('#login-form button');
+      await page.fill('#user-key', 'tenant-one-batch');
+      await page.click('#filters button');
       await page.click(`tr.batch[data-id="${one.body.id}"]`);
       await page.waitForFunction((id) => (document.querySelector('#detail-title')?.textContent ?? '').includes(id), one.body.id);
-      // The token is revoked (here: replaced by one the service does not know): the next refresh is a 401.
+      // The token is revoked (here: replaced by one the service does not know): the next refresh is a
+      // 401. The first read made with it is answered only after the next tenant signed in.
+      let releaseLate!: () => void;
+      const lateReleased = new Promise<void>((resolve) => (releaseLate = resolve));
+      let lateAnswered!: () => void;
+      const lateDone = new Promise<void>((resolve) => (lateAnswered = resolve));
+      let holding = false;
+      await page.route(
+        (url) => url.pathname.startsWith('/v1/'),
+        async (route) => {
+          if (holding || route.request().headers().authorization !== 'Bearer revoked-token-00000000') return route.continue();
+          holding = true;
+          const response = await route.fetch();
+          await lateReleased;
+          await route.fulfill({ response });
+          lateAnswered();
+        },
+      );
       await page.evaluate(() => sessionStorage.setItem('rollcall.token', 'revoked-token-00000000'));
       await page.waitForSelector('#login:not([hidden])');
       await page.fill('#token', 'reader-of-tenant-two-2');
@@ -230,6 +249,12 @@ describeWithBrowser.each(dashboardBackends)('the dashboard in a real browser (%s
       await page.waitForFunction(() => (document.querySelector('#batches tbody')?.textContent ?? '').includes('tenant-two-batch'), undefined, {
         timeout: 5_000,
       });
+      releaseLate();
+      await lateDone;
+      await page.waitForTimeout(300);
+      // That late 401 was the last token's: no sign-in is asked again; the last tenant's filter is gone.
+      expect(await page.locator('#login').isHidden()).toBe(true);
+      expect(await page.locator('#user-key').inputValue()).toBe('');
       expect(await page.locator('#batches tbody').textContent()).not.toContain('tenant-one-batch');
       expect(await page.locator('#detail').isHidden()).toBe(true);
     });
