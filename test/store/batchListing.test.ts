@@ -6,7 +6,7 @@ import { profileOf } from '../../src/store/dialect';
 import { migrateLatest } from '../../src/store/migrations';
 import { backends } from '../helpers/backends';
 
-/** The indexes the database's plan for `query` reads. */
+/** The indexes the database's plan for `query` reads (a Citus shard's by the name of the index it is a shard of). */
 async function indexesRead(db: Db, query: Statement): Promise<string[]> {
   const { sql, bindings } = query.toSQL();
   const dialect = profileOf(db).name;
@@ -16,7 +16,7 @@ async function indexesRead(db: Db, query: Statement): Promise<string[]> {
   }
   if (dialect === 'postgres') {
     const { rows } = (await db.raw(`EXPLAIN (FORMAT JSON) ${sql}`, bindings)) as { rows: Array<{ 'QUERY PLAN': unknown }> };
-    return [...JSON.stringify(rows[0]!['QUERY PLAN']).matchAll(/"Index Name":"([^"]+)"/g)].map((match) => match[1]!);
+    return [...JSON.stringify(rows[0]!['QUERY PLAN']).matchAll(/"Index Name":"([^"]+?)(?:_\d+)?"/g)].map((match) => match[1]!);
   }
   const rows = (await db.raw(`EXPLAIN QUERY PLAN ${sql}`, bindings)) as Array<{ detail: string }>;
   return rows.flatMap((row) => [...row.detail.matchAll(/USING (?:COVERING )?INDEX (\w+)/g)].map((match) => match[1]!));
