@@ -69,6 +69,8 @@ function observeResults(deps: ServiceDeps, calls: AckCall[], results: CallResult
   for (const [outcome, total] of totals) deps.observe.ackResult(outcome, total.acked, total.duplicates, total.rejected);
 }
 
+const NO_REASONS: ReadonlyMap<string, ReadonlySet<string>> = new Map();
+
 /**
  * Applies ack calls in one transaction: one locked read and one write per touched group row, one
  * write per touched batch row, whatever the number of IDs. Returns each call's own result, in order.
@@ -78,7 +80,8 @@ export async function ackItems(deps: ServiceDeps, calls: AckCall[]): Promise<Ack
   const reads = { groupIdsByBatch: groupIdsByBatch(calls), reasonBatches: batchesWithReasons(calls) };
   const { results, completed } = await runAckTransaction(deps.db, deps.tx, reads, ({ batches, groups, storedReasons }) => {
     const now = deps.now();
-    const stored = new Map([...storedReasons].map(([id, reasons]) => [id, reasons.keys]));
+    // Most transactions name no failure with an error, and read no reasons: no map is made for them.
+    const stored = storedReasons.size === 0 ? NO_REASONS : new Map([...storedReasons].map(([id, reasons]) => [id, reasons.keys]));
     const plan = planAcks(calls, batches, groups, now, { stored, cap: deps.failureReasonsPerBatch });
     // A batch written here and complete now became complete in this transaction (complete ones are never written).
     const newlyComplete = plan.batchWrites.filter((b) => b.state === 'complete');
