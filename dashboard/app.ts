@@ -27,11 +27,14 @@ class Superseded extends Error {}
 async function api<T>(path: string, method = 'GET'): Promise<T> {
   const token = sessionStorage.getItem(TOKEN_KEY);
   const res = await fetch(path, { method, headers: token ? { authorization: `Bearer ${token}` } : {} });
-  if (sessionStorage.getItem(TOKEN_KEY) !== token) throw new Superseded('the token changed meanwhile');
-  if (res.status === 401 || res.status === 403) throw new Unauthorized(res.status === 403 ? 'this token lacks the read scope' : 'a token is needed');
-  const body = (await res.json()) as T & { error?: { message: string } };
-  if (!res.ok) throw new Error(body.error?.message ?? `HTTP ${res.status}`);
-  return body;
+  const refused = res.status === 401 || res.status === 403;
+  const body: unknown = refused ? null : await res.json();
+  // A read's answer, body and all, for a token given up meanwhile is not used. A write's is: it was done.
+  if (method === 'GET' && sessionStorage.getItem(TOKEN_KEY) !== token) throw new Superseded('the token changed meanwhile');
+  if (refused) throw new Unauthorized(res.status === 403 ? 'this token lacks the read scope' : 'a token is needed');
+  const answer = body as T & { error?: { message: string } };
+  if (!res.ok) throw new Error(answer.error?.message ?? `HTTP ${res.status}`);
+  return answer;
 }
 
 const when = (iso: string | null) => (iso ? new Date(iso).toLocaleString() : '—');
