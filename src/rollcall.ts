@@ -117,9 +117,12 @@ export async function createRollcall(config: Config, options: RollcallOptions = 
       watcher.close();
       tenantRate?.close();
       try {
-        await loops.stop();
-        await committer?.drain();
-        await db.destroy();
+        try {
+          await loops.stop();
+          await committer?.drain();
+        } finally {
+          await db.destroy();
+        }
       } finally {
         await probes.close();
       }

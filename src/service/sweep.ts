@@ -26,15 +26,32 @@ export interface SweepResult {
 }
 
 /**
- * Per service, the sweep whose caller the freeze watch answered while its statement still waited on
- * the database, and when: it stops after the chunk it is in, and for STUCK_SWEEP_LIMITS times
- * DB_QUERY_TIMEOUT no sweep starts before it has (a 503 at once). Before, the next sweep (the loop's,
- * or POST /v1/admin/sweep) started beside it, on a connection more, and sweeps stacked up for as
- * long as the database stayed frozen. Past that time one starts anyway: a statement whose answer was
- * lost in a partition waits until TCP gives up on it (minutes to hours), and retention must not.
+ * Per service, the sweeps whose callers the freeze watch answered while their statements still
+ * waited on the database, with when each was given up: each stops after the chunk it is in. For
+ * STUCK_SWEEP_LIMITS times DB_QUERY_TIMEOUT after the newest was given up no sweep starts (a 503 at
+ * once), nor while MOST_LEFT_RUNNING are left. Before, the next sweep (the loop's, or POST
+ * /v1/admin/sweep) started beside it, on a connection more, and sweeps stacked up for as long as the
+ * database stayed frozen. Past that time one starts anyway: a statement whose answer was lost in a
+ * partition waits until TCP keepalive finds its connection dead (minutes), and retention must not.
  */
-const leftRunning = new WeakMap<ServiceDeps, { since: number }>();
+const leftRunning = new WeakMap<ServiceDeps, Set<{ since: number }>>();
 const STUCK_SWEEP_LIMITS = 3;
+const MOST_LEFT_RUNNING = 2;
+
+function mayStart(deps: ServiceDeps): boolean {
+  const left = leftRunning.get(deps);
+  if (!left || left.size === 0) return true;
+  const newest = Math.max(...[...left].map((entry) => entry.since));
+  return left.size < MOST_LEFT_RUNNING && performance.now() - newest >= STUCK_SWEEP_LIMITS * queryTimeoutOf(deps.db);
+}
+
+function leaveRunning(deps: ServiceDeps, settled: Promise<void>): void {
+  const left = leftRunning.get(deps) ?? new Set();
+  leftRunning.set(deps, left);
+  const entry = { since: performance.now() };
+  left.add(entry);
+  void settled.then(() => left.delete(entry));
+}
 
 /**
  * Removes every batch due now, in chunks of `chunk` batches, each chunk its own short transaction.
@@ -46,9 +63,7 @@ const STUCK_SWEEP_LIMITS = 3;
  * (UnavailableError); the sweep itself stops after the chunk it is in (leftRunning).
  */
 export async function sweepOnce(deps: ServiceDeps, options: SweepOptions): Promise<SweepResult> {
-  const stuck = leftRunning.get(deps);
-  if (stuck && performance.now() - stuck.since < STUCK_SWEEP_LIMITS * queryTimeoutOf(deps.db))
-    throw new UnavailableError('the last sweep, under which the database stopped answering, has not ended yet; none starts before it');
+  if (!mayStart(deps)) throw new UnavailableError('the last sweep, under which the database stopped answering, has not ended yet; none starts before it');
   let givenUp = false;
   let ended = false;
   const work = withoutQueryTimeout(deps.db, (db) => sweepChunks(deps, db, { ...options, stopped: () => givenUp || options.stopped?.() === true }));
@@ -62,9 +77,7 @@ export async function sweepOnce(deps: ServiceDeps, options: SweepOptions): Promi
   } catch (error) {
     if (!ended) {
       givenUp = true;
-      const entry = { since: performance.now() };
-      leftRunning.set(deps, entry);
-      void settled.then(() => leftRunning.get(deps) === entry && leftRunning.delete(deps));
+      leaveRunning(deps, settled);
     }
     throw error;
   }

@@ -175,7 +175,16 @@ function mysqlPool(config: DbConfig, log: Logger | undefined, multipleStatements
     log: knexLog(log),
     client: 'mysql2',
     // Every value is bound by the driver, never spliced into the SQL text by this code.
-    connection: { uri: (config.DATABASE_URL as string).replace(/^mysql2:/, 'mysql:'), supportBigNumbers: true, connectTimeout: 5000, multipleStatements },
+    // TCP keepalive from 10 s idle (mysql2 turns it on, but after the kernel's default, 2 h): a
+    // connection whose peer vanished is found dead within minutes (see openPostgres).
+    connection: {
+      uri: (config.DATABASE_URL as string).replace(/^mysql2:/, 'mysql:'),
+      supportBigNumbers: true,
+      connectTimeout: 5000,
+      enableKeepAlive: true,
+      keepAliveInitialDelay: 10_000,
+      multipleStatements,
+    },
     pool: {
       min: 0,
       max: config.DB_POOL_SIZE,

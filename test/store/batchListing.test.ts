@@ -16,7 +16,7 @@ async function indexesRead(db: Db, query: Statement): Promise<string[]> {
   }
   if (dialect === 'postgres') {
     const { rows } = (await db.raw(`EXPLAIN (FORMAT JSON) ${sql}`, bindings)) as { rows: Array<{ 'QUERY PLAN': unknown }> };
-    return [...JSON.stringify(rows[0]!['QUERY PLAN']).matchAll(/"Index Name":"([^"]+?)(?:_\d+)?"/g)].map((match) => match[1]!);
+    return [...JSON.stringify(rows[0]!['QUERY PLAN']).matchAll(/"Index Name":"([^"]+?)(?:_\d{5,})?"/g)].map((match) => match[1]!);
   }
   const rows = (await db.raw(`EXPLAIN QUERY PLAN ${sql}`, bindings)) as Array<{ detail: string }>;
   return rows.flatMap((row) => [...row.detail.matchAll(/USING (?:COVERING )?INDEX (\w+)/g)].map((match) => match[1]!));
