@@ -62,6 +62,12 @@ describe.each(backends())('acking in the compact form (%s)', (_name, backend) =>
     expect((await svc.api.get(`/v1/batches/${id}`)).body.succeeded).toBe(0);
   });
 
+  it('when a compact call lists more than 10,000 indexes, some not indexes at all, then 413 for its size before they are read', async () => {
+    const res = await svc.api.post('/v1/acks').send({ groups: [{ batchId: 'a', groupId: 'b', indexes: [...Array.from({ length: 10_000 }, () => 0), -1] }] });
+    expect(res.status).toBe(413);
+    expect(res.body.error.code).toBe('payload_too_large');
+  });
+
   it.each([
     ['both ids and groups', { ids: [], groups: [] }],
     ['a reversed range', { groups: [{ batchId: 'a', groupId: 'b', indexes: [[5, 1]] }] }],

@@ -10,8 +10,25 @@ import { parse } from '../validate';
 /** Applies one ack call: through the group committer, or in a transaction of its own. */
 export type SubmitAck = (call: AckCall) => Promise<AckResult>;
 
-function tooLarge(count: number): PayloadTooLargeError {
-  return new PayloadTooLargeError(`an ack call takes at most ${MAX_ACK_IDS} items; this one has ${count}`);
+function tooLarge(count: number, atLeast = false): PayloadTooLargeError {
+  return new PayloadTooLargeError(`an ack call takes at most ${MAX_ACK_IDS} items; this one has ${atLeast ? 'at least ' : ''}${count}`);
+}
+
+/**
+ * The elements of the body's arrays, before any is validated: each names at least one item, so a
+ * call past MAX_ACK_IDS is refused without validating (a 2 MB body holds a million of them).
+ */
+function elementsIn(body: unknown): number {
+  if (typeof body !== 'object' || body === null) return 0;
+  const { ids, groups } = body as { ids?: unknown; groups?: unknown };
+  if (Array.isArray(ids)) return ids.length;
+  if (!Array.isArray(groups)) return 0;
+  let n = 0;
+  for (const entry of groups as unknown[]) {
+    const indexes = typeof entry === 'object' && entry !== null ? (entry as { indexes?: unknown }).indexes : undefined;
+    n += Array.isArray(indexes) ? Math.max(1, indexes.length) : 1;
+  }
+  return n;
 }
 
 function withError(call: AckCall, error: string | undefined): AckCall {
@@ -21,6 +38,8 @@ function withError(call: AckCall, error: string | undefined): AckCall {
 
 /** Reads either form of the body: `{ ids: [...] }` or the compact `{ groups: [...] }`. */
 function callFromBody(body: unknown, tenant: string): AckCall {
+  const elements = elementsIn(body);
+  if (elements > MAX_ACK_IDS) throw tooLarge(elements, true);
   if (typeof body === 'object' && body !== null && 'groups' in body) {
     const compact = parse(compactAckBody, body, 'body');
     const count = compactSize(compact.groups);
