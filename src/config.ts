@@ -151,7 +151,12 @@ export type Scope = (typeof SCOPES)[number];
 const tokensSchema = z
   .array(
     z.strictObject({
-      token: z.string().min(16, 'a token must be at least 16 characters'),
+      // Sent as `Authorization: Bearer <token>`: a space ends it, and a header is read as Latin-1 while
+      // the token is compared as UTF-8, so only visible ASCII can ever match.
+      token: z
+        .string()
+        .min(16, 'a token must be at least 16 characters')
+        .regex(/^[\x21-\x7e]+$/, 'a token is visible ASCII: no spaces, control or non-ASCII characters (it is sent in a header)'),
       tenant: z.string().min(1).max(64).refine(isExactText, `a tenant ${EXACT_TEXT_RULE}`),
       scopes: z.array(z.enum(SCOPES)).min(1),
       /** Signs this tenant's callbacks instead of CALLBACK_SECRET. */

@@ -119,6 +119,15 @@ describe('configuration', () => {
     expect(() => loadConfig({ DATABASE_URL: 'postgres://u@db/rc', DB_POOLER: 'statement' })).toThrow(/DB_POOLER/);
   });
 
+  it.each([
+    ['a space', 'correct horse battery staple'],
+    ['a tab', 'a-long-enough\ttoken-123'],
+    ['a character past ASCII', 'a-long-enough-token-\u00e4\u00e4'],
+    ['a character past Latin-1', 'a-long-enough-token-\u20ac\u20ac'],
+  ])('when a token holds %s, which no Authorization header can carry to match, then it is refused at start', (_what, token) => {
+    expect(() => loadConfig({ API_TOKENS: JSON.stringify([{ token, tenant: 'a', scopes: ['read'] }]) })).toThrow(/a token is visible ASCII/);
+  });
+
   it('when two tokens of one tenant carry the same callbackSecret, or only one carries it, then both are taken', () => {
     const entry = (token: string, callbackSecret?: string) => ({ token, tenant: 'a', scopes: ['read'], ...(callbackSecret ? { callbackSecret } : {}) });
     const same = [entry('a-long-enough-token-123', 'the-secret-0123456789'), entry('a-long-enough-token-456', 'the-secret-0123456789')];
