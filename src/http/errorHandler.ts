@@ -45,19 +45,22 @@ function forgetFileHeaders(res: Response, error: LibraryError): void {
 const REFUSAL_LOG_EVERY_MS = 1_000;
 
 /**
- * Logs a 429 with its limit and tenant at info at most once a second per tenant and code, the rest
- * at debug: a tenant past a limit may send thousands a second. `logged`: when each was last logged.
+ * Logs a refusal (a 429 with its limit, a 503) at `level` at most once a second per tenant and
+ * code, the rest at debug: a tenant past a limit, or every caller while the database is away, may
+ * be refused thousands of times a second. `logged`: when each was last logged.
  */
-function logRefusal(logged: Map<string, number>, req: Request, code: string, reason: string): void {
+function logRefusal(logged: Map<string, number>, req: Request, status: 429 | 503, code: string, error: Error): void {
   const tenant = req.caller?.tenant;
-  const key = `${code}\u0000${tenant}`;
+  const key = `${status}\u0000${code}\u0000${tenant}`;
   const now = performance.now();
   const due = (logged.get(key) ?? -Infinity) + REFUSAL_LOG_EVERY_MS <= now;
   if (due) {
     if (logged.size >= 10_000) logged.clear(); // tenants are bounded by API_TOKENS; a bound all the same
     logged.set(key, now);
   }
-  req.log[due ? 'info' : 'debug']({ code, tenant, reason }, 'request answered 429');
+  const level = !due ? 'debug' : status === 503 ? 'warn' : 'info';
+  if (status === 503) req.log[level]({ err: error, code, tenant }, 'request answered 503');
+  else req.log[level]({ code, tenant, reason: error.message }, 'request answered 429');
 }
 
 /**
@@ -82,10 +85,10 @@ export function errorHandler(): ErrorRequestHandler {
     if (status === 503) {
       // Busy or down, not broken: worth a retry shortly (API.md, "Input limits that protect other callers").
       res.setHeader('retry-after', '1');
-      req.log.warn({ err: error }, 'request answered 503');
+      logRefusal(refusalsLogged, req, status, answer[1].error.code, error);
     } else if (status === 429) {
       if (!res.hasHeader('retry-after')) res.setHeader('retry-after', '1'); // a rate limit's says when its window ends
-      logRefusal(refusalsLogged, req, answer[1].error.code, error.message);
+      logRefusal(refusalsLogged, req, status, answer[1].error.code, error);
     } else if (status >= 500) req.log.error({ err: error }, 'request failed');
     else req.log.debug({ err: error }, 'request refused');
     res.status(status).json(answer[1]);
