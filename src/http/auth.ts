@@ -5,6 +5,7 @@ import type { RequestHandler } from 'express';
 import type { Scope, TokenEntry } from '../config';
 import { Caller, OPEN_CALLER } from '../domain/batch';
 import { ForbiddenError, UnauthorizedError } from '../domain/errors';
+import { afterBody } from './requireJson';
 
 declare module 'express-serve-static-core' {
   interface Request {
@@ -62,10 +63,10 @@ export function authenticate(tokens: TokenEntry[] | null): RequestHandler {
   };
 }
 
-/** Lets the request through when its token has `scope` (or `admin`, which grants everything). */
+/** Lets the request through when its token has `scope` (or `admin`, which grants everything), then reads its body. */
 export function requireScope(scope: Scope): RequestHandler {
   return (req, _res, next) => {
-    if (req.scopes.has(scope) || req.scopes.has('admin')) return next();
+    if (req.scopes.has(scope) || req.scopes.has('admin')) return afterBody(req, next);
     next(new ForbiddenError(`this token lacks the ${scope} scope`));
   };
 }
@@ -73,7 +74,7 @@ export function requireScope(scope: Scope): RequestHandler {
 /** Lets the request through when its token has any of `scopes` (or `admin`). */
 export function requireAnyScope(...scopes: Scope[]): RequestHandler {
   return (req, _res, next) => {
-    if (req.scopes.has('admin') || scopes.some((scope) => req.scopes.has(scope))) return next();
+    if (req.scopes.has('admin') || scopes.some((scope) => req.scopes.has(scope))) return afterBody(req, next);
     next(new ForbiddenError(`this token lacks the ${scopes.join(' or ')} scope`));
   };
 }

@@ -1,4 +1,4 @@
-import express, { type RequestHandler } from 'express';
+import express, { type Request, type RequestHandler } from 'express';
 
 import { InvalidRequestError, PayloadTooLargeError, RollcallError, UnsupportedMediaTypeError } from '../domain/errors';
 
@@ -42,8 +42,31 @@ function bodyError(caught: unknown): RollcallError {
   return new InvalidRequestError(`the body could not be read: ${error.message}`);
 }
 
-/** express.json, its errors in the contract's shape. */
+declare module 'express-serve-static-core' {
+  interface Request {
+    /** Reads the body (readJsonBody), once the route has let the caller through (requireScope). */
+    readBody?: (then: (error?: unknown) => void) => void;
+  }
+}
+
+/**
+ * express.json, its errors in the contract's shape, read when the route's scope check lets the
+ * caller through (requireScope calls `req.readBody`): a token that may not make the request is
+ * answered 403 whatever its body, which is not read (up to BODY_LIMIT) nor parsed for it.
+ */
 export function readJsonBody(limit: string): RequestHandler {
   const parse = express.json({ limit });
-  return (req, res, next) => parse(req, res, (error?: unknown) => next(error === undefined ? undefined : bodyError(error)));
+  return (req, res, next) => {
+    req.readBody = (then) => {
+      req.readBody = undefined;
+      parse(req, res, (error?: unknown) => then(error === undefined ? undefined : bodyError(error)));
+    };
+    next();
+  };
+}
+
+/** Goes on to `next` once the body, if one is still to be read, has been read. */
+export function afterBody(req: Request, next: (error?: unknown) => void): void {
+  if (req.readBody) req.readBody(next);
+  else next();
 }

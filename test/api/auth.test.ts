@@ -52,6 +52,15 @@ describe.each(backends())('authentication and tenants (%s)', (_name, backend) =>
     expect(res.body.error.code).toBe('unauthorized');
   });
 
+  it('when a token lacks the scope, then 403 whatever its body: one that is not JSON, or over BODY_LIMIT, is not read for it', async () => {
+    const send = (path: string, token: string, body: string) => api.post(path).set('Authorization', token).set('Content-Type', 'application/json').send(body);
+    const notJson = await send('/v1/acks', producer, '{"ids": [');
+    const tooLarge = await send('/v1/batches', consumer, JSON.stringify({ metadata: { x: 'x'.repeat(3 * 1024 * 1024) } }));
+    expect([notJson.status, notJson.body.error.code, tooLarge.status, tooLarge.body.error.code]).toEqual([403, 'forbidden', 403, 'forbidden']); // before: 400 and 413
+    const allowed = await send('/v1/acks', consumer, '{"ids": [');
+    expect([allowed.status, allowed.body.error.code]).toEqual([400, 'invalid_request']); // a token that may: its body is read
+  });
+
   it('when a token lacks the scope, then 403 forbidden and nothing changes', async () => {
     const res = await api.post('/v1/batches').set('Authorization', consumer).send({});
     expect(res.status).toBe(403);
