@@ -97,6 +97,9 @@ export function rollcallConsumer(
     try {
       returned = await handler(message);
     } catch (thrown) {
+      // A channel closed during the run (the connection dropped, which may be why it threw): RabbitMQ
+      // has the message back and will deliver it again, so this was not its last delivery after all.
+      if (messages.closed) return;
       if (previousDeliveries(message) < maxDeliveries) return messages.settle(message, 'retry');
       return messages.record(message, itemId, 'failed', failureMessageOf(thrown));
     }

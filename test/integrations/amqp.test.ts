@@ -844,6 +844,35 @@ describeWith(amqpUrl).each(backends())('rollcall/amqp on a real RabbitMQ quorum 
     expect(runs.size).toBe(0);
   });
 
+  it('when the channel closes while a handler runs its last delivery and the handler throws for it, then no failure is recorded: RabbitMQ has the message back, and its rerun decides the item', async () => {
+    const client = new RollcallClient({ baseUrl: svc.url });
+    const { queue, batch } = await produce(client, 1, { 'x-delivery-limit': 6 });
+    const channel = await (await connect()).createChannel();
+    channel.on('error', () => undefined);
+    let ran = false;
+    await channel.consume(
+      queue,
+      rollcallConsumer(
+        client,
+        channel,
+        async () => {
+          ran = true;
+          await channel.close(); // the connection drops while the handler publishes its result, say
+          throw new Error('Channel closed');
+        },
+        { maxDeliveries: 0 },
+      ),
+    );
+    await until(() => ran, 10_000);
+    const other = await (await connect()).createChannel();
+    const callback = rollcallConsumer(client, other, () => undefined, { maxDeliveries: 0 }); // the rerun succeeds
+    const second = { channel: other, consumerTag: (await other.consume(queue, callback)).consumerTag, callback };
+    const done = await client.waitForCompletion(batch.id, { timeoutMs: 15_000 });
+    expect(done).toMatchObject({ state: 'complete', succeeded: 1, failed: 0 }); // before: failed, with the closed channel as its reason
+    await expectNoneUnsettled(queue, second);
+    await drained(queue);
+  });
+
   it('when a handler opens a child batch for its own item and returns handedToChild, then its message is acked and its item waits for the child', async () => {
     const client = new RollcallClient({ baseUrl: svc.url });
     const { queue, batch: parent } = await produce(client, 3);
