@@ -37,21 +37,22 @@ interface Death {
 }
 
 /**
- * Why and where the message was last dead-lettered: `x-death` holds one entry per queue and
- * reason, the latest first; `x-last-death-*` (RabbitMQ 3.13 on) and `x-first-death-*` say the same
- * of a message dead-lettered once.
+ * Why and where the message was last dead-lettered: `x-last-death-*` (RabbitMQ 3.13 on) names the
+ * latest death whatever else the message carries; else `x-death`, one entry per queue and reason,
+ * whose first is the latest where the broker moves an entry it counts again to the front (one that
+ * did not would name an older death there: a message replayed, rejected, then past its delivery
+ * limit again); else `x-first-death-*`, the same of a message dead-lettered once.
  */
 function lastDeathOf(message: ConsumeMessage): Death {
+  const lastReason = textHeaderOf(message, 'x-last-death-reason');
+  if (lastReason !== undefined) return { reason: lastReason, queue: textHeaderOf(message, 'x-last-death-queue') };
   const deaths = headerOf(message, 'x-death');
   const latest: unknown = Array.isArray(deaths) ? deaths[0] : undefined;
   if (typeof latest === 'object' && latest !== null) {
     const entry = latest as Record<string, unknown>;
     return { reason: textOfHeaderValue(entry.reason), queue: textOfHeaderValue(entry.queue) };
   }
-  return {
-    reason: textHeaderOf(message, 'x-last-death-reason') ?? textHeaderOf(message, 'x-first-death-reason'),
-    queue: textHeaderOf(message, 'x-last-death-queue') ?? textHeaderOf(message, 'x-first-death-queue'),
-  };
+  return { reason: textHeaderOf(message, 'x-first-death-reason'), queue: textHeaderOf(message, 'x-first-death-queue') };
 }
 
 function reasonsOf(options: RollcallDeadLetterOptions): ReadonlySet<string> {

@@ -261,6 +261,29 @@ describeWith(amqpUrl).each(backends())('rollcall/amqp dead letters on a real Rab
     await recorder.close();
   });
 
+  it('when x-last-death-reason (RabbitMQ 3.13 on) names a later death than the first entry of x-death, then the later one decides', async () => {
+    const client = new RollcallClient({ baseUrl: svc.url });
+    const t = await topology({});
+    const batch = await produce(client, t.work, 1);
+    const [message] = await takeAll(t.work);
+    // Replayed once after a consumer rejected it, then past its delivery limit: an entry counted again, not moved to the front.
+    const deaths = [
+      { reason: 'rejected', queue: t.work, count: 1, exchange: '', 'routing-keys': [t.work] },
+      { reason: 'delivery_limit', queue: t.work, count: 2, exchange: '', 'routing-keys': [t.work] },
+    ];
+    const headers = {
+      'x-rollcall-item-id': message?.properties.headers?.['x-rollcall-item-id'],
+      'x-death': deaths,
+      'x-last-death-reason': 'delivery_limit',
+      'x-last-death-queue': t.work,
+    };
+    admin.sendToQueue(t.recorded, Buffer.from('{}'), { headers });
+    const { stop } = await recordDeadLetters(client, t.recorded);
+    expect(await client.waitForCompletion(batch.id, { timeoutMs: 10_000 })).toMatchObject({ state: 'complete', failed: 1 }); // before: parked as rejected, its item pending
+    expect((await client.failures(batch.id)).failures[0]?.error).toBe(`dead-lettered by RabbitMQ (delivery_limit) from queue ${t.work}`);
+    await stop();
+  });
+
   it('when a batch is cancelled, then its dead letters are acked and not recorded', async () => {
     const client = new RollcallClient({ baseUrl: svc.url });
     const t = await topology({ 'x-message-ttl': 20 });
