@@ -206,9 +206,13 @@ function backgroundLoops(config: Config, deps: ServiceDeps, metrics: Metrics, po
     metrics.sweptGroups.inc(removed.groupsRemoved);
     return removed;
   });
+  // From the shutdown's start no callback attempt begins: one begun during the HTTP drain was cut
+  // off a second into close() (settle) and sent again by another replica, a duplicate per deploy.
+  // Those under way go on; close() gives them their grace.
   const beginStop = () => {
     stopping = true;
     childOutcomes.stop();
+    void delivering.stop();
   };
   const sweeping = new PeriodicTask(
     'sweeper',

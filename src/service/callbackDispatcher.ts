@@ -226,7 +226,7 @@ export class CallbackDispatcher {
   private async giveBack(event: OutboxEvent): Promise<void> {
     const at = { eventId: event.id, batchId: event.batchId };
     try {
-      if (await releaseClaim(this.deps.db, event.id, this.claim, this.deps.now()))
+      if (await releaseClaim(this.deps.db, event, this.claim, this.deps.now()))
         this.deps.log.info(at, 'callback attempt cut off by the shutdown; the event is due again now');
     } catch (caught) {
       this.deps.log.warn({ err: caught, ...at }, 'callback attempt cut off by the shutdown; the event is due again when its lease ends');
@@ -243,7 +243,7 @@ export class CallbackDispatcher {
     const at = { eventId: event.id, batchId: event.batchId };
     try {
       if (error === null) {
-        if (await markDelivered(this.deps.db, event.id, this.claim, now)) return 'delivered';
+        if (await markDelivered(this.deps.db, event, this.claim, now)) return 'delivered';
       } else {
         // From its first attempt: an event held back behind another, or untried while no replica
         // ran, gets the whole CALLBACK_MAX_AGE of retries once it may be sent.
@@ -253,7 +253,7 @@ export class CallbackDispatcher {
         // The last try comes when CALLBACK_MAX_AGE ends, not a whole backoff later: a
         // CALLBACK_BACKOFF_CAP past it kept the event pending, and its batch, that much longer.
         const next = Math.min(now + retryDelay(this.options.backoff, event.attempts), firstAttemptAt + this.options.maxAgeMs);
-        if (await markFailed(this.deps.db, event.id, this.claim, error, giveUp ? null : next)) return giveUp ? 'dead' : 'failed';
+        if (await markFailed(this.deps.db, event, this.claim, error, giveUp ? null : next)) return giveUp ? 'dead' : 'failed';
       }
       this.deps.log.warn(at, 'callback attempt ended after another replica claimed the event; its outcome is not recorded here');
     } catch (caught) {

@@ -75,9 +75,11 @@ const HOST_WIDTH = 255;
  * The host a delivery goes to (name and port), for sharing deliveries among hosts. Cut to the
  * column's width: a 253-character name (DNS's longest, the API's limit) with a port is longer, and
  * a batch made before callback hosts were limited may name a longer one still; its events must be
- * written all the same (a longer value failed the transaction that completes the batch).
+ * written all the same (a longer value failed the transaction that completes the batch). One made
+ * before URLs were checked as Node reads them may name one Node refuses (a port past 65535): its
+ * host is '' (as migration 0008 has it), and its attempts fail, so it ages to dead.
  */
-const hostOf = (url: string): string => new URL(url).host.toLowerCase().slice(0, HOST_WIDTH);
+const hostOf = (url: string): string => (URL.canParse(url) ? new URL(url).host.toLowerCase().slice(0, HOST_WIDTH) : '');
 
 /** Writes a new pending event; runs in the transaction that completes the batch. */
 export function insertEventQuery(q: Queryable, event: NewEvent): Knex.QueryBuilder {
@@ -217,9 +219,17 @@ export async function claimEvents(q: Queryable, ids: string[], claim: string, no
   return rows.map(fromRow);
 }
 
+/**
+ * An event as its outcome writes name it: with its batch too, so that on Citus, where outbox is
+ * distributed by batch_id, each write goes to the one shard that holds the row, not to every shard.
+ */
+type EventKey = Pick<OutboxEvent, 'id' | 'batchId'>;
+
+const claimedRow = (event: EventKey, claim: string) => ({ batch_id: event.batchId, id: event.id, claim, status: 'pending' });
+
 /** Records a 2xx. Only the holder of the claim may; returns false when the lease was lost. */
-export async function markDelivered(db: Db, id: string, claim: string, now: number): Promise<boolean> {
-  const n = await db('outbox').where({ id, claim, status: 'pending' }).update({ status: 'delivered', delivered_at: now, claim: null, last_error: null });
+export async function markDelivered(db: Db, event: EventKey, claim: string, now: number): Promise<boolean> {
+  const n = await db('outbox').where(claimedRow(event, claim)).update({ status: 'delivered', delivered_at: now, claim: null, last_error: null });
   return n === 1;
 }
 
@@ -228,15 +238,15 @@ export async function markDelivered(db: Db, id: string, claim: string, now: numb
  * without waiting for the lease to end. The attempt still counts (the receiver may have had it).
  * False when the claim was lost.
  */
-export async function releaseClaim(db: Db, id: string, claim: string, now: number): Promise<boolean> {
-  const n = await db('outbox').where({ id, claim, status: 'pending' }).update({ claim: null, next_attempt_at: now });
+export async function releaseClaim(db: Db, event: EventKey, claim: string, now: number): Promise<boolean> {
+  const n = await db('outbox').where(claimedRow(event, claim)).update({ claim: null, next_attempt_at: now });
   return n === 1;
 }
 
 /** Records a failed attempt and when to try next (or that the event is given up: `dead`); false when the claim was lost. */
-export async function markFailed(db: Db, id: string, claim: string, error: string, nextAttemptAt: number | null): Promise<boolean> {
+export async function markFailed(db: Db, event: EventKey, claim: string, error: string, nextAttemptAt: number | null): Promise<boolean> {
   const n = await db('outbox')
-    .where({ id, claim, status: 'pending' })
+    .where(claimedRow(event, claim))
     .update({
       claim: null,
       last_error: error.slice(0, 1024),

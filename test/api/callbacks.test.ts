@@ -78,6 +78,25 @@ describe.each(backends())('completion callbacks (%s)', (_name, backend) => {
     expect((await svc.api.get(`/v1/batches/${id}/events`)).body.events).toEqual([expect.objectContaining({ status: 'pending' })]);
   });
 
+  it('when a batch made before URLs were checked as Node reads them names one Node refuses, then its completion still commits and its delivery fails as an attempt', async () => {
+    const { id, ids } = await batchWith(svc.client, 1, { callbackUrl: receiver.url });
+    await svc.rollcall.db('batches').where('id', id).update({ callback_url: 'http://example.com:99999/cb' }); // a port past 65535
+    const acked = await svc.api.post('/v1/acks').send({ ids });
+    expect([acked.status, acked.body.completed]).toEqual([200, [expect.objectContaining({ id })]]); // before: 500, every time
+    expect(await svc.rollcall.dispatcher.deliverDue()).toBe(1);
+    const [event] = (await svc.api.get(`/v1/batches/${id}/events`)).body.events;
+    expect(event).toMatchObject({ status: 'pending', attempts: 1, lastError: expect.any(String) });
+  });
+
+  it('when the shutdown has begun, then no callback attempt starts: the event of a batch completed during the drain waits for a replica or the next process', async () => {
+    svc.rollcall.startBackground();
+    svc.rollcall.beginShutdown();
+    const id = await completeBatchWithCallback();
+    await realSleep(1_500); // a completion wakes the loop at once; its poll is every second besides
+    expect(receiver.deliveries).toHaveLength(0); // before: sent now, then cut off a second into close() and sent again elsewhere
+    expect((await svc.api.get(`/v1/batches/${id}/events`)).body.events).toEqual([expect.objectContaining({ status: 'pending', attempts: 0 })]);
+  });
+
   it('when the receiver answers 500 twice then 200, then it gets three signed attempts, one event id', async () => {
     receiver.script = [500, 500, 200];
     const id = await completeBatchWithCallback();
