@@ -244,6 +244,17 @@ describe("the client's default way of sending (httpSend)", () => {
     expect(enqueue).not.toHaveBeenCalled();
   });
 
+  it("when an ack is answered 200 with an ack result that does not count each ID sent (something else's empty result), then it is invalid_response, and no ID is taken for recorded", async () => {
+    const answering = (answer: Record<string, unknown>) =>
+      new RollcallClient({ baseUrl: 'http://127.0.0.1:9', fetch: async () => ({ ok: true, status: 200, text: async () => JSON.stringify(answer) }) });
+    const empty = { acked: 0, duplicates: 0, rejected: [], completed: [] };
+    await expect(answering(empty).ack(['a:b:0', 'a:b:1'])).rejects.toMatchObject({ status: 200, code: 'invalid_response' });
+    await expect(answering({ ...empty, acked: 3 }).ack(['a:b:0', 'a:b:1'])).rejects.toMatchObject({ status: 200, code: 'invalid_response' });
+    const coalescer = new AckCoalescer(answering(empty));
+    await expect(coalescer.ack('a:b:0', 'succeeded')).rejects.toMatchObject({ code: 'invalid_response' }); // a job it would have finished
+    expect(await answering({ ...empty, acked: 1, duplicates: 1 }).ack(['a:b:0', 'a:b:1'])).toMatchObject({ acked: 1, duplicates: 1 });
+  });
+
   it("when a delete, a listing, an item or a failure page is answered 200 with a JSON object that is not rollcall's (a wrong baseUrl answering {}), then it is invalid_response, not a delete reported done or a page without batches", async () => {
     const client = new RollcallClient({ baseUrl: 'http://127.0.0.1:9', fetch: async () => ({ ok: true, status: 200, text: async () => '{"deleted":true}' }) });
     const invalid = { status: 200, code: 'invalid_response' };

@@ -54,9 +54,20 @@ export interface AddedItems {
  */
 type AnswerShape = (answer: Record<string, unknown>) => boolean;
 
-/** The four fields of the contract's ack result. */
-const isAckResult: AnswerShape = ({ acked, duplicates, rejected, completed }) =>
-  typeof acked === 'number' && typeof duplicates === 'number' && Array.isArray(rejected) && Array.isArray(completed);
+/**
+ * The four fields of the contract's ack result, counting each of the call's `count` IDs once
+ * (`acked + duplicates + rejected.length`): an ID an answer leaves out is taken for recorded by
+ * whoever acked it (the coalescer's callers), so `{acked: 0, duplicates: 0, rejected: []}` from
+ * something else would have finished every job of the call unrecorded.
+ */
+const isAckResultFor =
+  (count: number): AnswerShape =>
+  ({ acked, duplicates, rejected, completed }) =>
+    typeof acked === 'number' &&
+    typeof duplicates === 'number' &&
+    Array.isArray(rejected) &&
+    Array.isArray(completed) &&
+    acked + duplicates + rejected.length === count;
 
 /** A batch: its ID and its state. */
 const isBatch: AnswerShape = ({ id, state }) => typeof id === 'string' && typeof state === 'string';
@@ -243,7 +254,7 @@ export class RollcallClient {
     const flush = async () => {
       let result: AckResult;
       try {
-        result = await this.request<AckResult>('POST', '/v1/acks', { ids: chunk, ...extra }, { shape: isAckResult });
+        result = await this.request<AckResult>('POST', '/v1/acks', { ids: chunk, ...extra }, { shape: isAckResultFor(chunk.length) });
       } catch (error) {
         // The calls answered before hold results (a completion among them is reported only once),
         // whatever this one's failure: an answer that is no ack result too.
