@@ -151,12 +151,13 @@ export type Scope = (typeof SCOPES)[number];
 const tokensSchema = z
   .array(
     z.strictObject({
-      // Sent as `Authorization: Bearer <token>`: a space ends it, and a header is read as Latin-1 while
-      // the token is compared as UTF-8, so only visible ASCII can ever match.
+      // Sent as `Authorization: Bearer <token>`: whitespace ends it, a control character cannot be sent,
+      // and a header is read as Latin-1 (the bytes a Node client sends for U+0080 to U+00FF), so a
+      // character past U+00FF can never match.
       token: z
         .string()
         .min(16, 'a token must be at least 16 characters')
-        .regex(/^[\x21-\x7e]+$/, 'a token is visible ASCII: no spaces, control or non-ASCII characters (it is sent in a header)'),
+        .regex(/^[\x21-\x7e\xa1-\xff]+$/, 'a token is sent in a header: no spaces or control characters, nothing past U+00FF'),
       tenant: z.string().min(1).max(64).refine(isExactText, `a tenant ${EXACT_TEXT_RULE}`),
       scopes: z.array(z.enum(SCOPES)).min(1),
       /** Signs this tenant's callbacks instead of CALLBACK_SECRET. */
