@@ -47,6 +47,12 @@ export function previousDeliveries(message: ConsumeMessage): number {
 }
 
 /**
+ * Deliveries past `maxDeliveries` whose channel closed under a failing handler that are not taken
+ * for its last: the docs' `x-delivery-limit` leaves three for deliveries cut short.
+ */
+const CLOSED_RUNS_BEYOND = 2;
+
+/**
  * `options.maxDeliveries`, checked: a value no count reaches or passes as meant is refused when the
  * consumer is made. `Number(process.env.MAX_DELIVERIES)` with the variable unset is NaN, below
  * which no count is: every first failure was recorded as final, silently.
@@ -99,7 +105,9 @@ export function rollcallConsumer(
     } catch (thrown) {
       // A channel closed during the run (the connection dropped, which may be why it threw): RabbitMQ
       // has the message back and will deliver it again, so this was not its last delivery after all.
-      if (messages.closed) return;
+      // Unless its runs keep closing their channels past maxDeliveries (a handler that publishes to a
+      // missing exchange on its own channel, say): that failure is the handler's, and is recorded.
+      if (messages.closed && previousDeliveries(message) < maxDeliveries + CLOSED_RUNS_BEYOND) return;
       if (previousDeliveries(message) < maxDeliveries) return messages.settle(message, 'retry');
       return messages.record(message, itemId, 'failed', failureMessageOf(thrown));
     }

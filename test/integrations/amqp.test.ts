@@ -873,6 +873,29 @@ describeWith(amqpUrl).each(backends())('rollcall/amqp on a real RabbitMQ quorum 
     await drained(queue);
   });
 
+  it('when every run of a message closes its own channel and throws (a publish to a missing exchange on it), then the failure is recorded two deliveries past maxDeliveries, not never', async () => {
+    const client = new RollcallClient({ baseUrl: svc.url });
+    const { queue, batch } = await produce(client, 1, { 'x-delivery-limit': 6 });
+    let runs = 0;
+    const connection = await connect();
+    while ((await client.status(batch.id)).state !== 'complete' && runs < 6) {
+      const channel = await connection.createChannel();
+      channel.on('error', () => undefined);
+      const before = runs;
+      const closing = async () => {
+        runs += 1;
+        await channel.close();
+        throw new Error('the handler closed its own channel');
+      };
+      await channel.consume(queue, rollcallConsumer(client, channel, closing, { maxDeliveries: 0 }));
+      await until(() => runs > before, 10_000);
+      await realSleep(300); // its failure, if recorded, reaches rollcall
+    }
+    expect([runs, await client.status(batch.id)]).toEqual([3, expect.objectContaining({ state: 'complete', failed: 1 })]);
+    expect((await client.failures(batch.id)).failures[0]?.error).toBe('the handler closed its own channel');
+    await (await admin.createChannel()).deleteQueue(queue);
+  });
+
   it('when a handler opens a child batch for its own item and returns handedToChild, then its message is acked and its item waits for the child', async () => {
     const client = new RollcallClient({ baseUrl: svc.url });
     const { queue, batch: parent } = await produce(client, 3);
