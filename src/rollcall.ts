@@ -45,7 +45,8 @@ export interface Rollcall {
   startBackground(): void;
   /**
    * The drain's start (SIGTERM): answers every wait now and any later one at once, and ends sweeps
-   * and the child-outcome loop after the chunk or round under way; no sweep starts after it.
+   * and the child-outcome loop after the chunk or round under way; no sweep and no callback
+   * attempt starts after it (those under way get their grace in close()).
    */
   beginShutdown(): void;
   /** Stops loops, answers queued acks, closes the pool. */

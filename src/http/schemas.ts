@@ -110,7 +110,7 @@ const failureError = exactText().max(MAX_ERROR_LENGTH);
 const errorOnlyWhenFailed = (body: { outcome?: string; error?: string }) => body.error === undefined || body.outcome === 'failed';
 const errorRule = { message: 'error is only allowed with outcome "failed"', path: ['error'] };
 
-/** The ID count is checked after parsing, so more than MAX_ACK_IDS answers 413, not 400. */
+/** The ID count is checked before and after parsing (routes/acks.ts), so more than MAX_ACK_IDS answers 413, not 400. */
 export const ackBody = z
   .strictObject({
     ids: z.array(z.string()).describe(`item IDs, at most ${withThousands(MAX_ACK_IDS)} (more: 413 payload_too_large)`),

@@ -39,7 +39,8 @@ function withError(call: AckCall, error: string | undefined): AckCall {
 /** Reads either form of the body: `{ ids: [...] }` or the compact `{ groups: [...] }`. */
 function callFromBody(body: unknown, tenant: string): AckCall {
   const elements = elementsIn(body);
-  if (elements > MAX_ACK_IDS) throw tooLarge(elements, true);
+  // A compact range names more than one item: its count is then only a floor.
+  if (elements > MAX_ACK_IDS) throw tooLarge(elements, !Array.isArray((body as { ids?: unknown }).ids));
   if (typeof body === 'object' && body !== null && 'groups' in body) {
     const compact = parse(compactAckBody, body, 'body');
     const count = compactSize(compact.groups);
