@@ -15,15 +15,6 @@ export type ItemOutcome = 'succeeded' | 'failed';
  */
 const MAX_CALLS_IN_FLIGHT = 1;
 
-/**
- * Calls held between tries (rollcall away, a `503`, a `429`) past which new acks are no longer sent
- * when their `maxDelayMs` ends: they gather until one of those calls ends, or their call is full.
- * Without it, every `maxDelayMs` of acks through an outage became a call of its own, each sent
- * again for up to `retryForMs`: hundreds of calls out, and their tries, against a service that was
- * already failing, and a burst of small calls when it came back.
- */
-const MAX_HELD_CALLS = 8;
-
 /** How long an ack waits for others by default (the contract's bound: ≤ 10 ms). */
 const DEFAULT_MAX_DELAY_MS = 10;
 
@@ -78,8 +69,8 @@ export interface AckCoalescingOptions {
   retry?: Partial<RetryPolicy>;
   /**
    * How long such a call is sent again before its jobs are given up on (their ack fails): no new try
-   * starts later than this after the call's first ack was made (but the halves of a call refused as
-   * too large, 413, get one try each). Default 10 minutes, or no limit when `retry.attempts` is given (the attempts then
+   * starts later than this after its first (but the halves of a call refused as too large, 413, get
+   * one try each). Default 10 minutes, or no limit when `retry.attempts` is given (the attempts then
    * decide, as before this option). A rollcall outage that long pauses the worker and fails no work;
    * a process warning (`ack_delayed`, for a call held 10 s, at most one a minute) says so. On
    * RabbitMQ, the longest handler plus this plus the client's `timeoutMs` must stay below the
@@ -170,8 +161,6 @@ interface Pending {
   resolve(rejections: Rejections): void;
   reject(error: unknown): void;
   timer: NodeJS.Timeout | null;
-  /** When its first ack came (performance.now()): its tries end `retryForMs` after, however long it gathered. */
-  firstAt: number;
 }
 
 function pendingCall(outcome: ItemOutcome, error: string | undefined): Pending {
@@ -181,7 +170,7 @@ function pendingCall(outcome: ItemOutcome, error: string | undefined): Pending {
     resolve = res;
     reject = rej;
   });
-  return { outcome, error, ids: [], chars: 0, answer, resolve, reject, timer: null, firstAt: performance.now() };
+  return { outcome, error, ids: [], chars: 0, answer, resolve, reject, timer: null };
 }
 
 /** What an ID adds to a call's JSON body, in characters: itself, its quotes and a comma. */
@@ -214,8 +203,6 @@ export class AckCoalescer {
   /** When `maxChars` was last learnt (performance.now()). */
   private maxCharsLearntAt = 0;
   private inFlight = 0;
-  /** Calls out that failed for a transient reason and are between tries (MAX_HELD_CALLS). */
-  private heldCalls = 0;
   private readonly settled = new Set<Promise<void>>();
   /** When the last `ack_delayed` warning went (performance.now()). */
   private delayWarnedAt = -Infinity;
@@ -254,7 +241,7 @@ export class AckCoalescer {
       entry = pendingCall(outcome, reason);
       this.pending.set(key, entry);
       const first = entry;
-      first.timer = setTimeout(() => this.sendOnTime(key, first), this.settings.maxDelayMs);
+      first.timer = setTimeout(() => this.send(key, first), this.settings.maxDelayMs);
       if (this.inFlight < MAX_CALLS_IN_FLIGHT) setImmediate(() => this.send(key, first));
     }
     entry.ids.push(itemId);
@@ -307,12 +294,6 @@ export class AckCoalescer {
     await keepingProcessAlive(Promise.all([...this.settled]));
   }
 
-  /** A call whose first ack has waited `maxDelayMs` goes, unless MAX_HELD_CALLS are held: it then gathers on. */
-  private sendOnTime(key: string, entry: Pending): void {
-    entry.timer = null;
-    if (this.heldCalls < MAX_HELD_CALLS) this.send(key, entry);
-  }
-
   private send(key: string, entry: Pending): void {
     if (this.pending.get(key) !== entry) return; // already sent by another trigger
     this.pending.delete(key);
@@ -328,15 +309,10 @@ export class AckCoalescer {
   }
 
   private async call(entry: Pending): Promise<void> {
-    let held = false;
-    const onHeld = () => {
-      if (!held) this.heldCalls += 1;
-      held = true;
-    };
     try {
       const options: AckOptions = entry.error === undefined ? { outcome: entry.outcome } : { outcome: entry.outcome, error: entry.error };
-      const until = entry.firstAt + this.settings.retryForMs;
-      const { refusals, largestTaken, tooLarge, unsent } = await this.acked(entry.ids, entry.chars, options, until, onHeld);
+      const until = performance.now() + this.settings.retryForMs;
+      const { refusals, largestTaken, tooLarge, unsent } = await this.acked(entry.ids, entry.chars, options, until);
       // Refused for its size (not for one ID too large alone): later calls keep to what was taken.
       if (tooLarge && largestTaken > 0) {
         this.maxChars = Math.min(this.callLimit(), largestTaken); // a limit older than a minute is forgotten first
@@ -346,8 +322,6 @@ export class AckCoalescer {
       entry.resolve(unsent ? Object.assign(answer, { unsent: { ids: new Set(unsent.ids), error: unsent.error } }) : answer);
     } catch (error) {
       entry.reject(error);
-    } finally {
-      if (held) this.heldCalls -= 1;
     }
   }
 
@@ -360,15 +334,12 @@ export class AckCoalescer {
    * It throws only when none of `ids` was taken; once a part was, the parts that could not be sent
    * are `unsent`, so the jobs of the parts taken are not run again.
    */
-  private async acked(ids: string[], chars: number, options: AckOptions, until: number, onHeld: () => void): Promise<Sent> {
+  private async acked(ids: string[], chars: number, options: AckOptions, until: number): Promise<Sent> {
     try {
       const heldSince = performance.now();
       const { rejected } = await withRetries(() => this.client.ack(ids, options), this.settings.retry, {
         until,
-        onRetry: (error) => {
-          onHeld();
-          this.warnDelayed(error, heldSince);
-        },
+        onRetry: (error) => this.warnDelayed(error, heldSince),
         // A worker stopped during an outage (`worker.close(true)`, a closed AMQP connection) must
         // be able to end: its held jobs stall and its messages go back to the queue, to run again.
         // Acks that must not be dropped so hold the process themselves (keepingProcessAlive).
@@ -379,11 +350,11 @@ export class AckCoalescer {
       if (!(error instanceof RollcallApiError && error.status === 413)) throw error;
       if (ids.length === 1) return { refusals: [{ id: ids[0] as string, reason: PAYLOAD_TOO_LARGE }], largestTaken: 0, tooLarge: false };
       const halves = [ids.slice(0, Math.ceil(ids.length / 2)), ids.slice(Math.ceil(ids.length / 2))];
-      const first = await this.acked(halves[0]!, charsOf(halves[0]!), options, until, onHeld);
+      const first = await this.acked(halves[0]!, charsOf(halves[0]!), options, until);
       if (first.unsent) return { ...first, unsent: { ids: [...first.unsent.ids, ...halves[1]!], error: first.unsent.error } };
       let second: Sent;
       try {
-        second = await this.acked(halves[1]!, charsOf(halves[1]!), options, until, onHeld);
+        second = await this.acked(halves[1]!, charsOf(halves[1]!), options, until);
       } catch (secondError) {
         second = { refusals: [], largestTaken: 0, tooLarge: false, unsent: { ids: halves[1]!, error: secondError } };
       }

@@ -103,32 +103,6 @@ describe('the ack coalescer of the queue integrations, against a real service', 
       await acks.drain();
     }
   });
-
-  it('when rollcall answers 503 (its database away, say) while acks keep coming for 2 s, one every 10 ms, then at most eight calls are held between tries, the rest gather, and once it answers every ack is recorded', async () => {
-    const { id, ids } = await batchWith(svc.client, 200);
-    const send = httpSend();
-    let down = true;
-    const callsWhileDown = new Set<string>(); // a call is its IDs: a try again sends the same
-    const acks = new AckCoalescer(
-      new RollcallClient({
-        baseUrl: svc.url,
-        fetch: async (url, request) => {
-          if (!down) return send(url, request);
-          callsWhileDown.add((JSON.parse(String(request.body)) as { ids: string[] }).ids.join());
-          return { ok: false, status: 503, text: async () => JSON.stringify({ error: { code: 'unavailable', message: 'the database is away' } }) };
-        },
-      }),
-    );
-    const answers: Array<Promise<unknown>> = [];
-    for (const itemId of ids) {
-      answers.push(acks.ack(itemId, 'succeeded'));
-      await new Promise((resolve) => setTimeout(resolve, 10));
-    }
-    down = false;
-    expect(await Promise.all(answers)).toEqual(ids.map(() => null));
-    expect(callsWhileDown.size).toBeLessThanOrEqual(8 + 1); // before: one a window, ~150; eight held and the first gathered one
-    expect((await svc.client.status(id)).succeeded).toBe(200);
-  });
 });
 
 describe('the ack coalescer against a service whose BODY_LIMIT is below a full call', () => {
