@@ -45,8 +45,8 @@ function forgetFileHeaders(res: Response, error: LibraryError): void {
 const REFUSAL_LOG_EVERY_MS = 1_000;
 
 /**
- * Logs a refusal (a 429 with its limit, a 503) at `level` at most once a second per tenant and
- * code, the rest at debug: a tenant past a limit, or every caller while the database is away, may
+ * Logs a refusal (a 429 with its limit at info, a 503 with its error at warn) at most once a second
+ * per tenant and code, the rest at debug: a tenant past a limit, or every caller while the database is away, may
  * be refused thousands of times a second. `logged`: when each was last logged.
  */
 function logRefusal(logged: Map<string, number>, req: Request, status: 429 | 503, code: string, error: Error): void {
