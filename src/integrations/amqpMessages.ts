@@ -34,22 +34,32 @@ export interface AckingChannel {
   once?(event: 'close', listener: () => void): unknown;
 }
 
-/** What to do when each channel closes: one listener a channel, however many consumers share it. */
-const onClose = new WeakMap<AckingChannel, Set<() => void>>();
+/** What is told when a channel closes. */
+interface ChannelCloseWatcher {
+  channelClosed(): void;
+}
 
-function whenClosed(channel: AckingChannel, then: () => void): void {
+/**
+ * Who to tell when each channel closes: one listener a channel, however many consumers share it.
+ * Held weakly: a long-lived channel on which consumers come and go (a consume per job kind, a
+ * consumer made again after each cancel) would otherwise keep every consumer it ever had.
+ */
+const onClose = new WeakMap<AckingChannel, Set<WeakRef<ChannelCloseWatcher>>>();
+
+function whenClosed(channel: AckingChannel, watcher: ChannelCloseWatcher): void {
   if (typeof channel.once !== 'function') return;
   let watchers = onClose.get(channel);
   if (!watchers) {
-    const all = new Set<() => void>();
+    const all = new Set<WeakRef<ChannelCloseWatcher>>();
     try {
-      channel.once('close', () => all.forEach((watcher) => watcher()));
+      channel.once('close', () => all.forEach((ref) => ref.deref()?.channelClosed()));
     } catch {
       return; // not an event emitter after all: its held messages wait for their hold's end
     }
     onClose.set(channel, (watchers = all));
   }
-  watchers.add(then);
+  for (const ref of watchers) if (!ref.deref()) watchers.delete(ref); // the consumers gone since
+  watchers.add(new WeakRef(watcher));
 }
 
 /** The options both consume callbacks take about messages and what goes wrong with them. */
@@ -166,7 +176,7 @@ export class MessageHandling {
    */
   private holding = holding();
   /** Set when the channel closes: RabbitMQ has its unsettled messages back, for another consumer to run. */
-  private channelClosed = false;
+  private isChannelClosed = false;
 
   constructor(
     private readonly channel: AckingChannel,
@@ -177,10 +187,13 @@ export class MessageHandling {
   ) {
     this.itemIdOf = options.itemIdOf ? synchronousItemIdOf(options.itemIdOf) : defaultItemIdOf;
     // A held message must not run once RabbitMQ has taken it back (for another consumer to run).
-    whenClosed(channel, () => {
-      this.channelClosed = true;
-      this.releaseHeld();
-    });
+    whenClosed(channel, this);
+  }
+
+  /** Told by the channel's `close`, while this consumer is in use. */
+  channelClosed(): void {
+    this.isChannelClosed = true;
+    this.releaseHeld();
   }
 
   /**
@@ -190,7 +203,7 @@ export class MessageHandling {
    * on the channel this never turns true.
    */
   get closed(): boolean {
-    return this.channelClosed;
+    return this.isChannelClosed;
   }
 
   report(error: Error, message: ConsumeMessage): void {

@@ -3,6 +3,7 @@ import { randomBytes, randomUUID } from 'node:crypto';
 import { EventEmitter } from 'node:events';
 import path from 'node:path';
 import readline from 'node:readline';
+import v8 from 'node:v8';
 import vm from 'node:vm';
 
 import amqp, { Channel, ChannelModel, ConsumeMessage } from 'amqplib';
@@ -992,5 +993,33 @@ describeWith(amqpUrl).each(backends())('rollcall/amqp on a real RabbitMQ quorum 
     // fast rollcall answers (a quick answer sends the next call sooner, with fewer IDs): ~500 here
     // since the service starts a round at once when none runs, so the bound leaves that room.
     expect(tallies.reduce((sum, t) => sum + t.calls, 0)).toBeLessThan(2000 / 2);
+  });
+});
+
+describe('rollcall/amqp on a channel that outlives its consumers', () => {
+  it('when consumers are made and dropped on one long-lived channel, then the channel does not keep them', async () => {
+    v8.setFlagsFromString('--expose-gc');
+    const collectGarbage = vm.runInNewContext('gc') as () => void;
+    const events = new EventEmitter();
+    const channel: AckingChannel = { ack: () => undefined, nack: () => undefined, once: (event, listener) => events.once(event, listener) };
+    const client = new RollcallClient({ baseUrl: 'http://127.0.0.1:9' });
+    // Each consumer's options are its own object: the consumer keeps them, so they live as long as it does.
+    // (Made in a function of their own: V8 may keep a loop's last object alive in the loop's frame.)
+    const makeAndDrop = (): WeakRef<RollcallConsumerOptions> => {
+      const options: RollcallConsumerOptions = { onError: () => undefined };
+      rollcallConsumer(client, channel, () => undefined, options); // made, then dropped (as after a cancel)
+      return new WeakRef(options);
+    };
+    const optionsOfDropped = Array.from({ length: 100 }, makeAndDrop);
+    const kept = rollcallConsumer(client, channel, () => undefined);
+    // A WeakRef's target lives to the end of the turn that made or read it: collected in later turns.
+    for (let round = 0; round < 3; round++) {
+      await realSleep(10);
+      collectGarbage();
+    }
+    expect(optionsOfDropped.map((ref, n) => (ref.deref() ? n : -1)).filter((n) => n >= 0)).toEqual([]);
+    // The consumer still in use still hears of the close: a held message would go back (tested above).
+    expect(events.listenerCount('close')).toBe(1);
+    await kept.drain();
   });
 });
