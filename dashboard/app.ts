@@ -13,6 +13,10 @@ type EventView = EventsView['events'][number];
 
 const TOKEN_KEY = 'rollcall.token';
 const REFRESH_MS = 1000;
+/** A refresh out this long no longer holds the next back (a read the network lost). */
+const STALLED_MS = 5000;
+/** A read not answered in this time is given up (fetch itself waits as long as the connection lives). */
+const READ_TIMEOUT_MS = 30_000;
 
 const $ = <T extends HTMLElement>(id: string): T => {
   const el = document.getElementById(id);
@@ -23,18 +27,51 @@ const $ = <T extends HTMLElement>(id: string): T => {
 class Unauthorized extends Error {}
 /** An answer to a read made with a token given up since (another signed in): nothing of it is used. */
 class Superseded extends Error {}
+/** Any other refusal, with its HTTP status (a 404: the batch is gone). */
+class Refused extends Error {
+  constructor(
+    message: string,
+    readonly status: number,
+  ) {
+    super(message);
+  }
+}
+
+/**
+ * No refresh before this time (epoch ms): a 429's Retry-After. The page asked again every second,
+ * and refused requests count against the tenant's limit too, so an open tab kept its producers and
+ * consumers refused.
+ */
+let quietUntil = 0;
 
 async function api<T>(path: string, method = 'GET'): Promise<T> {
   const token = sessionStorage.getItem(TOKEN_KEY);
-  const res = await fetch(path, { method, headers: token ? { authorization: `Bearer ${token}` } : {} });
-  const refused = res.status === 401 || res.status === 403;
-  const body: unknown = refused ? null : await res.json();
+  const res = await fetch(path, {
+    method,
+    headers: token ? { authorization: `Bearer ${token}` } : {},
+    ...(method === 'GET' ? { signal: AbortSignal.timeout(READ_TIMEOUT_MS) } : {}),
+  });
+  const body = (await res.json().catch(() => null)) as (T & { error?: { message: string } }) | null;
   // A read's answer, body and all, for a token given up meanwhile is not used. A write's is: it was done.
   if (method === 'GET' && sessionStorage.getItem(TOKEN_KEY) !== token) throw new Superseded('the token changed meanwhile');
-  if (refused) throw new Unauthorized(res.status === 403 ? 'this token lacks the read scope' : 'a token is needed');
-  const answer = body as T & { error?: { message: string } };
-  if (!res.ok) throw new Error(answer.error?.message ?? `HTTP ${res.status}`);
-  return answer;
+  if (res.status === 429) quietUntil = Date.now() + 1000 * (Number(res.headers.get('retry-after')) || 1);
+  // A refused write (a scope taken away since, a proxy's Host the cross-site check refuses) says why; a refused read signs out.
+  if (method === 'GET' && (res.status === 401 || res.status === 403))
+    throw new Unauthorized(res.status === 403 ? 'this token lacks the read scope' : 'a token is needed');
+  if (!res.ok || !body) throw new Refused(body?.error?.message ?? `HTTP ${res.status}`, res.status);
+  return body;
+}
+
+/**
+ * Whether `el` already shows what `data` would draw: then it is left as it is. Redrawn every second
+ * though nothing changed, a text being selected (a batch id to copy) was lost, and a click on a row
+ * replaced between its press and its release did nothing.
+ */
+function unchanged(el: HTMLElement, data: unknown): boolean {
+  const drawn = JSON.stringify(data);
+  if (el.dataset.drawn === drawn) return true;
+  el.dataset.drawn = drawn;
+  return false;
 }
 
 const when = (iso: string | null) => (iso ? new Date(iso).toLocaleString() : '—');
@@ -126,7 +163,9 @@ async function renderList(): Promise<void> {
   const page = await api<BatchPage>(`/v1/batches?${params}`);
   if (!listReads.mayShow(read)) return;
   view.nextCursor = page.nextCursor;
+  showPager(page);
   const body = $('batches').querySelector('tbody') as HTMLTableSectionElement;
+  if (unchanged(body, page.batches)) return;
   body.replaceChildren(
     ...page.batches.map((b) => {
       const row = document.createElement('tr');
@@ -153,12 +192,28 @@ async function renderList(): Promise<void> {
     }),
   );
   $('empty').hidden = page.batches.length > 0;
-  ($('next') as HTMLButtonElement).disabled = !page.nextCursor;
-  ($('prev') as HTMLButtonElement).disabled = view.cursors.length <= 1;
-  ($('first') as HTMLButtonElement).disabled = view.cursors.length <= 1;
 }
 
-function renderFamily(batch: Batch, children: Batch[]): void {
+/** The pager's buttons as the page shown allows (null: a page is being read, and none may be pressed). */
+function showPager(page: BatchPage | null): void {
+  ($('next') as HTMLButtonElement).disabled = !page?.nextCursor;
+  ($('prev') as HTMLButtonElement).disabled = !page || view.cursors.length <= 1;
+  ($('first') as HTMLButtonElement).disabled = !page || view.cursors.length <= 1;
+}
+
+/**
+ * Goes to another page of the list. Until its answer the pager is off: a second "Next" (a double
+ * click) pushed the same cursor again, and a "Next" right after "Previous" used the page before's.
+ */
+function turnPage(cursors: Array<string | null>): void {
+  notice = '';
+  view.cursors = cursors;
+  view.nextCursor = null;
+  showPager(null);
+  void refresh();
+}
+
+function renderFamily(batch: Batch, children: BatchPage): void {
   const parent = $('parent');
   parent.replaceChildren(
     ...(batch.parentItem
@@ -168,13 +223,15 @@ function renderFamily(batch: Batch, children: Batch[]): void {
   parent.hidden = !batch.parentItem;
   const list = $('children');
   list.replaceChildren(
-    ...children.map((child) => {
+    ...children.batches.map((child) => {
       const item = document.createElement('li');
       item.append(batchLink(child.id), text('span', ' '), stateBadge(child), text('span', ` ${count(child.succeeded + child.failed)} / ${count(child.total)}`));
       return item;
     }),
   );
-  $('no-children').hidden = children.length > 0;
+  $('no-children').hidden = children.batches.length > 0;
+  // The list is newest first: the oldest children, often the ones stuck, are those left out.
+  $('children-note').textContent = children.nextCursor ? `showing the newest ${children.batches.length} child batches` : '';
 }
 
 function renderFailures(page: FailurePage): void {
@@ -193,16 +250,17 @@ function renderFailures(page: FailurePage): void {
 
 async function renderDetail(id: string): Promise<void> {
   const read = detailReads.start();
-  const [batch, { events }, failures, { batches: children }, mine] = await Promise.all([
+  const [batch, { events }, failures, children, mine] = await Promise.all([
     api<Batch>(`/v1/batches/${id}`),
     api<{ events: EventView[] }>(`/v1/batches/${id}/events`),
     api<FailurePage>(`/v1/batches/${id}/failures?limit=100`),
-    api<{ batches: Batch[] }>(`/v1/batches?parent=${id}&limit=100`),
+    api<BatchPage>(`/v1/batches?parent=${id}&limit=100`),
     knowScopes(),
   ]);
   // Another batch opened meanwhile, or a later read shown. In this order: an answer for a batch no
   // longer open must not count as shown, or it would drop the open batch's older answers.
   if (view.openBatch !== id || !detailReads.mayShow(read)) return;
+  if (unchanged($('detail'), [batch, events, failures, children, mine])) return;
   renderFamily(batch, children);
   renderFailures(failures);
   const cancel = $('cancel') as HTMLButtonElement;
@@ -240,11 +298,43 @@ async function openDetail(id: string): Promise<void> {
     // button: they are hidden (style.css), so nothing of that batch is read, or cancelled, as this one.
     $('detail-title').replaceChildren(text('span', `Batch ${id} `, 'id'));
     $('detail').dataset.loading = '';
+    delete $('detail').dataset.drawn; // drawn for it before, it must be drawn again, loading cleared
   }
   view.openBatch = id;
+  notice = '';
+  // The batch's address: a link opened in another tab, a bookmark or a reload shows it again.
+  if (location.hash !== `#${id}`) history.pushState(null, '', `#${id}`);
   $('list').hidden = true;
   $('detail').hidden = false;
   await refresh();
+}
+
+/** The address without a batch in it. */
+function clearAddress(): void {
+  if (location.hash) history.pushState(null, '', location.pathname + location.search);
+}
+
+function closeDetail(): void {
+  view.openBatch = null;
+  delete $('detail').dataset.drawn;
+  clearAddress();
+  $('detail').hidden = true;
+  $('list').hidden = false;
+}
+
+/** The batch the address names (`#<id>`), if any. */
+function batchInAddress(): string | null {
+  const id = decodeURIComponent(location.hash.slice(1));
+  return /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i.test(id) ? id : null;
+}
+
+function followAddress(): void {
+  const id = batchInAddress();
+  if (id) void openDetail(id);
+  else if (view.openBatch) {
+    closeDetail();
+    void refresh();
+  }
 }
 
 function showLogin(message: string): void {
@@ -254,17 +344,38 @@ function showLogin(message: string): void {
   $('login-error').textContent = sessionStorage.getItem(TOKEN_KEY) ? message : '';
 }
 
+/**
+ * Refreshes under way, and when the last began: the timer starts none while one is out (a slow
+ * service got a pile of them), unless it has been out STALLED_MS.
+ */
+const refreshes = { out: 0, lastStarted: 0 };
+/** Said in place of an error until the user goes elsewhere (a batch that is gone). */
+let notice = '';
+
 async function refresh(): Promise<void> {
+  refreshes.out += 1;
+  refreshes.lastStarted = Date.now();
+  const open = view.openBatch;
   try {
-    if (view.openBatch) await renderDetail(view.openBatch);
+    if (open) await renderDetail(open);
     else await renderList();
-    $('error').textContent = '';
+    $('error').textContent = notice;
     $('live').style.opacity = '1';
+    $('sign-out').hidden = !sessionStorage.getItem(TOKEN_KEY);
   } catch (error) {
     if (error instanceof Superseded) return;
     if (error instanceof Unauthorized) return showLogin(error.message);
+    if (error instanceof Refused && error.status === 404 && open && view.openBatch === open) {
+      // Deleted, or removed by the sweeper: its panel (and Cancel button) would stay, asked for every second.
+      closeDetail();
+      notice = `Batch ${open} is gone: deleted, or removed once its retention ended`;
+      void refresh();
+      return;
+    }
     $('error').textContent = `Could not refresh: ${(error as Error).message}`;
     $('live').style.opacity = '.3';
+  } finally {
+    refreshes.out -= 1;
   }
 }
 
@@ -286,7 +397,10 @@ function forgetShown(): void {
   ($('user-key') as HTMLInputElement).value = '';
   listReads.dropStarted();
   detailReads.dropStarted();
-  ($('batches').querySelector('tbody') as HTMLTableSectionElement).replaceChildren();
+  const rows = $('batches').querySelector('tbody') as HTMLTableSectionElement;
+  rows.replaceChildren();
+  delete rows.dataset.drawn;
+  delete $('detail').dataset.drawn;
   $('detail').hidden = true;
 }
 
@@ -294,48 +408,57 @@ function wire(): void {
   $('filters').addEventListener('submit', (e) => {
     e.preventDefault();
     view.state = ($('state') as HTMLSelectElement).value;
-    view.userKey = ($('user-key') as HTMLInputElement).value.trim();
-    view.cursors = [null];
-    void refresh();
+    // Not trimmed: a userKey matches exactly (" nightly" is not "nightly").
+    view.userKey = ($('user-key') as HTMLInputElement).value;
+    turnPage([null]);
   });
   $('next').addEventListener('click', () => {
-    if (!view.nextCursor) return;
-    view.cursors.push(view.nextCursor);
-    void refresh();
+    if (view.nextCursor) turnPage([...view.cursors, view.nextCursor]);
   });
-  $('prev').addEventListener('click', () => {
-    if (view.cursors.length > 1) view.cursors.pop();
-    void refresh();
-  });
-  $('first').addEventListener('click', () => {
-    view.cursors = [null];
-    void refresh();
-  });
+  $('prev').addEventListener('click', () => turnPage(view.cursors.slice(0, Math.max(1, view.cursors.length - 1))));
+  $('first').addEventListener('click', () => turnPage([null]));
   $('cancel').addEventListener('click', () => {
     const id = view.openBatch;
     if (!id || !window.confirm(`Cancel batch ${id}? Workers' acks of its items will be refused. This cannot be undone.`)) return;
     api<Batch>(`/v1/batches/${id}/cancel`, 'POST')
       .then(() => refresh())
-      .catch((error: Error) => ($('error').textContent = `Could not cancel: ${error.message}`));
+      .catch((error: Error) => {
+        scopes = null; // a scope taken away since: the next refresh asks again, and hides the button
+        $('error').textContent = `Could not cancel: ${error.message}`;
+      });
   });
   $('close').addEventListener('click', () => {
-    view.openBatch = null;
-    $('detail').hidden = true;
-    $('list').hidden = false;
+    closeDetail();
     void refresh();
   });
   $('login-form').addEventListener('submit', (e) => {
     e.preventDefault();
-    sessionStorage.setItem(TOKEN_KEY, ($('token') as HTMLInputElement).value.trim());
+    const field = $('token') as HTMLInputElement;
+    // A batch in the address is followed after a first sign-in (a link opened in a new tab), not
+    // after a token was refused: it was the last token's (another tenant's, maybe) batch.
+    const first = !sessionStorage.getItem(TOKEN_KEY);
+    sessionStorage.setItem(TOKEN_KEY, field.value.trim());
+    field.value = ''; // not left in the page for the next one at a shared screen
     forgetShown();
+    if (!first) clearAddress();
     $('login').hidden = true;
     $('list').hidden = false;
-    void refresh();
+    if (batchInAddress()) followAddress();
+    else void refresh();
   });
+  $('sign-out').addEventListener('click', () => {
+    sessionStorage.removeItem(TOKEN_KEY);
+    forgetShown();
+    clearAddress();
+    showLogin('');
+  });
+  window.addEventListener('popstate', followAddress);
 }
 
 wire();
-void refresh();
+if (batchInAddress()) followAddress();
+else void refresh();
 setInterval(() => {
-  if ($('login').hidden) void refresh();
+  const idle = refreshes.out === 0 || Date.now() - refreshes.lastStarted >= STALLED_MS;
+  if ($('login').hidden && idle && Date.now() >= quietUntil) void refresh();
 }, REFRESH_MS);

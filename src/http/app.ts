@@ -1,4 +1,4 @@
-import express, { Express, RequestHandler } from 'express';
+import express, { Express, NextFunction, Request, RequestHandler, Response } from 'express';
 import type { Logger } from 'pino';
 
 import type { TokenEntry } from '../config';
@@ -70,7 +70,7 @@ export function createApp(deps: AppDeps): Express {
   // a single route dispatch instead of walking the router's layer stack once per middleware.
   app.post('/v1/acks', ...everyRequest, ...apiRequest, ...ackHandlers(deps.submitAck));
   app.use(everyRequest);
-  app.use('/v1', apiRequest);
+  app.use('/v1', answersNotStored, apiRequest);
   app.use(batchRoutes(deps.service));
   app.use(itemRoutes(deps.service));
   app.use(whoamiRoutes());
@@ -83,4 +83,13 @@ export function createApp(deps: AppDeps): Express {
   app.use((req, _res, next) => next(new RouteNotFoundError(`no route for ${req.method} ${req.path}`)));
   app.use(errorHandler());
   return app;
+}
+
+/**
+ * A read's answer (tenant metadata, failure reasons) is not kept in the browser's cache, where the
+ * next user of a shared screen could find it. Writes are not cached by browsers; acks skip this.
+ */
+function answersNotStored(req: Request, res: Response, next: NextFunction): void {
+  if (req.method === 'GET' || req.method === 'HEAD') res.setHeader('cache-control', 'no-store');
+  next();
 }

@@ -367,9 +367,148 @@ describeWithBrowser.each(dashboardBackends)('the dashboard in a real browser (%s
       await page.waitForFunction(() => (document.querySelector('#detail-title')?.textContent ?? '').includes('open'));
       expect(await page.locator('#cancel').isHidden()).toBe(true);
       await page.evaluate(() => sessionStorage.setItem('rollcall.token', 'operator-token-1234567'));
+      await page.reload(); // the address names the batch: it opens again
+      await page.waitForSelector('#cancel:not([hidden])');
+    });
+  });
+
+  it('when the service answers slowly, then the page has one refresh out at a time, not a pile', async () => {
+    await withService({}, async (svc, url, page) => {
+      const made = await batch(svc, { userKey: 'slow' }, 2, 0);
+      await page.goto(url);
+      await page.click(`tr.batch[data-id="${made.id}"]`);
+      await page.waitForFunction(() => (document.querySelector('#detail-title')?.textContent ?? '').includes('sealed'));
+      // From now on every read is answered 3 s late: a refresh (4 reads) takes longer than the tick.
+      let out = 0;
+      let most = 0;
+      await page.route(
+        (u) => u.pathname.startsWith('/v1/'),
+        async (route) => {
+          most = Math.max(most, ++out);
+          const response = await route.fetch();
+          await new Promise((resolve) => setTimeout(resolve, 3000));
+          await route.fulfill({ response }).catch(() => undefined);
+          out -= 1;
+        },
+      );
+      await page.waitForTimeout(7000);
+      expect(most).toBeLessThanOrEqual(4); // one refresh's reads; each tick added four more before
+    });
+  });
+
+  it("when the tenant's rate limit refuses the page's reads, then it waits for Retry-After instead of asking every second", async () => {
+    await withService({ TENANT_RATE_LIMIT: '2', TENANT_RATE_WINDOW: '1m' }, async (svc, url, page) => {
+      const refused: number[] = [];
+      page.on('response', (response) => {
+        if (response.status() === 429) refused.push(Date.now());
+      });
+      await page.goto(url);
+      await page.waitForTimeout(8000);
+      // Two reads a window pass; then one is refused, and the page waits for the window's end. A
+      // window's end inside the 8 s lets two more through and one more refused. Before: a refusal a second.
+      expect(refused.length).toBeGreaterThanOrEqual(1);
+      expect(refused.length).toBeLessThanOrEqual(2);
+    });
+  });
+
+  it('when a batch is opened by its address, then it shows, after a reload too, and its text can be selected; deleted, the page says so and goes back to the list', async () => {
+    await withService({}, async (svc, url, page) => {
+      const made = await batch(svc, { userKey: 'linked' }, 2, 2);
+      await batch(svc, { userKey: 'another' }, 1, 0);
+      await page.goto(`${url}/#${made.id}`);
+      const shown = () => page.waitForFunction((id) => (document.querySelector('#detail-title')?.textContent ?? '').includes(`${id} complete`), made.id);
+      await shown();
       await page.reload();
+      await shown();
+      // Nothing changes in a complete batch: the refreshes leave its id selected, to be copied.
+      await page.evaluate(() => getSelection()!.selectAllChildren(document.querySelector('#detail-title')!));
+      await page.waitForTimeout(2500);
+      expect(await page.evaluate(() => getSelection()!.toString())).toContain(made.id);
+      await page.goto(url);
+      await page.click(`tr.batch[data-id="${made.id}"]`);
+      await shown();
+      expect(new URL(page.url()).hash).toBe(`#${made.id}`);
+      await page.goBack();
+      await page.waitForSelector('#list:not([hidden]) tr.batch');
+
+      await page.goForward();
+      await shown();
+      expect((await svc.api.delete(`/v1/batches/${made.id}`)).status).toBe(204);
+      await page.waitForSelector('#list:not([hidden]) tr.batch');
+      expect(await page.locator('#error').textContent()).toContain(`Batch ${made.id} is gone`);
+      expect(new URL(page.url()).hash).toBe('');
+      expect(await page.locator('tr.batch').count()).toBe(1);
+    });
+  });
+
+  it('when a parent has more than 100 children, then the page says only the newest are shown; a userKey with a space is matched as typed', async () => {
+    await withService({}, async (svc, url, page) => {
+      const parent = await batch(svc, { userKey: 'many-children' }, 101, 0);
+      for (const item of parent.ids) expect((await svc.api.post('/v1/batches').send({ parentItem: item })).status).toBe(201);
+      await batch(svc, { userKey: ' nightly' }, 1, 0);
+      await batch(svc, { userKey: 'nightly' }, 1, 0);
+      await page.goto(`${url}/#${parent.id}`);
+      await page.waitForFunction(() => document.querySelectorAll('#children li').length === 100);
+      expect(await page.locator('#children-note').textContent()).toBe('showing the newest 100 child batches');
+
+      await page.click('#close');
+      await page.fill('#user-key', ' nightly');
+      await page.click('#filters button');
+      await page.waitForFunction(() => document.querySelectorAll('tr.batch').length === 1);
+      expect(await page.locator('tr.batch td:nth-child(3)').textContent()).toBe(' nightly');
+    });
+  });
+
+  it('when "Next" is double-clicked, then one page is turned: "Previous" goes back to the first', async () => {
+    await withService({}, async (svc, url, page) => {
+      for (let i = 0; i < 45; i++) expect((await svc.api.post('/v1/batches').send({ userKey: `turn-${i}` })).status).toBe(201);
+      await page.goto(url);
+      await page.waitForFunction(() => document.querySelector('tr.batch td:nth-child(3)')?.textContent === 'turn-44');
+      // Page 2's answers are held, so both clicks land before it is shown.
+      const pageTwo = await holdAnswers(page, (u) => u.pathname === '/v1/batches' && u.searchParams.has('cursor'), Infinity);
+      await page.dblclick('#next');
+      await pageTwo.held;
+      await page.waitForTimeout(300);
+      pageTwo.release();
+      await page.waitForFunction(() => document.querySelector('tr.batch td:nth-child(3)')?.textContent === 'turn-24');
+      await page.click('#prev');
+      await page.waitForFunction(() => document.querySelector('tr.batch td:nth-child(3)')?.textContent === 'turn-44');
+    });
+  });
+
+  it('when a reader signs in and out, then the token leaves the field and the tab; answers are not stored; a refused cancel says why', async () => {
+    const tokens = JSON.stringify([
+      { token: 'dashboard-reader-123456', tenant: 't1', scopes: ['read'] },
+      { token: 'operator-token-1234567', tenant: 't1', scopes: ['read', 'produce'] },
+    ]);
+    await withService({ API_TOKENS: tokens }, async (svc, url, page) => {
+      const id = (await svc.api.post('/v1/batches').set('Authorization', 'Bearer operator-token-1234567').send({ userKey: 'signed' })).body.id;
+      await page.goto(url);
+      await page.fill('#token', 'operator-token-1234567');
+      const listed = page.waitForResponse((response) => response.url().includes('/v1/batches?') && response.status() === 200);
+      await page.click('#login-form button');
+      expect((await listed).headers()['cache-control']).toBe('no-store');
+      await page.waitForSelector('tr.batch');
+      expect(await page.locator('#token').inputValue()).toBe('');
+
+      // The operator's produce scope is taken away meanwhile (here: the cancel is sent with the reader's token).
       await page.click(`tr.batch[data-id="${id}"]`);
       await page.waitForSelector('#cancel:not([hidden])');
+      await page.route(
+        (u) => u.pathname.endsWith('/cancel'),
+        (route) => route.continue({ headers: { ...route.request().headers(), authorization: 'Bearer dashboard-reader-123456' } }),
+      );
+      page.once('dialog', (dialog) => void dialog.accept());
+      await page.click('#cancel');
+      await page.waitForFunction(() => (document.querySelector('#error')?.textContent ?? '').startsWith('Could not cancel'));
+      expect(await page.locator('#error').textContent()).toContain('produce');
+
+      await page.click('#sign-out');
+      await page.waitForSelector('#login:not([hidden])');
+      expect(await page.evaluate(() => sessionStorage.getItem('rollcall.token'))).toBeNull();
+      expect(await page.locator('#detail').isHidden()).toBe(true);
+      expect(await page.locator('#batches tbody').textContent()).toBe('');
+      expect(await page.locator('#login-error').textContent()).toBe('');
     });
   });
 });
