@@ -59,6 +59,23 @@ describe.each(backends())('observability (%s)', (_name, backend) => {
     expect(text).toContain('rollcall_callback_deliveries_total{result="dead"} 0');
   });
 
+  it('when a client gives up a wait before its answer, then the request is counted, as 499 (client left)', async () => {
+    const batch = await batchWith(svc.client, 1);
+    const series = /rollcall_http_requests_total\{method="GET",route="\/v1\/batches\/:batchId\/wait",status="499"\} (\d+)/;
+    const before = Number(series.exec((await svc.api.get('/metrics')).text)?.[1] ?? 0);
+    const leaving = new AbortController();
+    const waiting = fetch(`${svc.url}/v1/batches/${batch.id}/wait?timeout=30`, { signal: leaving.signal }).catch(() => 'left');
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    leaving.abort();
+    expect(await waiting).toBe('left');
+    for (let tries = 0; tries < 50; tries++) {
+      const counted = Number(series.exec((await svc.api.get('/metrics')).text)?.[1] ?? 0);
+      if (counted === before + 1) return;
+      await new Promise((resolve) => setTimeout(resolve, 50));
+    }
+    expect(series.exec((await svc.api.get('/metrics')).text)?.[1]).toBe(String(before + 1));
+  });
+
   it('when real responses are checked against /openapi.json, then every one of them fits the document', async () => {
     const docRes = await svc.api.get('/openapi.json');
     expect(docRes.status).toBe(200);
