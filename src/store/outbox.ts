@@ -212,10 +212,14 @@ export async function claimEvents(q: Queryable, ids: string[], claim: string, no
       attempts: q.raw('attempts + 1'),
       last_attempt_at: now,
     });
+  // With status, whose rows a claim leaves pending: on Citus the primary key is (batch_id, id), so
+  // without it no index leads with what this read names, and each shard walked its whole outbox
+  // (delivered and dead events stay until their batch is swept) on every claim.
   const rows = (await q('outbox')
+    .where('status', 'pending')
+    .where('next_attempt_at', now + leaseMs)
     .whereIn('id', ids)
-    .where('claim', claim)
-    .where('next_attempt_at', now + leaseMs)) as OutboxRow[];
+    .where('claim', claim)) as OutboxRow[];
   return rows.map(fromRow);
 }
 
