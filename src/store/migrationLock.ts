@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 
 import { createTableInTurn, Db } from './db';
-import { isDuplicateKey, isRetryable } from './dbErrors';
+import { isBusy, isDuplicateKey, isRetryable } from './dbErrors';
 import { profileOf } from './dialect';
 
 /**
@@ -27,13 +27,30 @@ export const defaultMigrationLockOptions: MigrationLockOptions = { waitMs: 10 * 
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
+/**
+ * Runs `step` again while SQLite says the file is busy, until `deadline` (performance.now()): another
+ * process sharing the file (a migrator holding it for its whole run, a service writing) holds its
+ * write lock longer than a connection's busy_timeout slice (20 ms), and a second process starting
+ * beside a migrating one exited with SQLITE_BUSY instead of waiting its turn. SQLite's DDL is
+ * transactional: a step that failed busy changed nothing, and knex's migrations go on from the last
+ * one committed.
+ */
+export async function whileBusy<T>(step: () => Promise<T>, deadline: number, pollMs = defaultMigrationLockOptions.pollMs, busy = isBusy): Promise<T> {
+  for (;;) {
+    try {
+      return await step();
+    } catch (error) {
+      if (!busy(error) || performance.now() > deadline) throw error;
+    }
+    await sleep(pollMs / 2 + Math.random() * pollMs);
+  }
+}
+
 /** CREATE TABLE IF NOT EXISTS: a race of two creators ends with one table (createTableInTurn). */
-async function ensureTable(db: Db): Promise<void> {
+async function ensureTable(db: Db, deadline: number, pollMs: number): Promise<void> {
   const { tableOptions } = profileOf(db);
-  await createTableInTurn(
-    db,
-    `CREATE TABLE IF NOT EXISTS ${TABLE} (id INTEGER NOT NULL PRIMARY KEY, owner VARCHAR(64) NOT NULL, refreshed_at BIGINT NOT NULL)${tableOptions}`,
-  );
+  const sql = `CREATE TABLE IF NOT EXISTS ${TABLE} (id INTEGER NOT NULL PRIMARY KEY, owner VARCHAR(64) NOT NULL, refreshed_at BIGINT NOT NULL)${tableOptions}`;
+  await whileBusy(() => createTableInTurn(db, sql), deadline, pollMs);
 }
 
 /** One attempt: true when this insert took the lock. */
@@ -42,8 +59,9 @@ async function tryInsert(db: Db, owner: string): Promise<boolean> {
     await db(TABLE).insert({ id: 1, owner, refreshed_at: Date.now() });
     return true;
   } catch (error) {
-    // Taken already (the key exists), or lost to a concurrent insert on another node (certification).
-    if (isDuplicateKey(error) || isRetryable(error)) return false;
+    // Taken already (the key exists), lost to a concurrent insert on another node (certification),
+    // or the SQLite file held by another process (its migrator, say) past the busy_timeout slice.
+    if (isDuplicateKey(error) || isRetryable(error) || isBusy(error)) return false;
     throw error;
   }
 }
@@ -61,9 +79,9 @@ async function breakStale(db: Db, staleMs: number): Promise<void> {
  * refreshed while `work` runs, so a long migration is not taken for a crashed one.
  */
 export async function withMigrationLock<T>(db: Db, work: () => Promise<T>, options: MigrationLockOptions = defaultMigrationLockOptions): Promise<T> {
-  await ensureTable(db);
-  const owner = randomUUID();
   const deadline = performance.now() + options.waitMs; // elapsed time; refreshed_at is wall time, shared with other hosts
+  await ensureTable(db, deadline, options.pollMs);
+  const owner = randomUUID();
   while (!(await tryInsert(db, owner))) {
     if (performance.now() > deadline) throw new Error(`another process has held the migration lock (table ${TABLE}) for longer than ${options.waitMs} ms`);
     await breakStale(db, options.staleMs).catch(() => undefined); // a conflict here only means someone else broke it
@@ -89,7 +107,7 @@ export async function withMigrationLock<T>(db: Db, work: () => Promise<T>, optio
     throw error;
   }
   clearInterval(refresh);
-  await release(db, owner);
+  await whileBusy(() => release(db, owner), performance.now() + options.waitMs, options.pollMs);
   return result;
 }
 

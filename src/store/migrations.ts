@@ -3,7 +3,9 @@ import { Knex } from 'knex';
 import { Migration, migrations } from '../../migrations';
 import { NewerSchemaError } from '../domain/errors';
 import { Db, ensureUnicode, ensureWritable, perTransactionSettings, unlessTheDatabaseFreezes, withoutQueryTimeout } from './db';
-import { withMigrationLock } from './migrationLock';
+import { isBusy, isRetryable } from './dbErrors';
+import { profileOf } from './dialect';
+import { defaultMigrationLockOptions, whileBusy, withMigrationLock } from './migrationLock';
 
 /** Feeds knex's migrator from the imported list, so the same code runs from TypeScript and from dist/. */
 class ListMigrationSource implements Knex.MigrationSource<readonly [string, Migration]> {
@@ -62,9 +64,18 @@ export async function migrateLatest(db: Db): Promise<string[]> {
           // MySQL/MariaDB the first DDL statement commits the flag with it, and a migrator killed
           // mid-migration (or one whose connection died before it could clear it) left it set, so
           // every later start failed "Migration table is already locked" until it was cleared by hand.
-          await unlimited.migrate.forceFreeMigrationsLock(migratorOf(unlimited));
-          const [, applied] = (await unlimited.migrate.latest(migratorOf(unlimited))) as [number, string[]];
-          return applied;
+          const migrate = async () => {
+            await unlimited.migrate.forceFreeMigrationsLock(migratorOf(unlimited));
+            return ((await unlimited.migrate.latest(migratorOf(unlimited))) as [number, string[]])[1];
+          };
+          // SQLite: another process writing the file (an older service beside `rollcall migrate`), or
+          // a migration aborted by the database (a deadlock, a certification failure): run again.
+          // knex wraps a busy file met by its own lock flag's update in a MigrationLocked error
+          // without the driver's code; under our lock, with that flag freed, nothing else gives one.
+          // After a busy retry the names are those the last try applied (they are only logged).
+          const oneWriter = profileOf(unlimited).writers === 'one-per-file';
+          const busy = (error: unknown) => isBusy(error) || isRetryable(error) || (oneWriter && (error as Error | null)?.name === 'MigrationLocked');
+          return whileBusy(migrate, performance.now() + defaultMigrationLockOptions.waitMs, defaultMigrationLockOptions.pollMs, busy);
         }),
       { minConnections: 2 },
     ),

@@ -1,3 +1,7 @@
+import { spawn } from 'node:child_process';
+
+import Database from 'better-sqlite3';
+
 import { migrations } from '../../migrations';
 import { Db, openDb } from '../../src/store/db';
 import { profileOf } from '../../src/store/dialect';
@@ -255,6 +259,100 @@ describe.each(backends())('migrations (%s)', (_name, backend) => {
         throw new Error('the migration failed');
       });
       await expect(failing).rejects.toThrow('the migration failed');
+    } finally {
+      await db.destroy();
+      await database.drop();
+    }
+  });
+});
+
+/** A process that writes a SQLite file in turns, as a service would: the file is its argument. */
+const WRITING_SERVICE = `
+const db = new (require('better-sqlite3'))(process.argv[1], { timeout: 10000 });
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+(async () => {
+  for (const end = Date.now() + 3000; Date.now() < end; ) {
+    db.exec('BEGIN IMMEDIATE');
+    process.stdout.write('holding\\n');
+    await sleep(60);
+    db.exec('COMMIT');
+    await sleep(10);
+  }
+  db.close();
+})();
+`;
+
+describe('migrations on a SQLite file another process holds', () => {
+  const sqlite = backends().find(([name]) => name === 'sqlite')![1];
+
+  /** Another connection to the file takes its write lock, as another process would, and keeps it `ms`. */
+  function holdTheFile(path: string, ms: number): Promise<void> {
+    const other = new Database(path);
+    other.exec('BEGIN IMMEDIATE');
+    return new Promise((resolve) =>
+      setTimeout(() => {
+        other.exec('COMMIT');
+        other.close();
+        resolve();
+      }, ms),
+    );
+  }
+
+  it('when a new database is being written by another process, then a migrator waits for the file instead of failing busy', async () => {
+    const database = await sqlite.create();
+    const db = openDb(database.config);
+    try {
+      await db.raw('select 1'); // the file exists
+      const released = holdTheFile(database.config.SQLITE_PATH, 500);
+      expect((await migrateLatest(db)).length).toBe(migrations.length);
+      await released;
+      expect(await migrationsCurrent(db)).toBe(true);
+    } finally {
+      await db.destroy();
+      await database.drop();
+    }
+  });
+
+  it('when another process keeps writing the file (a running service beside `rollcall migrate`), then the migrations wait their turns', async () => {
+    const database = await sqlite.create();
+    const db = openDb(database.config);
+    try {
+      await db.raw('select 1'); // the file exists
+      // Another process (in this one, a hold that began during a migration's transaction would wait
+      // for it synchronously, and never see it end): holds of 60 ms with gaps of 10 ms, for 3 s.
+      const service = spawn(process.execPath, ['-e', WRITING_SERVICE, database.config.SQLITE_PATH], { stdio: ['ignore', 'pipe', 'inherit'] });
+      const exited = new Promise((resolve) => service.once('exit', resolve));
+      await new Promise((resolve) => service.stdout.once('data', resolve)); // its first hold began
+      expect((await migrateLatest(db)).length).toBeGreaterThan(0);
+      expect(await exited).toBe(0);
+      expect(await migrationsCurrent(db)).toBe(true);
+    } finally {
+      await db.destroy();
+      await database.drop();
+    }
+  });
+
+  it('when the file is held while the lock is taken and given back, then the lock waits for it', async () => {
+    const database = await sqlite.create();
+    const db = openDb(database.config);
+    try {
+      await withMigrationLock(db, async () => undefined); // the lock table exists
+      const options = { waitMs: 5000, staleMs: 60_000, pollMs: 50 };
+      let released = holdTheFile(database.config.SQLITE_PATH, 300);
+      expect(await withMigrationLock(db, async () => 'ran', options)).toBe('ran');
+      await released;
+      expect(
+        await withMigrationLock(
+          db,
+          async () => {
+            released = holdTheFile(database.config.SQLITE_PATH, 300); // held when the lock is given back
+            return 'ran again';
+          },
+          options,
+        ),
+      ).toBe('ran again');
+      await released;
+      expect(await db('rollcall_migration_lock').select()).toEqual([]);
     } finally {
       await db.destroy();
       await database.drop();
