@@ -201,10 +201,12 @@ function backgroundLoops(config: Config, deps: ServiceDeps, metrics: Metrics, po
       completedRetentionMs: config.COMPLETED_RETENTION,
       chunk: config.SWEEP_CHUNK,
       stopped: () => stopping,
+      removed: (chunk) => {
+        metrics.sweptBatches.inc(chunk.batchesRemoved);
+        metrics.sweptGroups.inc(chunk.groupsRemoved);
+      },
     });
     metrics.sweeps.inc();
-    metrics.sweptBatches.inc(removed.batchesRemoved);
-    metrics.sweptGroups.inc(removed.groupsRemoved);
     return removed;
   });
   // From the shutdown's start no callback attempt begins: one begun during the HTTP drain was cut

@@ -15,6 +15,11 @@ export interface SweepOptions {
   maxPassedOver?: number;
   /** Asked before each chunk: true ends the sweep there (a shutdown), the rest left to the next. */
   stopped?: () => boolean;
+  /**
+   * Told of each chunk once it has committed: a sweep that fails later, or is given up, has still
+   * removed those (its result never comes, and the metrics missed them).
+   */
+  removed?: (chunk: SweepResult) => void;
 }
 
 /** Candidates one sweep may pass over before it ends, leaving the rest to the next. */
@@ -99,6 +104,7 @@ async function sweepChunks(deps: ServiceDeps, db: Db, options: SweepOptions): Pr
     });
     total.batchesRemoved += chunk.locked.length;
     total.groupsRemoved += chunk.groups;
+    options.removed?.({ batchesRemoved: chunk.locked.length, groupsRemoved: chunk.groups });
     for (const id of chunk.passedOver) passedOver.add(id);
     // Each chunk removes a batch or passes one over for good, so this ends.
     if (chunk.locked.length === 0 && chunk.passedOver.length === 0) return total;

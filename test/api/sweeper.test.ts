@@ -47,6 +47,32 @@ describe.each(backends())('sweeping stale batches (%s)', (_name, backend) => {
     expect(await sweep()).toEqual({ batchesRemoved: 0, groupsRemoved: 0 });
   });
 
+  it('when a sweep fails after some chunks, then the batches those removed are counted in the metrics', async () => {
+    const idle = [await open(1), await open(1), await open(1)]; // SWEEP_CHUNK 2: two chunks
+    svc.clock.now += 8 * DAY;
+    // The clock fails on the sweep's second read of it (before its second chunk), as a database
+    // error in that chunk would: the first chunk has committed.
+    const { now } = svc.clock;
+    let reads = 0;
+    Object.defineProperty(svc.clock, 'now', {
+      configurable: true,
+      get: () => {
+        if (++reads === 2) throw new Error('the second chunk failed');
+        return now;
+      },
+    });
+    try {
+      expect((await svc.api.post('/v1/admin/sweep')).status).toBeGreaterThanOrEqual(500);
+    } finally {
+      Object.defineProperty(svc.clock, 'now', { configurable: true, writable: true, value: now });
+    }
+    const gone = (await Promise.all(idle.map(({ id }) => exists(id)))).filter((kept) => !kept).length;
+    expect(gone).toBe(2);
+    const metrics = (await svc.api.get('/metrics')).text;
+    expect(metrics).toContain(`rollcall_sweeper_batches_removed_total ${gone}`);
+    expect(metrics).toContain(`rollcall_sweeper_groups_removed_total ${gone}`);
+  });
+
   it('when a sweep is asked for with a body that has fields, then 400 and nothing is swept', async () => {
     const { id } = await open(1);
     svc.clock.now += 8 * DAY;
