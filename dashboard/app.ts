@@ -27,11 +27,11 @@ const $ = <T extends HTMLElement>(id: string): T => {
 class Unauthorized extends Error {}
 /** An answer to a read made with a token given up since (another signed in): nothing of it is used. */
 class Superseded extends Error {}
-/** Any other refusal, with its HTTP status (a 404: the batch is gone). */
+/** Any other refusal, with its error code (`batch_not_found`: the batch is gone). */
 class Refused extends Error {
   constructor(
     message: string,
-    readonly status: number,
+    readonly code: string | undefined,
   ) {
     super(message);
   }
@@ -51,14 +51,14 @@ async function api<T>(path: string, method = 'GET'): Promise<T> {
     headers: token ? { authorization: `Bearer ${token}` } : {},
     ...(method === 'GET' ? { signal: AbortSignal.timeout(READ_TIMEOUT_MS) } : {}),
   });
-  const body = (await res.json().catch(() => null)) as (T & { error?: { message: string } }) | null;
+  const body = (await res.json().catch(() => null)) as (T & { error?: { code?: string; message: string } }) | null;
   // A read's answer, body and all, for a token given up meanwhile is not used. A write's is: it was done.
   if (method === 'GET' && sessionStorage.getItem(TOKEN_KEY) !== token) throw new Superseded('the token changed meanwhile');
   if (res.status === 429) quietUntil = Date.now() + 1000 * (Number(res.headers.get('retry-after')) || 1);
   // A refused write (a scope taken away since, a proxy's Host the cross-site check refuses) says why; a refused read signs out.
   if (method === 'GET' && (res.status === 401 || res.status === 403))
     throw new Unauthorized(res.status === 403 ? 'this token lacks the read scope' : 'a token is needed');
-  if (!res.ok || !body) throw new Refused(body?.error?.message ?? `HTTP ${res.status}`, res.status);
+  if (!res.ok || !body) throw new Refused(body?.error?.message ?? `HTTP ${res.status}`, body?.error?.code);
   return body;
 }
 
@@ -207,6 +207,9 @@ function showPager(page: BatchPage | null): void {
  */
 function turnPage(cursors: Array<string | null>): void {
   notice = '';
+  // A read of the page left, out now, must not be shown when it answers: it would turn the pager
+  // back on with that page's cursor before this page is shown.
+  listReads.dropStarted();
   view.cursors = cursors;
   view.nextCursor = null;
   showPager(null);
@@ -309,22 +312,41 @@ async function openDetail(id: string): Promise<void> {
   await refresh();
 }
 
-/** The address without a batch in it. */
-function clearAddress(): void {
-  if (location.hash) history.pushState(null, '', location.pathname + location.search);
+/** Empties the batch panel: nothing of a batch stays in the page, hidden or not, for the next token. */
+function clearDetail(): void {
+  for (const id of ['detail-title', 'detail-bar', 'detail-counts', 'timeline', 'children', 'parent']) $(id).replaceChildren();
+  $('detail-bar').removeAttribute('title');
+  for (const id of ['metadata', 'failures-note', 'children-note']) $(id).textContent = '';
+  for (const id of ['failures', 'events']) ($(id).querySelector('tbody') as HTMLTableSectionElement).replaceChildren();
 }
 
-function closeDetail(): void {
+/**
+ * The address without a batch in it: a new history entry, or (`replace`) in place of the batch's,
+ * when the batch is gone: Back to it, closed at once by a new entry, led back to where it came
+ * from, over and over.
+ */
+function clearAddress(replace = false): void {
+  if (!location.hash) return;
+  if (replace) history.replaceState(null, '', location.pathname + location.search);
+  else history.pushState(null, '', location.pathname + location.search);
+}
+
+function closeDetail(replace = false): void {
   view.openBatch = null;
   delete $('detail').dataset.drawn;
-  clearAddress();
+  clearAddress(replace);
   $('detail').hidden = true;
   $('list').hidden = false;
 }
 
 /** The batch the address names (`#<id>`), if any. */
 function batchInAddress(): string | null {
-  const id = decodeURIComponent(location.hash.slice(1));
+  let id: string;
+  try {
+    id = decodeURIComponent(location.hash.slice(1));
+  } catch {
+    return null; // a malformed escape (`#%`) names no batch
+  }
   return /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i.test(id) ? id : null;
 }
 
@@ -365,9 +387,9 @@ async function refresh(): Promise<void> {
   } catch (error) {
     if (error instanceof Superseded) return;
     if (error instanceof Unauthorized) return showLogin(error.message);
-    if (error instanceof Refused && error.status === 404 && open && view.openBatch === open) {
+    if (error instanceof Refused && error.code === 'batch_not_found' && open && view.openBatch === open) {
       // Deleted, or removed by the sweeper: its panel (and Cancel button) would stay, asked for every second.
-      closeDetail();
+      closeDetail(true);
       notice = `Batch ${open} is gone: deleted, or removed once its retention ended`;
       void refresh();
       return;
@@ -388,6 +410,10 @@ async function refresh(): Promise<void> {
  */
 function forgetShown(): void {
   scopes = null;
+  notice = '';
+  quietUntil = 0;
+  $('sign-out').hidden = true;
+  clearDetail();
   view.openBatch = null;
   view.cursors = [null];
   view.nextCursor = null;

@@ -3,6 +3,7 @@ import type { Duplex } from 'node:stream';
 import type { ErrorRequestHandler, Request, Response } from 'express';
 
 import { RollcallError, toError } from '../domain/errors';
+import { countAsCutByServer } from './httpMetrics';
 
 interface ErrorBody {
   error: { code: string; message: string };
@@ -75,6 +76,7 @@ export function errorHandler(): ErrorRequestHandler {
     if (res.headersSent) {
       // An answer already on its way (a file that failed mid-read) cannot become an error: cut it short.
       req.log.error({ err: error }, 'request failed after its answer began');
+      countAsCutByServer(res);
       return void res.destroy();
     }
     let answer: [number, ErrorBody];

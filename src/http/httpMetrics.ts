@@ -1,3 +1,5 @@
+import type { ServerResponse } from 'node:http';
+
 import type { RequestHandler } from 'express';
 
 import type { Metrics } from '../metrics';
@@ -8,6 +10,17 @@ interface RouteSeries {
 
 /** The status a request is counted under when its client left before the answer was sent (nginx's). */
 const CLIENT_LEFT = '499';
+
+/** Answers this service cut short itself, with the status each is counted under: not a client that left. */
+const cutByServer = new WeakMap<ServerResponse, string>();
+
+/**
+ * Notes that the service itself cuts `res` short (an answer that failed mid-send, a drain's cut):
+ * it is counted under `status`, or under the status its answer began with.
+ */
+export function countAsCutByServer(res: ServerResponse, status = String(res.statusCode)): void {
+  cutByServer.set(res, status);
+}
 
 /**
  * Counts and times every request by its route pattern (not its URL, so ids do not explode labels).
@@ -39,7 +52,7 @@ export function httpMetrics(metrics: Metrics): RequestHandler {
     // uncounted, in the very incidents the 503 rate and the p99 are watched for.
     res.on('close', () => {
       const route = req.route ? `${req.baseUrl}${String(req.route.path)}` : 'unmatched';
-      const status = res.writableFinished ? String(res.statusCode) : CLIENT_LEFT;
+      const status = res.writableFinished ? String(res.statusCode) : (cutByServer.get(res) ?? CLIENT_LEFT);
       seriesFor(req.method, route, status).observe((performance.now() - started) / 1000);
     });
     next();

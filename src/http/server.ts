@@ -4,6 +4,7 @@ import type { Socket } from 'node:net';
 import type { Express } from 'express';
 
 import { answerClientError } from './errorHandler';
+import { countAsCutByServer } from './httpMetrics';
 
 // `any[]`: TypeScript lets a class extend a constructor value only when it takes `...args: any[]`.
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
@@ -97,6 +98,7 @@ function cutUnfinishedBodies(server: http.Server): void {
     const head = (socket as Socket & { _httpMessage?: http.ServerResponse | null })._httpMessage;
     for (const res of answers) {
       if (res.req.complete || res.headersSent || (head && head !== res)) continue;
+      countAsCutByServer(res, '503'); // the service went away under it
       socket.destroy();
       break;
     }

@@ -32,6 +32,11 @@ export interface DialectProfile {
   hotPath: 'mysql2-multi-statement' | 'pg-pipeline' | 'knex';
   /** `pool`: as many writers as connections. `one-per-file`: this process queues its write transactions per file. */
   writers: 'pool' | 'one-per-file';
+  /**
+   * Whether DDL is part of its transaction: a migration that failed then changed nothing and may run
+   * again. On MySQL/MariaDB each DDL statement commits on its own.
+   */
+  transactionalDdl: boolean;
   /** Appended to a raw CREATE TABLE: on MySQL the transactional engine, whatever the server's default. */
   tableOptions: string;
   /**
@@ -125,6 +130,7 @@ export const PROFILES: Readonly<Record<DialectName, DialectProfile>> = {
     skipLocked: true,
     hotPath: 'mysql2-multi-statement',
     writers: 'pool',
+    transactionalDdl: false,
     tableOptions: ' ENGINE=InnoDB',
     pingStatement: 'DO 1',
     // read_only binds only users without SUPER (READ_ONLY ADMIN, CONNECTION_ADMIN), and the session
@@ -208,6 +214,7 @@ export const PROFILES: Readonly<Record<DialectName, DialectProfile>> = {
     skipLocked: true,
     hotPath: 'pg-pipeline',
     writers: 'pool',
+    transactionalDdl: true,
     tableOptions: '',
     pingStatement: 'select 1',
     // On in recovery (a standby, a demoted primary after a failover) and where
@@ -270,6 +277,7 @@ export const PROFILES: Readonly<Record<DialectName, DialectProfile>> = {
     skipLocked: false,
     hotPath: 'knex',
     writers: 'one-per-file',
+    transactionalDdl: true,
     tableOptions: '',
     pingStatement: 'select 1',
     // A zero-row write would take the file's write lock, outside this process's queue of writers.

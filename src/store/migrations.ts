@@ -68,13 +68,15 @@ export async function migrateLatest(db: Db): Promise<string[]> {
             await unlimited.migrate.forceFreeMigrationsLock(migratorOf(unlimited));
             return ((await unlimited.migrate.latest(migratorOf(unlimited))) as [number, string[]])[1];
           };
-          // SQLite: another process writing the file (an older service beside `rollcall migrate`), or
-          // a migration aborted by the database (a deadlock, a certification failure): run again.
+          // SQLite: another process writing the file (an older service beside `rollcall migrate`);
+          // where DDL is transactional, also a migration the database aborted (a deadlock): it
+          // changed nothing, so it runs again (on MySQL/MariaDB its DDL may have committed already).
           // knex wraps a busy file met by its own lock flag's update in a MigrationLocked error
           // without the driver's code; under our lock, with that flag freed, nothing else gives one.
           // After a busy retry the names are those the last try applied (they are only logged).
-          const oneWriter = profileOf(unlimited).writers === 'one-per-file';
-          const busy = (error: unknown) => isBusy(error) || isRetryable(error) || (oneWriter && (error as Error | null)?.name === 'MigrationLocked');
+          const { writers, transactionalDdl } = profileOf(unlimited);
+          const busy = (error: unknown) =>
+            isBusy(error) || (transactionalDdl && isRetryable(error)) || (writers === 'one-per-file' && (error as Error | null)?.name === 'MigrationLocked');
           return whileBusy(migrate, performance.now() + defaultMigrationLockOptions.waitMs, defaultMigrationLockOptions.pollMs, busy);
         }),
       { minConnections: 2 },

@@ -6,10 +6,13 @@ import zlib from 'node:zlib';
 
 import express from 'express';
 import pino from 'pino';
+import { Counter, Histogram, Registry } from 'prom-client';
 import request from 'supertest';
 
 import { errorHandler } from '../../src/http/errorHandler';
+import { httpMetrics } from '../../src/http/httpMetrics';
 import { createServer } from '../../src/http/server';
+import type { Metrics } from '../../src/metrics';
 import { backends } from '../helpers/backends';
 import { batchWith } from '../helpers/batches';
 import { startService, TestService } from '../helpers/service';
@@ -172,6 +175,12 @@ describe('the error mapper', () => {
     const lines: string[] = [];
     const log = pino({ level: 'info' }, new Writable({ write: (chunk, _encoding, done) => (lines.push(String(chunk)), done()) }));
     const app = express();
+    // The two series httpMetrics writes, on a registry of this test's own (Metrics itself needs a database).
+    const registry = new Registry();
+    const labelNames = ['method', 'route', 'status'];
+    const httpRequests = new Counter({ name: 'rollcall_http_requests_total', help: 'requests', labelNames, registers: [registry] });
+    const httpDuration = new Histogram({ name: 'rollcall_http_request_duration_seconds', help: 'latency', labelNames, registers: [registry] });
+    app.use(httpMetrics({ httpRequests, httpDuration } as unknown as Metrics));
     app.use((req, _res, next) => {
       Object.defineProperty(req, 'log', { value: log });
       next();
@@ -196,6 +205,8 @@ describe('the error mapper', () => {
       expect(logged).toContainEqual(
         expect.objectContaining({ msg: 'request failed after its answer began', err: expect.objectContaining({ message: 'the file failed mid-read' }) }),
       );
+      // Counted under the status its answer began with: the service cut it, the client did not leave.
+      expect(await registry.metrics()).toContain('rollcall_http_requests_total{method="GET",route="/x",status="200"} 1');
     } finally {
       server.close();
     }

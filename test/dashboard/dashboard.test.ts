@@ -438,6 +438,18 @@ describeWithBrowser.each(dashboardBackends)('the dashboard in a real browser (%s
       expect(await page.locator('#error').textContent()).toContain(`Batch ${made.id} is gone`);
       expect(new URL(page.url()).hash).toBe('');
       expect(await page.locator('tr.batch').count()).toBe(1);
+      // Back goes to the list before it, not to the gone batch (which would close at once, forward again).
+      const askedForIt: string[] = [];
+      page.on('request', (r) => void (r.url().includes(made.id) && askedForIt.push(r.url())));
+      await page.goBack();
+      await page.waitForTimeout(1500);
+      expect(askedForIt).toEqual([]);
+
+      await page.goto(`${url}/#%E0%A4%A`); // a malformed escape names no batch: the list, live
+      await page.reload();
+      await page.waitForSelector('#list:not([hidden]) tr.batch');
+      await svc.api.post('/v1/batches').send({ userKey: 'after-a-malformed-address' });
+      await page.waitForFunction(() => (document.querySelector('#batches tbody')?.textContent ?? '').includes('after-a-malformed-address'));
     });
   });
 
@@ -473,6 +485,19 @@ describeWithBrowser.each(dashboardBackends)('the dashboard in a real browser (%s
       await page.waitForFunction(() => document.querySelector('tr.batch td:nth-child(3)')?.textContent === 'turn-24');
       await page.click('#prev');
       await page.waitForFunction(() => document.querySelector('tr.batch td:nth-child(3)')?.textContent === 'turn-44');
+
+      // The once-a-second read of page 1 is out when "Next" is clicked, and answers before page 2.
+      const timerRead = await holdAnswers(page, (u) => u.pathname === '/v1/batches' && !u.searchParams.has('cursor'));
+      await timerRead.held;
+      const nextPage = await holdAnswers(page, (u) => u.pathname === '/v1/batches' && u.searchParams.has('cursor'), Infinity);
+      await page.click('#next');
+      await nextPage.held;
+      timerRead.release();
+      await timerRead.delivered();
+      await page.waitForTimeout(300);
+      expect(await page.locator('#next').isDisabled()).toBe(true); // not turned on again by page 1's answer
+      nextPage.release();
+      await page.waitForFunction(() => document.querySelector('tr.batch td:nth-child(3)')?.textContent === 'turn-24');
     });
   });
 
@@ -500,14 +525,15 @@ describeWithBrowser.each(dashboardBackends)('the dashboard in a real browser (%s
       );
       page.once('dialog', (dialog) => void dialog.accept());
       await page.click('#cancel');
-      await page.waitForFunction(() => (document.querySelector('#error')?.textContent ?? '').startsWith('Could not cancel'));
-      expect(await page.locator('#error').textContent()).toContain('produce');
+      await page.waitForFunction(() => /^Could not cancel: .*produce/.test(document.querySelector('#error')?.textContent ?? ''));
 
       await page.click('#sign-out');
       await page.waitForSelector('#login:not([hidden])');
       expect(await page.evaluate(() => sessionStorage.getItem('rollcall.token'))).toBeNull();
       expect(await page.locator('#detail').isHidden()).toBe(true);
       expect(await page.locator('#batches tbody').textContent()).toBe('');
+      expect(await page.locator('#detail').textContent()).not.toContain('signed'); // the batch's metadata is gone from the page too
+      expect(await page.locator('#sign-out').isHidden()).toBe(true);
       expect(await page.locator('#login-error').textContent()).toBe('');
     });
   });
