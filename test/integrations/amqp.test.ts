@@ -1011,15 +1011,25 @@ describe('rollcall/amqp on a channel that outlives its consumers', () => {
       return new WeakRef(options);
     };
     const optionsOfDropped = Array.from({ length: 100 }, makeAndDrop);
-    const kept = rollcallConsumer(client, channel, () => undefined);
+    let keptRuns = 0;
+    const kept = rollcallConsumer(client, channel, () => void (keptRuns += 1), { cancelCheckIntervalMs: 0 });
     // A WeakRef's target lives to the end of the turn that made or read it: collected in later turns.
     for (let round = 0; round < 3; round++) {
       await realSleep(10);
       collectGarbage();
     }
     expect(optionsOfDropped.map((ref, n) => (ref.deref() ? n : -1)).filter((n) => n >= 0)).toEqual([]);
-    // The consumer still in use still hears of the close: a held message would go back (tested above).
+    // The consumer still in use still hears of the close: a message it is given after it does not run
+    // (RabbitMQ has it back, for another consumer).
     expect(events.listenerCount('close')).toBe(1);
+    events.emit('close');
+    kept({
+      content: Buffer.from('{}'),
+      fields: { deliveryTag: 1, redelivered: false, consumerTag: 'kept', exchange: '', routingKey: 'test' },
+      properties: { headers: { [ITEM_ID_HEADER]: `${randomUUID()}:${randomUUID()}:0` } },
+    } as unknown as ConsumeMessage);
+    await realSleep(100);
+    expect(keptRuns).toBe(0);
     await kept.drain();
   });
 });
