@@ -304,28 +304,61 @@ export class AckCommitter {
    * failed without saying why: on Citus that is one worker lost, whose batches others need not share
    * (a call whose acks did commit finds them duplicates). Once a call alone meets a database that is
    * away, or two in a row meet unconfirmed commits, the rest get that error at once: a database that
-   * fails every commit must not cost each round a transaction per call. (A call that met a lock held
-   * elsewhere says nothing of the others' batches.)
+   * fails every commit must not cost each round a transaction per call. A call of one batch that
+   * waited LOCK_TIMEOUT in vain names that batch held: the round's later calls of it, and those
+   * queued behind, get the 503 at once (each waited a LOCK_TIMEOUT more, and every batch of the round
+   * with it). Each batch no later call of the round names is let go as soon as its calls are
+   * answered, so new calls of it need not wait for the rest of the round.
    */
-  private async eachAlone(round: Waiting[]): Promise<void> {
+  private async eachAlone(round: Waiting[], owned: Set<string>): Promise<void> {
     let unconfirmedInARow = 0;
+    const answered = new Set<Waiting>();
     for (const [i, w] of round.entries()) {
+      if (answered.has(w)) continue;
       this.stats.transactions += 1;
       const error = await ackItems(this.deps, [w.call]).then(
         ([result]) => (w.resolve(result as AckResult), null),
         (caught: unknown) => (w.reject(caught), caught),
       );
+      const rest = round.slice(i + 1).filter((later) => !answered.has(later));
       unconfirmedInARow = error instanceof CommitUnconfirmedError ? unconfirmedInARow + 1 : 0;
       if (unconfirmedInARow >= 2 || databaseAway(error)) {
-        for (const rest of round.slice(i + 1)) rest.reject(error);
+        for (const later of rest) later.reject(error);
         return;
       }
+      if (error instanceof LockHeldError && w.batchIds.length === 1) this.heldMeanwhile(w.batchIds[0]!, error, rest, answered);
+      this.letGo(owned, w.batchIds, rest, answered);
     }
+  }
+
+  /** Batch `batchId` was found held by a call run alone: its later calls, in the round and queued, get the 503. */
+  private heldMeanwhile(batchId: string, error: LockHeldError, rest: Waiting[], answered: Set<Waiting>): void {
+    this.markHeld([batchId]);
+    for (const later of rest) {
+      if (!later.batchIds.includes(batchId)) continue;
+      answered.add(later);
+      later.reject(new LockHeldError({ cause: error }));
+    }
+    this.failQueuedBehind(batchId, error);
+  }
+
+  /** Lets go of the batches of an answered call that no call still to run names, and starts what waited for them. */
+  private letGo(owned: Set<string>, batchIds: string[], rest: Waiting[], answered: Set<Waiting>): void {
+    const stillNamed = new Set(rest.filter((later) => !answered.has(later)).flatMap((later) => later.batchIds));
+    let freed = false;
+    for (const id of batchIds) {
+      if (stillNamed.has(id) || !owned.delete(id)) continue;
+      this.busy.delete(id);
+      freed = true;
+    }
+    if (freed && this.queue.length > 0) this.flush();
   }
 
   private run(round: Waiting[], ofHeld = false): void {
     const batchIds = round.flatMap((w) => w.batchIds);
     for (const id of batchIds) this.busy.add(id);
+    // The batches this round holds busy until it ends, less those eachAlone lets go of earlier.
+    const owned = new Set(batchIds);
     if (ofHeld) this.heldRoundInFlight = true;
     const ids = round.reduce((n, w) => n + w.size, 0);
     this.stats.transactions += 1;
@@ -344,7 +377,7 @@ export class AckCommitter {
         (error: unknown) => {
           if (round.length > 1 && runsAgainAlone(error)) {
             this.deps.log.warn({ err: error, calls: round.length }, 'a merged ack transaction failed; its calls run again one by one');
-            return this.eachAlone(round);
+            return this.eachAlone(round, owned);
           }
           if (error instanceof LockHeldError) return this.lockWaitFailed(round, batchIds, error);
           round.forEach((w) => w.reject(error));
@@ -352,7 +385,7 @@ export class AckCommitter {
       )
       .finally(() => {
         this.inFlight.delete(running);
-        for (const id of batchIds) this.busy.delete(id);
+        for (const id of owned) this.busy.delete(id);
         if (ofHeld) this.heldRoundInFlight = false;
         // Calls that queued meanwhile have waited a whole transaction already: run them now.
         if (this.queue.length > 0) this.flush();

@@ -202,6 +202,42 @@ describeOnServers('the ack committer when a round waits in vain for a batch row 
     }
   });
 
+  it('when a merged round fails and its calls run alone, then one that finds its batch held answers the later calls of that batch at once, and a batch done with is let go', async () => {
+    const [s, x, y] = [await batchWith(svc.client, 8), await batchWith(svc.client, 3), await batchWith(svc.client, 2)];
+    // The merged round fails for a reason of its own: the clock its decision reads fails. That read
+    // comes under the round's locks, so X is held only from then on, by another connection; until
+    // it is, every transaction fails alike (S's calls, run first alone, give it that time).
+    let holding = false;
+    let release = async () => undefined as void;
+    let asked = false;
+    const now = () => {
+      if (holding) return svc.rollcall.deps.now();
+      if (!asked) {
+        asked = true;
+        void holdBatchRow(holder, x.id).then((let_go) => ((release = let_go), (holding = true)));
+      }
+      throw new Error('the clock failed');
+    };
+    try {
+      const { committer } = committerOn(svc, { windowMs: 50, waitWhenIdle: true, concurrency: 2 }, { ...svc.rollcall.deps, now });
+      const calls = [...s.ids.map((id) => [id]), [y.ids[0]!], [x.ids[0]!], [x.ids[1]!], [x.ids[2]!]];
+      const [ofY, x1, x2, x3] = calls.map((ids) => track(committer.submit(ack(ids)))).slice(s.ids.length);
+      await until(() => ofY!.settled);
+      expect([ofY!.error, ofY!.value]).toEqual([undefined, expect.objectContaining({ acked: 1 })]);
+      // While X's first call waits for its lock (LOCK_TIMEOUT 1 s), Y's next call does not wait for the round.
+      const laterOfY = track(committer.submit(ack([y.ids[1]!])));
+      await until(() => laterOfY.settled);
+      expect([laterOfY.value, x1!.settled]).toEqual([expect.objectContaining({ acked: 1 }), false]);
+      await until(() => x1!.settled);
+      const transactions = committer.stats.transactions;
+      await until(() => x2!.settled && x3!.settled);
+      for (const answer of [x1, x2, x3]) expect(answer!.error).toMatchObject({ code: 'unavailable' });
+      expect(committer.stats.transactions).toBe(transactions); // X's other calls did not wait a LOCK_TIMEOUT each
+    } finally {
+      await release();
+    }
+  });
+
   it('when calls of two held batches wait, then they take one slot at a time: a call of a free batch gets the other', async () => {
     const [x, w, y] = [await batchWith(svc.client, 3), await batchWith(svc.client, 3), await batchWith(svc.client, 3)];
     const releases = [await holdBatchRow(holder, x.id), await holdBatchRow(holder, w.id)];
