@@ -327,7 +327,7 @@ export class AckCommitter {
         return;
       }
       if (error instanceof LockHeldError && w.batchIds.length === 1) this.heldMeanwhile(w.batchIds[0]!, error, rest, answered);
-      this.letGo(owned, w.batchIds, rest, answered);
+      this.letGo(owned, rest, answered);
     }
   }
 
@@ -342,16 +342,26 @@ export class AckCommitter {
     this.failQueuedBehind(batchId, error);
   }
 
-  /** Lets go of the batches of an answered call that no call still to run names, and starts what waited for them. */
-  private letGo(owned: Set<string>, batchIds: string[], rest: Waiting[], answered: Set<Waiting>): void {
+  /**
+   * Lets go of the round's batches that no call still to run names (an answered call's, and those
+   * of calls answered for a held batch), and starts what waited for them.
+   */
+  private letGo(owned: Set<string>, rest: Waiting[], answered: Set<Waiting>): void {
     const stillNamed = new Set(rest.filter((later) => !answered.has(later)).flatMap((later) => later.batchIds));
     let freed = false;
-    for (const id of batchIds) {
-      if (stillNamed.has(id) || !owned.delete(id)) continue;
+    for (const id of owned) {
+      if (stillNamed.has(id)) continue;
+      owned.delete(id);
       this.busy.delete(id);
       freed = true;
     }
-    if (freed && this.queue.length > 0) this.flush();
+    if (!freed || this.queue.length === 0) return;
+    try {
+      this.flush();
+    } catch (error) {
+      // The rest of this round must still be answered: what failed to start is started by the next flush.
+      this.deps.log.error({ err: error }, 'starting the calls that waited for a batch let go failed');
+    }
   }
 
   private run(round: Waiting[], ofHeld = false): void {

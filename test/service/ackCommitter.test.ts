@@ -3,11 +3,12 @@ import { Knex } from 'knex';
 import { callFromIds } from '../../src/domain/ackCall';
 import { OPEN_CALLER, Outcome } from '../../src/domain/batch';
 import { AckCommitter, AckMergeOptions } from '../../src/service/ackCommitter';
+import type { AckResult } from '../../src/service/ackItems';
 import { getBatch } from '../../src/service/readBatches';
 import { openDb } from '../../src/store/db';
 import { backends, describeEachOrSkip, serverBackends } from '../helpers/backends';
 import { batchWith } from '../helpers/batches';
-import { realSleep, track, until, useFakeTimers } from '../helpers/realTime';
+import { realSleep, track, Tracked, until, useFakeTimers } from '../helpers/realTime';
 import { holdBatchRow, otherConnections } from '../helpers/rowLocks';
 import { startService, TestService } from '../helpers/service';
 
@@ -203,35 +204,38 @@ describeOnServers('the ack committer when a round waits in vain for a batch row 
   });
 
   it('when a merged round fails and its calls run alone, then one that finds its batch held answers the later calls of that batch at once, and a batch done with is let go', async () => {
-    const [s, x, y] = [await batchWith(svc.client, 8), await batchWith(svc.client, 3), await batchWith(svc.client, 2)];
+    const [s, x, y] = [await batchWith(svc.client, 12), await batchWith(svc.client, 4), await batchWith(svc.client, 2)];
+    await holder.raw('select 1'); // its connection open: taking the row below is one statement
     // The merged round fails for a reason of its own: the clock its decision reads fails. That read
     // comes under the round's locks, so X is held only from then on, by another connection; until
-    // it is, every transaction fails alike (S's calls, run first alone, give it that time).
+    // it is, every transaction fails alike (S's calls, run first alone, give it that time). Then a
+    // call of X and one of Y come, and wait in the queue behind the round.
     let holding = false;
     let release = async () => undefined as void;
-    let asked = false;
+    let queued: { ofX: Tracked<AckResult>; ofY: Tracked<AckResult> } | undefined;
     const now = () => {
       if (holding) return svc.rollcall.deps.now();
-      if (!asked) {
-        asked = true;
-        void holdBatchRow(holder, x.id).then((let_go) => ((release = let_go), (holding = true)));
+      if (!queued) {
+        void holdBatchRow(holder, x.id).then((letGo) => ((release = letGo), (holding = true)));
+        queued = { ofX: track(committer.submit(ack([x.ids[3]!]))), ofY: track(committer.submit(ack([y.ids[1]!]))) };
       }
       throw new Error('the clock failed');
     };
+    // A short window: the queued calls' own timer has fired, in vain, before Y is let go.
+    const { committer } = committerOn(svc, { windowMs: 5, waitWhenIdle: true, concurrency: 2 }, { ...svc.rollcall.deps, now });
     try {
-      const { committer } = committerOn(svc, { windowMs: 50, waitWhenIdle: true, concurrency: 2 }, { ...svc.rollcall.deps, now });
       const calls = [...s.ids.map((id) => [id]), [y.ids[0]!], [x.ids[0]!], [x.ids[1]!], [x.ids[2]!]];
       const [ofY, x1, x2, x3] = calls.map((ids) => track(committer.submit(ack(ids)))).slice(s.ids.length);
       await until(() => ofY!.settled);
-      expect([ofY!.error, ofY!.value]).toEqual([undefined, expect.objectContaining({ acked: 1 })]);
-      // While X's first call waits for its lock (LOCK_TIMEOUT 1 s), Y's next call does not wait for the round.
-      const laterOfY = track(committer.submit(ack([y.ids[1]!])));
-      await until(() => laterOfY.settled);
-      expect([laterOfY.value, x1!.settled]).toEqual([expect.objectContaining({ acked: 1 }), false]);
+      expect([ofY!.error, ofY!.value]).toEqual([undefined, expect.objectContaining({ acked: 1 })]); // else X was taken too late: S's calls did not give it the time
+      // While X's first call waits for its lock (LOCK_TIMEOUT 1 s), the call of Y queued behind the round does not wait for it.
+      await until(() => queued!.ofY.settled);
+      expect([queued!.ofY.value, x1!.settled]).toEqual([expect.objectContaining({ acked: 1 }), false]);
       await until(() => x1!.settled);
       const transactions = committer.stats.transactions;
-      await until(() => x2!.settled && x3!.settled);
-      for (const answer of [x1, x2, x3]) expect(answer!.error).toMatchObject({ code: 'unavailable' });
+      await realSleep(100); // not another LOCK_TIMEOUT (1 s)
+      expect([x2, x3, queued!.ofX].map((answer) => answer!.settled)).toEqual([true, true, true]);
+      for (const answer of [x1, x2, x3, queued!.ofX]) expect(answer!.error).toMatchObject({ code: 'unavailable' });
       expect(committer.stats.transactions).toBe(transactions); // X's other calls did not wait a LOCK_TIMEOUT each
     } finally {
       await release();

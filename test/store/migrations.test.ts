@@ -298,64 +298,56 @@ describe('migrations on a SQLite file another process holds', () => {
     );
   }
 
-  it('when a new database is being written by another process, then a migrator waits for the file instead of failing busy', async () => {
+  /** Runs `test` on a new SQLite file (created), with a pool on it. */
+  async function onANewFile(test: (db: Db, file: string) => Promise<void>): Promise<void> {
     const database = await sqlite.create();
     const db = openDb(database.config);
     try {
       await db.raw('select 1'); // the file exists
-      const released = holdTheFile(database.config.SQLITE_PATH, 500);
-      expect((await migrateLatest(db)).length).toBe(migrations.length);
-      await released;
-      expect(await migrationsCurrent(db)).toBe(true);
+      await test(db, database.config.SQLITE_PATH);
     } finally {
       await db.destroy();
       await database.drop();
     }
-  });
+  }
 
-  it('when another process keeps writing the file (a running service beside `rollcall migrate`), then the migrations wait their turns', async () => {
-    const database = await sqlite.create();
-    const db = openDb(database.config);
-    try {
-      await db.raw('select 1'); // the file exists
+  it('when a new database is being written by another process, then a migrator waits for the file instead of failing busy', () =>
+    onANewFile(async (db, file) => {
+      const released = holdTheFile(file, 500);
+      expect((await migrateLatest(db)).length).toBe(migrations.length);
+      await released;
+      expect(await migrationsCurrent(db)).toBe(true);
+    }));
+
+  it('when another process keeps writing the file (a running service beside `rollcall migrate`), then the migrations wait their turns', () =>
+    onANewFile(async (db, file) => {
       // Another process (in this one, a hold that began during a migration's transaction would wait
       // for it synchronously, and never see it end): holds of 60 ms with gaps of 10 ms, for 3 s.
-      const service = spawn(process.execPath, ['-e', WRITING_SERVICE, database.config.SQLITE_PATH], { stdio: ['ignore', 'pipe', 'inherit'] });
+      const service = spawn(process.execPath, ['-e', WRITING_SERVICE, file], { stdio: ['ignore', 'pipe', 'inherit'] });
       const exited = new Promise((resolve) => service.once('exit', resolve));
       await new Promise((resolve) => service.stdout.once('data', resolve)); // its first hold began
       expect((await migrateLatest(db)).length).toBeGreaterThan(0);
       expect(await exited).toBe(0);
       expect(await migrationsCurrent(db)).toBe(true);
-    } finally {
-      await db.destroy();
-      await database.drop();
-    }
-  });
+    }));
 
-  it('when the file is held while the lock is taken and given back, then the lock waits for it', async () => {
-    const database = await sqlite.create();
-    const db = openDb(database.config);
-    try {
+  it('when the file is held while the lock is taken and given back, then the lock waits for it', () =>
+    onANewFile(async (db, file) => {
       await withMigrationLock(db, async () => undefined); // the lock table exists
       const options = { waitMs: 5000, staleMs: 60_000, pollMs: 50 };
-      let released = holdTheFile(database.config.SQLITE_PATH, 300);
+      let released = holdTheFile(file, 300);
       expect(await withMigrationLock(db, async () => 'ran', options)).toBe('ran');
       await released;
-      expect(
-        await withMigrationLock(
-          db,
-          async () => {
-            released = holdTheFile(database.config.SQLITE_PATH, 300); // held when the lock is given back
-            return 'ran again';
-          },
-          options,
-        ),
-      ).toBe('ran again');
+      const again = withMigrationLock(
+        db,
+        async () => {
+          released = holdTheFile(file, 300); // held when the lock is given back
+          return 'ran again';
+        },
+        options,
+      );
+      expect(await again).toBe('ran again');
       await released;
       expect(await db('rollcall_migration_lock').select()).toEqual([]);
-    } finally {
-      await db.destroy();
-      await database.drop();
-    }
-  });
+    }));
 });
