@@ -4,12 +4,17 @@ import { AddressInfo, connect, Socket } from 'node:net';
 
 import express from 'express';
 
+import { httpMetrics } from '../../src/http/httpMetrics';
 import { answersUnderWay, closeServer, createServer } from '../../src/http/server';
+import { Metrics } from '../../src/metrics';
+import type { Db } from '../../src/store/db';
 
 /** Runs `use` against a server, as rollcall serves its app, whose routes answer after `delayMs`; then closes it. */
-async function withSlowServer(delayMs: number, use: (server: http.Server, port: number, handled: unknown[]) => Promise<void>): Promise<void> {
+async function withSlowServer(delayMs: number, use: (server: http.Server, port: number, handled: unknown[], metrics: Metrics) => Promise<void>): Promise<void> {
   const handled: unknown[] = [];
+  const metrics = new Metrics({} as Db); // no pool: only the request series are read
   const app = express();
+  app.use(httpMetrics(metrics));
   app.get('/slow', (_req, res) => void setTimeout(() => res.json({ ok: true }), delayMs));
   // Its headers go out at once (keep-alive, as an answer already on its way when a drain begins).
   app.get('/streamed', (_req, res) => {
@@ -23,7 +28,7 @@ async function withSlowServer(delayMs: number, use: (server: http.Server, port: 
   const server = createServer(app);
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   try {
-    await use(server, (server.address() as AddressInfo).port, handled);
+    await use(server, (server.address() as AddressInfo).port, handled, metrics);
   } finally {
     server.closeAllConnections();
     if (server.listening) server.close();
@@ -99,7 +104,7 @@ describe('the HTTP server', () => {
       `POST /slow HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${body.length + 10}\r\n\r\n${body}`;
 
     it('then that body gets its grace, its connection is cut after it (its request not run), and the server closes', () =>
-      withSlowServer(100, async (server, port, handled) => {
+      withSlowServer(100, async (server, port, handled, metrics) => {
         const socket = await connected(port);
         const read = once(server, 'request');
         socket.write(partialPost('{"a":'));
@@ -114,6 +119,8 @@ describe('the HTTP server', () => {
         await closed; // without the cut, only SHUTDOWN_TIMEOUT_MS ended it
         expect(performance.now() - drainStarted).toBeGreaterThanOrEqual(290);
         expect(handled).toEqual([]);
+        // The service cut it, not a client that left: counted as 503, not 499.
+        expect(await statusesCounted(metrics)).toEqual({ 'POST /slow 503': 1 });
       }));
 
     it('then a body that arrives within its grace is answered', () =>
@@ -155,6 +162,13 @@ describe('the HTTP server', () => {
       }));
   });
 });
+
+/** The requests counted so far, by method, route and status, once the last one closed. */
+async function statusesCounted(metrics: Metrics): Promise<Record<string, number>> {
+  await pause(20);
+  const { values } = await metrics.httpRequests.get();
+  return Object.fromEntries(values.map(({ labels, value }) => [`${labels.method} ${labels.route} ${labels.status}`, value]));
+}
 
 async function connected(port: number): Promise<Socket> {
   const socket = connect(port, '127.0.0.1');
