@@ -2,6 +2,11 @@ import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 
+import express from 'express';
+import request from 'supertest';
+
+import { dashboardRoutes } from '../../src/http/routes/dashboard';
+
 const ROOT = path.resolve(__dirname, '../..');
 
 /**
@@ -117,4 +122,49 @@ describe('the built package and its optional peers', () => {
       ).toString();
     for (const entry of ['producer', 'amqp', 'bullmq']) expect([entry, classOf(entry)]).toEqual([entry, 'function']);
   });
+
+  /**
+   * The package as `npm pack` makes it from a clone that was built (docs/integrations.md), unpacked:
+   * the repository's tracked files, this build as its dist/, and the dashboard's script compiled.
+   */
+  function packed(): string {
+    const clone = fs.mkdtempSync(path.join(ROOT, '.build-test-pack-'));
+    const tracked = execFileSync('git', ['ls-files', '-z'], { cwd: ROOT }).toString().split('\0').filter(Boolean);
+    for (const file of tracked) {
+      if (!fs.existsSync(path.join(ROOT, file))) continue; // deleted, not yet committed
+      fs.mkdirSync(path.dirname(path.join(clone, file)), { recursive: true });
+      fs.copyFileSync(path.join(ROOT, file), path.join(clone, file));
+    }
+    fs.cpSync(out, path.join(clone, 'dist'), { recursive: true });
+    execFileSync(process.execPath, [require.resolve('typescript/bin/tsc'), '-p', 'dashboard/tsconfig.json'], { cwd: clone });
+    const [{ filename }] = JSON.parse(execFileSync('npm', ['pack', '--json', '--ignore-scripts', '--silent'], { cwd: clone }).toString()) as Array<{
+      filename: string;
+    }>;
+    execFileSync('tar', ['xzf', filename], { cwd: clone });
+    return clone;
+  }
+
+  it('when the package is packed and installed, then every entry point, the CLI, the migrations and the dashboard are in it, and tests are not', async () => {
+    const clone = packed();
+    try {
+      const pkg = path.join(clone, 'package');
+      const manifest = JSON.parse(fs.readFileSync(path.join(pkg, 'package.json'), 'utf8')) as {
+        main: string;
+        bin: Record<string, string>;
+        exports: Record<string, string | Record<string, string>>;
+      };
+      const targets = [
+        manifest.main,
+        ...Object.values(manifest.bin),
+        ...Object.values(manifest.exports).flatMap((t) => (typeof t === 'string' ? [t] : Object.values(t))),
+      ];
+      for (const target of [...targets, 'dist/migrations/index.js', 'dist/migrations/0001_create_batches.js'])
+        expect([target, fs.existsSync(path.join(pkg, target))]).toEqual([target, true]);
+      expect(fs.existsSync(path.join(pkg, 'test'))).toBe(false);
+      const app = express().use(dashboardRoutes(path.join(pkg, 'dashboard')));
+      for (const page of ['/', '/dashboard/style.css', '/dashboard/app.js']) expect([page, (await request(app).get(page)).status]).toEqual([page, 200]);
+    } finally {
+      fs.rmSync(clone, { recursive: true, force: true });
+    }
+  }, 120_000);
 });
