@@ -24,7 +24,9 @@ COPY --from=build /app/package.json ./package.json
 COPY --from=build /app/node_modules ./node_modules
 COPY --from=build /app/dist ./dist
 COPY --from=build /app/dashboard ./dashboard
-RUN mkdir -p /data && chown node:node /data
+# `rollcall migrate` (and the rest of the CLI) on the PATH: npm scripts would rebuild, and tsc is pruned.
+RUN mkdir -p /data && chown node:node /data \
+ && chmod +x dist/src/cli/index.js && ln -s /app/dist/src/cli/index.js /usr/local/bin/rollcall
 USER node
 VOLUME ["/data"]
 EXPOSE 8080
