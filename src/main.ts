@@ -12,7 +12,6 @@ export async function serve(): Promise<void> {
   const config = loadConfig();
   limitHeapGrowth(config.HEAP_GROWTH_PERCENT);
   const rollcall = await createRollcall(config);
-  rollcall.startBackground();
   const { log } = rollcall;
   if (!config.tokens) {
     log.warn({ host: config.HOST }, 'API_TOKENS is not set: every request is allowed; keep HOST on a loopback address');
@@ -21,6 +20,9 @@ export async function serve(): Promise<void> {
   }
   const server: Server = createServer(rollcall.app).listen(config.PORT, config.HOST);
   await once(server, 'listening').catch((error: unknown) => Promise.reject(listenError(toError(error), config)));
+  // Only once it listens: a HOST given as a name is looked up first, and a process that then exits
+  // for it must not have claimed callback events meanwhile (an attempt never recorded is sent again).
+  rollcall.startBackground();
   const address = server.address();
   const port = typeof address === 'object' && address ? address.port : config.PORT;
   log.info(

@@ -4,7 +4,9 @@ import os from 'node:os';
 import path from 'node:path';
 
 import { ConfigError, loadConfig } from '../src/config';
-import { spawnService } from './helpers/processes';
+import { call, spawnService } from './helpers/processes';
+import { Receiver } from './helpers/receiver';
+import { itemIds } from './helpers/service';
 
 describe('configuration', () => {
   it('when nothing is set, then the documented defaults apply', () => {
@@ -193,6 +195,43 @@ describe('a service that cannot listen', () => {
     expect(message).toMatch(/exited with 1 before listening:\ninvalid configuration:\n {2}HOST: cannot listen on/);
     expect(message).not.toMatch(/\n {4}at /);
   });
+
+  it('when HOST is a name whose lookup fails only after a while, then it stops without sending a callback meanwhile', async () => {
+    const { SQLITE_PATH } = sqlite();
+    const receiver = new Receiver();
+    await receiver.start();
+    const env = { SQLITE_PATH, CALLBACK_BACKOFF_BASE: '100ms', CALLBACK_POLL_INTERVAL: '100ms' };
+    try {
+      // A callback event due again: its first attempt was refused, then the service stopped.
+      receiver.script = [500];
+      const first = await spawnService(env);
+      const id = (await call(`${first.url}/v1/batches`, 'POST', { callbackUrl: receiver.url })).body.id;
+      const added = await call(`${first.url}/v1/batches/${id}/items`, 'POST', { count: 1 });
+      await call(`${first.url}/v1/batches/${id}/seal`, 'POST', {});
+      await call(`${first.url}/v1/acks`, 'POST', { ids: itemIds(id, added.body.groups) });
+      await receiver.waitFor(1);
+      await first.stop();
+      const slowLookup = path.join(path.dirname(SQLITE_PATH), 'slow-lookup.cjs');
+      fs.writeFileSync(
+        slowLookup,
+        `const dns = require('node:dns');
+         const lookup = dns.lookup;
+         dns.lookup = function (host, ...rest) {
+           if (host !== 'slow-to-fail.invalid') return lookup.call(this, host, ...rest);
+           setTimeout(() => rest.at(-1)(Object.assign(new Error('getaddrinfo ENOTFOUND ' + host), { code: 'ENOTFOUND' })), 1500);
+         };`,
+      );
+      const message = await spawnService({ ...env, HOST: 'slow-to-fail.invalid', NODE_OPTIONS: `--require ${slowLookup}` }).then(
+        (service) => service.stop().then(() => 'started'),
+        (error: Error) => error.message,
+      );
+      expect(message).toMatch(/HOST: cannot listen on 'slow-to-fail.invalid'/);
+      // An attempt sent by a process that then exits is never recorded, and is sent again after its lease.
+      expect(receiver.deliveries).toHaveLength(1);
+    } finally {
+      await receiver.stop();
+    }
+  }, 60_000);
 
   it('when PORT is taken, then it stops with a message naming PORT', async () => {
     const first = await spawnService(sqlite());
