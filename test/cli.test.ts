@@ -97,6 +97,13 @@ describe('the CLI refuses bad usage with exit 2 and a message naming the option'
     expect(JSON.parse(waited.stdout)).toMatchObject({ id, state: 'complete' });
   });
 
+  it('when wait ends with the batch still unfinished, then it prints the batch and exits 3 (so `wait && publish` does not publish)', async () => {
+    const id = await openBatch();
+    const waited = await run(['wait', id, '--timeout', '0.2']);
+    expect(waited.code).toBe(3);
+    expect(JSON.parse(waited.stdout)).toMatchObject({ id, state: 'open' });
+  });
+
   it.each([
     [(id: string) => ['add', id, '0x2'], /^count must be a whole number/],
     [(id: string) => ['add', id, '1e1'], /^count must be a whole number/],

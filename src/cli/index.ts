@@ -24,7 +24,11 @@ const USAGE = `usage: rollcall <command> [options]
   list [--state S] [--user-key K] [--parent BATCH] [--limit N]
 
 The service is ROLLCALL_URL (default http://127.0.0.1:8080); ROLLCALL_TOKEN is sent as a bearer token.
-Answers are printed as JSON. Exit code 1 on an error answer, 2 on bad usage.`;
+Answers are printed as JSON. Exit code 1 on an error answer, 2 on bad usage, 3 when wait ends with
+the batch neither complete nor cancelled (it is printed all the same).`;
+
+/** `wait`'s exit code when its time ran out first. */
+const UNFINISHED = 3;
 
 class UsageError extends Error {}
 
@@ -207,8 +211,12 @@ async function run(argv: string[]): Promise<unknown> {
       return client().failures(need(args[0], 'batchId'), { limit: integer(values.limit, '--limit'), cursor: values.cursor });
     case 'status':
       return client().status(need(args[0], 'batchId'));
-    case 'wait':
-      return client().waitForCompletion(need(args[0], 'batchId'), { timeoutMs: waitSeconds(values.timeout) * 1000 });
+    case 'wait': {
+      const batch = await client().waitForCompletion(need(args[0], 'batchId'), { timeoutMs: waitSeconds(values.timeout) * 1000 });
+      // Its time ran out: a script's `rollcall wait … && next` must not go on.
+      if (batch.state !== 'complete' && batch.state !== 'cancelled') process.exitCode = UNFINISHED;
+      return batch;
+    }
     case 'list':
       return client().list({
         state: batchState(values.state),
