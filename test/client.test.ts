@@ -22,6 +22,14 @@ describe.each(backends())('the TypeScript client and the CLI against a real serv
     await svc.stop();
   });
 
+  it('when an add is given an empty idempotency key, then it is refused and adds nothing (not sent without a key, which a retry would add twice)', async () => {
+    const batch = await client.open();
+    const refused = await client.addItems(batch.id, 5, { idempotencyKey: '' }).catch((error: unknown) => error);
+    expect(refused).toBeInstanceOf(RollcallApiError);
+    expect(refused).toMatchObject({ status: 400 });
+    expect((await client.status(batch.id)).total).toBe(0);
+  });
+
   it('when a producer and a consumer use the client, then acks go in chunks and completion is seen once', async () => {
     const batch = await client.open({ userKey: 'client' });
     const added = await client.addItems(batch.id, 20_005, { idempotencyKey: 'once' });
