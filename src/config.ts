@@ -30,17 +30,24 @@ export function parseDuration(text: string): number | null {
  */
 const TIMER_MAX_MS = 2 ** 31 - 1;
 
+/**
+ * The longest age or retention: 100 years. Each is added to or taken from a timestamp bound as a
+ * BIGINT; past ~1e21 ms JavaScript writes the number with an exponent, which PostgreSQL refuses, so
+ * a retention of 99999999999999d failed every sweep and a backoff cap that long every failed callback's record.
+ */
+const AGE_MAX_MS = 100 * 365 * 86_400_000;
+
 const inMs = (minMs: number, maxMs: number) => (text: string, ctx: z.RefinementCtx) => {
   const ms = parseDuration(text);
   if (ms === null || ms < minMs || ms > maxMs) {
-    const most = maxMs === TIMER_MAX_MS ? ' and at most 24 days' : '';
+    const most = maxMs === TIMER_MAX_MS ? ' and at most 24 days' : ' and at most 100 years';
     ctx.addIssue({ code: 'custom', message: `must be a duration such as 500ms, 60s, 15m, 12h or 7d (at least ${minMs} ms${most})` });
     return z.NEVER;
   }
   return ms;
 };
 
-/** A duration setting; `maxMs` Infinity for one that no timer waits (an age compared with timestamps). */
+/** A duration setting; `maxMs` AGE_MAX_MS for one that no timer waits (an age compared with timestamps). */
 const duration = (fallback: string, minMs = 0, maxMs = TIMER_MAX_MS) => z.string().default(fallback).transform(inMs(minMs, maxMs));
 
 /** A duration whose default depends on other settings (filled in by loadConfig). */
@@ -114,16 +121,16 @@ export const configSchema = z.object({
   ACK_GROUP_COMMIT_MAX_IDS: int(1, 1_000_000).default(20_000),
   ACK_GROUP_COMMIT_CONCURRENCY: int(1, 64).default(4),
   ACK_QUEUE_MAX_IDS: int(10_000, 100_000_000).default(200_000),
-  OPEN_BATCH_TTL: duration('7d', 1000, Infinity),
-  COMPLETED_RETENTION: duration('7d', 0, Infinity),
+  OPEN_BATCH_TTL: duration('7d', 1000, AGE_MAX_MS),
+  COMPLETED_RETENTION: duration('7d', 0, AGE_MAX_MS),
   SWEEP_INTERVAL: duration('60s', 0),
   SWEEP_CHUNK: int(1, 100_000).default(1000),
   FAILURE_REASONS_PER_BATCH: int(0, 100_000).default(1000),
   CALLBACK_SECRET: z.string().min(16, 'must be at least 16 characters').optional(),
   CALLBACK_TIMEOUT: duration('10s', 100),
-  CALLBACK_BACKOFF_BASE: duration('1s', 1, Infinity),
-  CALLBACK_BACKOFF_CAP: duration('10m', 1, Infinity),
-  CALLBACK_MAX_AGE: duration('3d', 1000, Infinity),
+  CALLBACK_BACKOFF_BASE: duration('1s', 1, AGE_MAX_MS),
+  CALLBACK_BACKOFF_CAP: duration('10m', 1, AGE_MAX_MS),
+  CALLBACK_MAX_AGE: duration('3d', 1000, AGE_MAX_MS),
   CALLBACK_CONCURRENCY: int(1, 256).default(16),
   CALLBACK_POLL_INTERVAL: duration('1s', 10),
   CALLBACK_ALLOW_HOSTS: commaList(invalidAllowEntry),

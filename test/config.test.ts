@@ -166,6 +166,12 @@ describe('configuration', () => {
     });
   });
 
+  it('when an age or retention is longer than 100 years, then it is refused (the database could not take the timestamps)', () => {
+    for (const key of ['COMPLETED_RETENTION', 'OPEN_BATCH_TTL', 'CALLBACK_MAX_AGE', 'CALLBACK_BACKOFF_BASE', 'CALLBACK_BACKOFF_CAP'])
+      expect(() => loadConfig({ [key]: '99999999999999d' })).toThrow(new RegExp(`${key}: .*at most 100 years`));
+    expect(loadConfig({ COMPLETED_RETENTION: '36500d' }).COMPLETED_RETENTION).toBe(36_500 * 86_400_000);
+  });
+
   it('when durations are written with units, then they become milliseconds', () => {
     expect(loadConfig({ SWEEP_INTERVAL: '500ms', OPEN_BATCH_TTL: '2h', COMPLETED_RETENTION: '90' })).toMatchObject({
       SWEEP_INTERVAL: 500,
