@@ -99,4 +99,24 @@ describe.each(backends())('several service processes on one database (%s)', (_na
     expect(tally.some((r) => r.seal)).toBe(true);
     expect(tally.some((r) => r.acks === 1)).toBe(true);
   });
+
+  it('when the same keyed add is sent 6 times at once through 3 processes, 20 times over, then each batch gets its items once and every answer is the same', async () => {
+    const count = 10_000; // two groups
+    for (let round = 0; round < 20; round++) {
+      const { id } = await openWith(0);
+      const adds = Array.from({ length: 6 }, (_, i) =>
+        fetch(`${urlFor(round + i)}/v1/batches/${id}/items`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json', 'idempotency-key': `round-${round}` },
+          body: JSON.stringify({ count }),
+        }).then(async (res) => ({ status: res.status, body: (await res.json()) as { total: number; groups: unknown[] } })),
+      );
+      const answers = await Promise.all(adds);
+      expect(answers.map((a) => a.status)).toEqual(Array(6).fill(201));
+      for (const answer of answers) expect(answer.body).toEqual(answers[0]!.body);
+      expect(answers[0]!.body.total).toBe(count);
+      const batch = await call(`${urlFor(round)}/v1/batches/${id}`, 'GET');
+      expect(batch.body).toMatchObject({ total: count, pending: count });
+    }
+  });
 });
