@@ -137,9 +137,9 @@ describe('the built package and its optional peers', () => {
     }
     fs.cpSync(out, path.join(clone, 'dist'), { recursive: true });
     execFileSync(process.execPath, [require.resolve('typescript/bin/tsc'), '-p', 'dashboard/tsconfig.json'], { cwd: clone });
-    const [{ filename }] = JSON.parse(execFileSync('npm', ['pack', '--json', '--ignore-scripts', '--silent'], { cwd: clone }).toString()) as Array<{
-      filename: string;
-    }>;
+    const [{ filename }] = JSON.parse(execFileSync('npm', ['pack', '--json', '--ignore-scripts', '--silent'], { cwd: clone }).toString()) as [
+      { filename: string },
+    ];
     execFileSync('tar', ['xzf', filename], { cwd: clone });
     return clone;
   }
