@@ -99,7 +99,7 @@ async function sweepChunks(deps: ServiceDeps, db: Db, options: SweepOptions): Pr
     const now = deps.now();
     const cutoffs = { idleBefore: now - options.openBatchTtlMs, completedBefore: now - options.completedRetentionMs };
     const chunk = await inTransaction(db, deps.tx, async (trx) => {
-      const due = await lockDueBatches(trx, cutoffs, options.chunk, passedOver);
+      const due = await lockDueBatches(db, trx, cutoffs, options.chunk, passedOver);
       return { ...due, groups: await deleteBatchesWithGroups(trx, due.locked) };
     });
     total.batchesRemoved += chunk.locked.length;

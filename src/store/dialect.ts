@@ -37,6 +37,13 @@ export interface DialectProfile {
    * again. On MySQL/MariaDB each DDL statement commits on its own.
    */
   transactionalDdl: boolean;
+  /**
+   * Whether the planner runs a correlated `NOT EXISTS` on an expression (`substr(col, …) = outer.id`)
+   * as one hash anti-join (PostgreSQL). Elsewhere it runs once per outer row, a scan each, while an
+   * uncorrelated `NOT IN` is read once into an indexed table (MariaDB, SQLite); PostgreSQL does that
+   * only while the subquery's rows fit in work_mem, and past it scans them again for each outer row.
+   */
+  hashAntiJoins: boolean;
   /** Appended to a raw CREATE TABLE: on MySQL the transactional engine, whatever the server's default. */
   tableOptions: string;
   /**
@@ -131,6 +138,7 @@ export const PROFILES: Readonly<Record<DialectName, DialectProfile>> = {
     hotPath: 'mysql2-multi-statement',
     writers: 'pool',
     transactionalDdl: false,
+    hashAntiJoins: false,
     tableOptions: ' ENGINE=InnoDB',
     pingStatement: 'DO 1',
     // read_only binds only users without SUPER (READ_ONLY ADMIN, CONNECTION_ADMIN), and the session
@@ -215,6 +223,7 @@ export const PROFILES: Readonly<Record<DialectName, DialectProfile>> = {
     hotPath: 'pg-pipeline',
     writers: 'pool',
     transactionalDdl: true,
+    hashAntiJoins: true,
     tableOptions: '',
     pingStatement: 'select 1',
     // On in recovery (a standby, a demoted primary after a failover) and where
@@ -278,6 +287,7 @@ export const PROFILES: Readonly<Record<DialectName, DialectProfile>> = {
     hotPath: 'knex',
     writers: 'one-per-file',
     transactionalDdl: true,
+    hashAntiJoins: false,
     tableOptions: '',
     pingStatement: 'select 1',
     // A zero-row write would take the file's write lock, outside this process's queue of writers.
