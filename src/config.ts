@@ -37,10 +37,22 @@ const TIMER_MAX_MS = 2 ** 31 - 1;
  */
 const AGE_MAX_MS = 100 * 365 * 86_400_000;
 
+/** `ms` in the largest unit it is a whole number of (86400000 → 1d). */
+function inWholeUnits(ms: number): string {
+  const units: Array<[string, number]> = [
+    ['d', 86_400_000],
+    ['h', 3_600_000],
+    ['m', 60_000],
+    ['s', 1000],
+  ];
+  const [unit, size] = units.find(([, size]) => ms % size === 0) ?? ['ms', 1];
+  return `${ms / size}${unit}`;
+}
+
 const inMs = (minMs: number, maxMs: number) => (text: string, ctx: z.RefinementCtx) => {
   const ms = parseDuration(text);
   if (ms === null || ms < minMs || ms > maxMs) {
-    const most = maxMs === TIMER_MAX_MS ? ' and at most 24 days' : ' and at most 100 years';
+    const most = maxMs === TIMER_MAX_MS ? ' and at most 24 days' : maxMs === AGE_MAX_MS ? ' and at most 100 years' : ` and at most ${inWholeUnits(maxMs)}`;
     ctx.addIssue({ code: 'custom', message: `must be a duration such as 500ms, 60s, 15m, 12h or 7d (at least ${minMs} ms${most})` });
     return z.NEVER;
   }

@@ -170,6 +170,7 @@ describe('configuration', () => {
     for (const key of ['COMPLETED_RETENTION', 'OPEN_BATCH_TTL', 'CALLBACK_MAX_AGE', 'CALLBACK_BACKOFF_BASE', 'CALLBACK_BACKOFF_CAP'])
       expect(() => loadConfig({ [key]: '99999999999999d' })).toThrow(new RegExp(`${key}: .*at most 100 years`));
     expect(loadConfig({ COMPLETED_RETENTION: '36500d' }).COMPLETED_RETENTION).toBe(36_500 * 86_400_000);
+    expect(() => loadConfig({ TENANT_RATE_WINDOW: '2d' })).toThrow(/TENANT_RATE_WINDOW: .*at most 1d\)/);
   });
 
   it('when durations are written with units, then they become milliseconds', () => {

@@ -104,7 +104,7 @@ export function openApiDocument(): JsonObject {
       },
     },
   });
-  return {
+  return withHeaders({
     openapi: '3.1.0',
     info: { title: 'rollcall', version: '1', description: 'Tracks when a fan-out batch is finished; completion is reported exactly once.' },
     components: {
@@ -122,7 +122,7 @@ export function openApiDocument(): JsonObject {
             '404': failure('item_not_found (parentItem)'),
             '409': failure('item_not_pending (parentItem)'),
             ...withBody,
-            ...tooMany('quota_exceeded, with Retry-After: the tenant holds TENANT_MAX_BATCHES unfinished batches, or TENANT_MAX_ITEMS items in them'),
+            ...tooMany('quota_exceeded, with Retry-After: the tenant holds TENANT_MAX_BATCHES unfinished batches'),
           },
         },
         get: {
@@ -147,14 +147,14 @@ export function openApiDocument(): JsonObject {
       '/v1/batches/{batchId}/items': {
         post: {
           summary: 'Add items (as groups of up to GROUP_SIZE)',
-          parameters: [batchId, { name: 'Idempotency-Key', in: 'header', required: false, schema: { type: 'string', maxLength: 255 } }],
+          parameters: [batchId, { name: 'Idempotency-Key', in: 'header', required: false, schema: { type: 'string', minLength: 1, maxLength: 255 } }],
           requestBody: { required: true, ...json('AddItems') },
           responses: {
             '201': answer('the groups made', 'AddResult'),
             '404': failure('batch_not_found'),
             '409': failure('batch_not_open or idempotency_key_reused'),
             ...withBody,
-            ...tooMany('quota_exceeded, with Retry-After: the tenant holds TENANT_MAX_BATCHES unfinished batches, or TENANT_MAX_ITEMS items in them'),
+            ...tooMany("quota_exceeded, with Retry-After: with these items the tenant's unfinished batches would hold more than TENANT_MAX_ITEMS"),
           },
         },
       },
@@ -253,15 +253,41 @@ export function openApiDocument(): JsonObject {
           responses: { '200': { description: 'OpenAPI 3.1', content: { 'application/json': { schema: { type: 'object' } } } }, ...closable },
         },
       },
-      '/': {
-        get: {
-          summary: 'The dashboard (HTML; asks for a token with scope read when tokens are configured)',
-          security: [],
-          responses: { '200': { description: 'the dashboard page', content: { 'text/html': { schema: { type: 'string' } } } }, ...misdirected },
-        },
-      },
+      '/': asset('The dashboard (HTML; asks for a token with scope read when tokens are configured)', 'text/html'),
       '/dashboard/app.js': asset("The dashboard's script", 'text/javascript'),
       '/dashboard/style.css': asset("The dashboard's style sheet", 'text/css'),
     },
-  };
+  });
+}
+
+const header = (description: string, required = false) => ({ description, required, schema: { type: 'string' } });
+
+/** The headers the service sends, declared on each answer that carries them (a generated client reads them typed). */
+const HEADERS = {
+  every: { 'X-Request-Id': header("this request's id (the caller's X-Request-Id when it is sane, else a new UUID), as logged", true) },
+  api: {
+    RateLimit: header("when TENANT_RATE_LIMIT is set: the tenant's requests left in this window and the seconds until it ends (draft-7)"),
+    'RateLimit-Policy': header('when TENANT_RATE_LIMIT is set: the limit and its window in seconds (draft-7)'),
+  },
+  refused: { 'Retry-After': header('seconds to wait before trying again', true) },
+};
+
+/** Adds HEADERS to every answer of `doc`: the id to all, the rate limit's to /v1, Retry-After to each 429 and 503. */
+function withHeaders<T extends { paths: object }>(doc: T): T {
+  for (const [path, operations] of Object.entries(doc.paths as Record<string, Record<string, { responses: Record<string, JsonObject> }>>)) {
+    for (const operation of Object.values(operations)) {
+      for (const [status, response] of Object.entries(operation.responses)) {
+        // A new object: one answer (the 421 of every route, say) is shared by routes in and out of /v1.
+        operation.responses[status] = {
+          ...response,
+          headers: {
+            ...HEADERS.every,
+            ...(path.startsWith('/v1/') ? HEADERS.api : {}),
+            ...(status === '429' || status === '503' ? HEADERS.refused : {}),
+          },
+        };
+      }
+    }
+  }
+  return doc;
 }

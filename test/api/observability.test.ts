@@ -5,8 +5,14 @@ import { backends } from '../helpers/backends';
 import { batchWith } from '../helpers/batches';
 import { itemIds, startService, TestService } from '../helpers/service';
 
+/** The headers of the service's own that a generated client would read. */
+const SERVICE_HEADERS = ['retry-after', 'x-request-id', 'ratelimit', 'ratelimit-policy'];
+
 type Doc = {
-  paths: Record<string, Record<string, { responses: Record<string, { content?: Record<string, { schema: object }> }> }>>;
+  paths: Record<
+    string,
+    Record<string, { responses: Record<string, { content?: Record<string, { schema: object }>; headers?: Record<string, { required?: boolean }> }> }>
+  >;
   components: { schemas: Record<string, object> };
 };
 
@@ -15,9 +21,16 @@ function validator(doc: Doc) {
   const ajv = new Ajv2020({ strict: false, allErrors: true });
   addFormats(ajv);
   ajv.addSchema({ $id: 'doc', components: doc.components });
-  return (method: string, path: string, status: number, body: unknown) => {
+  return (method: string, path: string, status: number, body: unknown, headers: Record<string, unknown> = {}) => {
     const response = doc.paths[path]?.[method]?.responses[String(status)];
     if (!response) throw new Error(`the document has no ${status} for ${method.toUpperCase()} ${path}`);
+    // The headers a client reads: each one sent is declared, and each declared required is sent.
+    const declared = Object.entries(response.headers ?? {}).map(([name, h]) => [name.toLowerCase(), h.required === true] as const);
+    for (const name of SERVICE_HEADERS)
+      if (headers[name] !== undefined && !declared.some(([d]) => d === name))
+        throw new Error(`${method.toUpperCase()} ${path} ${status} sends ${name}, undeclared`);
+    for (const [name, required] of declared)
+      if (required && headers[name] === undefined) throw new Error(`${method.toUpperCase()} ${path} ${status} declares ${name} required, not sent`);
     const schema = response.content?.['application/json']?.schema;
     if (!schema) return;
     const rewritten = JSON.parse(JSON.stringify(schema).replaceAll('"#/components', '"doc#/components'));
@@ -86,8 +99,8 @@ describe.each(backends())('observability (%s)', (_name, backend) => {
     for (const [name, schema] of Object.entries((docRes.body as Doc).components.schemas))
       expect([name, meta.validateSchema(schema), meta.errorsText(meta.errors)]).toEqual([name, true, 'No errors']);
     const check = validator(docRes.body);
-    const seen = async (method: string, path: string, res: { status: number; body: unknown }) => {
-      check(method, path, res.status, res.body);
+    const seen = async (method: string, path: string, res: { status: number; body: unknown; headers: Record<string, unknown> }) => {
+      check(method, path, res.status, res.body, res.headers);
       return res;
     };
     const created = await seen(
@@ -135,6 +148,15 @@ describe.each(backends())('observability (%s)', (_name, backend) => {
       expect([path, misdirected.status]).toEqual([path, 421]);
     }
     await seen('get', '/dashboard/style.css', await svc.api.get('/dashboard/style.css'));
+    await seen('get', '/', await svc.api.get('/').set('range', 'bytes=0-9'));
+    // The rate limit's headers, and a 429 with its Retry-After.
+    const limited = await startService(backend, { TENANT_RATE_LIMIT: '1' });
+    try {
+      expect((await seen('get', '/v1/whoami', await limited.api.get('/v1/whoami'))).headers.ratelimit).toBeDefined();
+      expect((await seen('get', '/v1/whoami', await limited.api.get('/v1/whoami'))).status).toBe(429);
+    } finally {
+      await limited.stop();
+    }
   });
 
   it("when a client is generated from /openapi.json, then it learns the query parameters' bounds and defaults and the ack call's limits", async () => {
