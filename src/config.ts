@@ -162,6 +162,7 @@ export const configSchema = z.object({
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
   SHUTDOWN_TIMEOUT_MS: int(1_000, 600_000).default(10_000),
   HEAP_GROWTH_PERCENT: int(0, 300).default(100),
+  REQUEST_TIMEOUT: duration('30s', 1000, 600_000),
 });
 
 export const SCOPES = ['produce', 'consume', 'read', 'admin'] as const;

@@ -18,7 +18,7 @@ export async function serve(): Promise<void> {
     if (config.CALLBACK_DNS_SERVERS.length > 0) log.warn('CALLBACK_DNS_SERVERS is set but applies only with API_TOKENS: callbacks use the system resolver');
     if (config.TENANT_RATE_LIMIT) log.warn('TENANT_RATE_LIMIT is set without API_TOKENS: every caller shares one budget, which any caller can use up');
   }
-  const server: Server = createServer(rollcall.app).listen(config.PORT, config.HOST);
+  const server: Server = createServer(rollcall.app, { requestTimeoutMs: config.REQUEST_TIMEOUT }).listen(config.PORT, config.HOST);
   await once(server, 'listening').catch((error: unknown) => Promise.reject(listenError(toError(error), config)));
   // Only once it listens: a HOST given as a name is looked up first, and a process that then exits
   // for it must not have claimed callback events meanwhile (an attempt never recorded is sent again).

@@ -29,8 +29,14 @@ function subclassWith<T extends object>(base: Constructor<T>, prototype: object)
  * subclasses' prototypes, so the swap in `app.handle` finds nothing to change. Every method and
  * property express or this service put on `app.request` stays reachable one step up the chain.
  */
-export function createServer(app: Express): http.Server {
-  const server = http.createServer(messageClassesOf(app), app).on('clientError', answerClientError);
+export function createServer(app: Express, { requestTimeoutMs = DEFAULT_REQUEST_TIMEOUT_MS }: ServerOptions = {}): http.Server {
+  const timeouts = {
+    requestTimeout: requestTimeoutMs,
+    headersTimeout: Math.min(HEADERS_TIMEOUT_MS, requestTimeoutMs), // Node refuses one longer than requestTimeout
+    // Node looks for requests past their time this often (30 s by default): a 1 s limit was 31 s.
+    connectionsCheckingInterval: Math.min(30_000, Math.max(250, requestTimeoutMs / 4)),
+  };
+  const server = http.createServer({ ...messageClassesOf(app), ...timeouts }, app).on('clientError', answerClientError);
   const open = new Set<http.ServerResponse>();
   const answered = (res: http.ServerResponse) => {
     open.delete(res);
@@ -62,6 +68,20 @@ export function createServer(app: Express): http.Server {
   openSockets.set(server, sockets);
   return server;
 }
+
+export interface ServerOptions {
+  /**
+   * How long a request, headers and body, may take to arrive (REQUEST_TIMEOUT); past it the answer
+   * is `408 request_timeout` and the connection is closed. Node's own 300 s let a tenant hold a
+   * body of up to BODY_LIMIT in memory per connection for five minutes, sending a few bytes: a
+   * compressed one is held as it inflates (docs/security.md).
+   */
+  requestTimeoutMs?: number;
+}
+
+const DEFAULT_REQUEST_TIMEOUT_MS = 30_000;
+/** Node's own headersTimeout: a request's headers within a minute, or as long as the whole request may take. */
+const HEADERS_TIMEOUT_MS = 60_000;
 
 /** Each server's answers under way, for closeServer. */
 const openResponses = new WeakMap<http.Server, Set<http.ServerResponse>>();
