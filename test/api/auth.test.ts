@@ -108,6 +108,8 @@ describe.each(backends())('authentication and tenants (%s)', (_name, backend) =>
     const child = await acmeProducer.open({ parentItem: ids[0]! });
     expect((await api.get(`/v1/batches?parentItem=${ids[0]}`).set('Authorization', beta)).body.batches).toEqual([]);
     expect((await acmeProducer.list({ parentItem: ids[0]! })).batches.map((b) => b.id)).toEqual([child.id]);
+    expect((await api.get(`/v1/batches?parent=${id}`).set('Authorization', beta)).body).toEqual({ batches: [], nextCursor: null });
+    expect((await acmeProducer.list({ parent: id })).batches.map((b) => b.id)).toEqual([child.id]);
     expect((await api.get(`/v1/batches/${id}`).set('Authorization', producer)).body).toMatchObject({ total: 3, succeeded: 0 });
   });
 
