@@ -1,6 +1,6 @@
 import { UnavailableError } from '../domain/errors';
 import { Db, queryTimeoutOf, unlessTheDatabaseFreezes, withoutQueryTimeout } from '../store/db';
-import { deleteBatchesWithGroups, lockDueBatches } from '../store/removeBatches';
+import { deleteBatchesWithGroups, lockDueBatches, sweepShapeOf } from '../store/removeBatches';
 import { inTransaction } from '../store/transaction';
 import { ServiceDeps } from './deps';
 
@@ -94,12 +94,13 @@ async function sweepChunks(deps: ServiceDeps, db: Db, options: SweepOptions): Pr
   // them no longer due): later chunks look past them. Were they looked at again, a chunk whose
   // candidates were all held would remove nothing and end the sweep with due batches behind them.
   const passedOver = new Set<string>();
+  const shape = await sweepShapeOf(deps.db);
   for (;;) {
     if (options.stopped?.()) return total;
     const now = deps.now();
     const cutoffs = { idleBefore: now - options.openBatchTtlMs, completedBefore: now - options.completedRetentionMs };
     const chunk = await inTransaction(db, deps.tx, async (trx) => {
-      const due = await lockDueBatches(db, trx, cutoffs, options.chunk, passedOver);
+      const due = await lockDueBatches(trx, cutoffs, options.chunk, passedOver, shape);
       return { ...due, groups: await deleteBatchesWithGroups(trx, due.locked) };
     });
     total.batchesRemoved += chunk.locked.length;

@@ -36,7 +36,7 @@ const LIVE = ['open', 'sealed'];
  * parent by its item (`<parent batch id>:<group>:<index>`, canonical, so the id is its first 36
  * characters).
  *
- * Each check in the form its database runs in one pass over the rows it reads (docs/scaling.md has
+ * Each check in the form its database runs in one pass over the rows it reads (docs/benchmarks.md has
  * the figures): an uncorrelated `NOT IN` had MariaDB look through every root batch (their NULL
  * parent) for each candidate, and PostgreSQL, once the live batches or the outcomes passed
  * work_mem, read them all again for each candidate: 1,000 candidates took 9 s on MariaDB with
@@ -103,6 +103,20 @@ async function dueCandidates(
   return ids;
 }
 
+/** What the sweep's statements depend on besides the dialect: whether the tables are sharded (Citus). */
+export interface SweepShape {
+  sharded: boolean;
+}
+
+/**
+ * The sweep's shape for database `db`: asked of the service's own pool, where the answer is kept,
+ * and before a chunk's transaction. Asked inside it, it took a second connection while the
+ * transaction held one, and a sweep on a pool of one waited 5 s for it and failed, every time.
+ */
+export async function sweepShapeOf(db: Db): Promise<SweepShape> {
+  return { sharded: await onCitus(db) };
+}
+
 /** One chunk's pick: the batches locked for removal, and the candidates it passed over. */
 export interface DueChunk {
   locked: string[];
@@ -121,15 +135,15 @@ export interface DueChunk {
  * this transaction now holds).
  */
 export async function lockDueBatches(
-  db: Db,
   trx: Knex.Transaction,
   cutoffs: SweepCutoffs,
   limit: number,
   passedOver: ReadonlySet<string> = new Set(),
+  shape: SweepShape = { sharded: false },
 ): Promise<DueChunk> {
   const chunk: DueChunk = { locked: [], passedOver: [] };
   const idle: string[] = [];
-  for (const id of await dueCandidates(trx, cutoffs, limit, passedOver, await onCitus(db))) {
+  for (const id of await dueCandidates(trx, cutoffs, limit, passedOver, shape.sharded)) {
     const [row] = (await forUpdateSkipLocked(trx, isDue(trx('batches').select('id', 'state').where('id', id), cutoffs))) as Array<{ state: string }>;
     if (row === undefined || (await hasPendingEvent(trx, id))) chunk.passedOver.push(id);
     // Only an idle parent waits for its children: a complete or cancelled one takes no outcome (an

@@ -74,6 +74,19 @@ describe.each(backends())('sweeping stale batches (%s)', (_name, backend) => {
     expect(metrics).toContain(`rollcall_sweeper_groups_removed_total ${gone}`);
   });
 
+  it('when the pool has one connection, then a sweep removes what is due (it takes no second connection)', async () => {
+    const small = await startService(backend, { OPEN_BATCH_TTL: '7d', DB_POOL_SIZE: '1' });
+    try {
+      const idle = await batchWith(small.client, 2, { sealed: false });
+      small.clock.now += 8 * DAY;
+      const res = await small.api.post('/v1/admin/sweep');
+      expect([res.status, res.body]).toEqual([200, { batchesRemoved: 1, groupsRemoved: 1 }]);
+      expect((await small.api.get(`/v1/batches/${idle.id}`)).status).toBe(404);
+    } finally {
+      await small.stop();
+    }
+  });
+
   it('when a sweep is asked for with a body that has fields, then 400 and nothing is swept', async () => {
     const { id } = await open(1);
     svc.clock.now += 8 * DAY;

@@ -23,7 +23,7 @@ describeOnMysql('a sweep transaction holding its locks (mysql)', () => {
     const held = new Promise<void>((resolve) => (release = resolve));
     let locked: string[] = [];
     const sweeping = inTransaction(svc.rollcall.db, { retries: 0 }, async (trx) => {
-      ({ locked } = await lockDueBatches(svc.rollcall.db, trx, { idleBefore: svc.clock.now - DAY, completedBefore: 0 }, 1));
+      ({ locked } = await lockDueBatches(trx, { idleBefore: svc.clock.now - DAY, completedBefore: 0 }, 1));
       await held; // the sweep's locks stay held while the acks below run
     });
     try {
