@@ -122,7 +122,17 @@ export function answerClientError(error: Error & { code?: string }, socket: Dupl
   const ofAnEarlierRequest = answering !== null && answering !== undefined && (answering.headersSent || answering.req?.complete !== false);
   if (error.code === 'ECONNRESET' || !socket.writable || ofAnEarlierRequest) return void socket.destroy();
   const json = JSON.stringify(body(code, message));
-  socket.end(
-    `HTTP/1.1 ${status} ${reason}\r\nContent-Type: application/json; charset=utf-8\r\nContent-Length: ${Buffer.byteLength(json)}\r\nConnection: close\r\n\r\n${json}`,
-  );
+  const answer = `HTTP/1.1 ${status} ${reason}\r\nContent-Type: application/json; charset=utf-8\r\nContent-Length: ${Buffer.byteLength(json)}\r\nConnection: close\r\n\r\n${json}`;
+  // The server's sockets stay open for reading after their end, and Node times out no request it
+  // has refused: a client that kept sending after a 408 held the body read so far for as long as it
+  // liked, and one whose body then arrived whole had it run after being told it was not. After a
+  // timeout the parser still takes the body, so the connection closes as the answer goes (as Node's
+  // own answer does); after a refusal of the parser's, which reads nothing more, the client has a
+  // moment to read the answer while it may still be sending (closed at once, its answer was lost).
+  if (error.code === 'ERR_HTTP_REQUEST_TIMEOUT') return void socket.end(answer, () => socket.destroy());
+  socket.end(answer);
+  setTimeout(() => socket.destroy(), REFUSAL_LINGER_MS).unref();
 }
+
+/** How long a connection refused by the parser stays open for its client to read the answer. */
+const REFUSAL_LINGER_MS = 1_000;
