@@ -229,6 +229,13 @@ export function listBatchesQuery(q: Queryable, filter: BatchFilter): Knex.QueryB
   // With its parent's id too: Citus has no index on parent_item alone (migration 0014), and
   // (parent_batch_id, id) narrows the scan to the parent's children on every store.
   if (filter.parentItem !== undefined) query.where('parent_batch_id', filter.parentItem.slice(0, 36)).where('parent_item', filter.parentItem);
+  // A child is always its parent's tenant's: another tenant's parent lists nothing, and none of its
+  // children is read (the parent index has no tenant: they were all read and dropped, as long as
+  // there were children, which timed told that the batch exists). In this one statement, so that
+  // such a parent and a missing one cost the same round trip; a parent gone still lists its children.
+  const parentId = filter.parentBatchId ?? filter.parentItem?.slice(0, 36);
+  if (parentId !== undefined)
+    query.whereNotExists(q('batches as parent').select(q.raw('1')).where('parent.id', parentId).whereNot('parent.tenant', filter.tenant));
   if (filter.beforeId) query.where('id', '<', filter.beforeId);
   return query;
 }
