@@ -97,11 +97,15 @@ describe('the CLI refuses bad usage with exit 2 and a message naming the option'
     expect(JSON.parse(waited.stdout)).toMatchObject({ id, state: 'complete' });
   });
 
-  it('when wait ends with the batch still unfinished, then it prints the batch and exits 3 (so `wait && publish` does not publish)', async () => {
+  it('when wait ends with the batch unfinished or cancelled, then it prints the batch and exits 3 or 4 (so `wait && publish` does not publish)', async () => {
     const id = await openBatch();
     const waited = await run(['wait', id, '--timeout', '0.2']);
     expect(waited.code).toBe(3);
     expect(JSON.parse(waited.stdout)).toMatchObject({ id, state: 'open' });
+    expect((await run(['cancel', id])).code).toBe(0);
+    const cancelled = await run(['wait', id, '--timeout', '0.2']);
+    expect(cancelled.code).toBe(4);
+    expect(JSON.parse(cancelled.stdout)).toMatchObject({ id, state: 'cancelled' });
   });
 
   it.each([

@@ -24,11 +24,12 @@ const USAGE = `usage: rollcall <command> [options]
   list [--state S] [--user-key K] [--parent BATCH] [--limit N]
 
 The service is ROLLCALL_URL (default http://127.0.0.1:8080); ROLLCALL_TOKEN is sent as a bearer token.
-Answers are printed as JSON. Exit code 1 on an error answer, 2 on bad usage, 3 when wait ends with
-the batch neither complete nor cancelled (it is printed all the same).`;
+Answers are printed as JSON. Exit code 1 on an error answer, 2 on bad usage; wait prints the batch
+and exits 0 only when it is complete: 3 when its time ran out first, 4 when it was cancelled.`;
 
-/** `wait`'s exit code when its time ran out first. */
+/** `wait`'s exit codes when its time ran out first, and when the batch was cancelled: only complete is 0. */
 const UNFINISHED = 3;
+const CANCELLED = 4;
 
 class UsageError extends Error {}
 
@@ -214,7 +215,7 @@ async function run(argv: string[]): Promise<unknown> {
     case 'wait': {
       const batch = await client().waitForCompletion(need(args[0], 'batchId'), { timeoutMs: waitSeconds(values.timeout) * 1000 });
       // Its time ran out: a script's `rollcall wait … && next` must not go on.
-      if (batch.state !== 'complete' && batch.state !== 'cancelled') process.exitCode = UNFINISHED;
+      if (batch.state !== 'complete') process.exitCode = batch.state === 'cancelled' ? CANCELLED : UNFINISHED;
       return batch;
     }
     case 'list':
