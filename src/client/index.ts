@@ -202,7 +202,8 @@ export class RollcallClient {
 
   async addItems(batchId: string, count: number, options: { idempotencyKey?: string } = {}): Promise<AddedItems> {
     // An empty key is sent, and refused: left out, the add would go without one, and a retry of it add twice.
-    const headers = typeof options.idempotencyKey === 'string' ? { 'idempotency-key': options.idempotencyKey } : undefined;
+    const key: unknown = options.idempotencyKey;
+    const headers = key !== undefined && key !== null ? { 'idempotency-key': String(key) } : undefined;
     const added = await this.request<{ batchId: string; total: number; groups: Group[] }>(
       'POST',
       `/v1/batches/${pathPart(batchId)}/items`,

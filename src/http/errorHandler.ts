@@ -122,17 +122,28 @@ export function answerClientError(error: Error & { code?: string }, socket: Dupl
   const ofAnEarlierRequest = answering !== null && answering !== undefined && (answering.headersSent || answering.req?.complete !== false);
   if (error.code === 'ECONNRESET' || !socket.writable || ofAnEarlierRequest) return void socket.destroy();
   const json = JSON.stringify(body(code, message));
-  const answer = `HTTP/1.1 ${status} ${reason}\r\nContent-Type: application/json; charset=utf-8\r\nContent-Length: ${Buffer.byteLength(json)}\r\nConnection: close\r\n\r\n${json}`;
+  refused.add(socket);
+  socket.end(
+    `HTTP/1.1 ${status} ${reason}\r\nContent-Type: application/json; charset=utf-8\r\nContent-Length: ${Buffer.byteLength(json)}\r\nConnection: close\r\n\r\n${json}`,
+  );
   // The server's sockets stay open for reading after their end, and Node times out no request it
   // has refused: a client that kept sending after a 408 held the body read so far for as long as it
-  // liked, and one whose body then arrived whole had it run after being told it was not. After a
-  // timeout the parser still takes the body, so the connection closes as the answer goes (as Node's
-  // own answer does); after a refusal of the parser's, which reads nothing more, the client has a
-  // moment to read the answer while it may still be sending (closed at once, its answer was lost).
-  if (error.code === 'ERR_HTTP_REQUEST_TIMEOUT') return void socket.end(answer, () => socket.destroy());
-  socket.end(answer);
+  // liked. The client gets a moment to read the answer (closed as it went, the answer could be lost
+  // to a reset while the client still sent), then the connection closes.
   setTimeout(() => socket.destroy(), REFUSAL_LINGER_MS).unref();
 }
 
-/** How long a connection refused by the parser stays open for its client to read the answer. */
+/** How long a refused connection stays open for its client to read the answer. */
 const REFUSAL_LINGER_MS = 1_000;
+
+/** Connections answered by answerClientError: whatever arrives on them after is not acted on. */
+const refused = new WeakSet<Duplex>();
+
+/**
+ * Whether the connection was refused (answerClientError) while this request's body was arriving:
+ * after a 408 the parser still takes the body, and one that then came whole would run its route
+ * after the client was told it was not done.
+ */
+export function wasRefused(socket: Duplex): boolean {
+  return refused.has(socket);
+}

@@ -1,6 +1,7 @@
 import express, { type Request, type RequestHandler } from 'express';
 
 import { InvalidRequestError, PayloadTooLargeError, RollcallError, UnsupportedMediaTypeError } from '../domain/errors';
+import { wasRefused } from './errorHandler';
 
 /** Content types a plain HTML form can send cross-site without a CORS preflight. */
 const FORM_TYPES = new Set(['application/x-www-form-urlencoded', 'multipart/form-data', 'text/plain']);
@@ -59,7 +60,10 @@ export function readJsonBody(limit: string): RequestHandler {
   return (req, res, next) => {
     req.readBody = (then) => {
       req.readBody = undefined;
-      parse(req, res, (error?: unknown) => then(error === undefined ? undefined : bodyError(error)));
+      parse(req, res, (error?: unknown) => {
+        if (wasRefused(req.socket)) return; // answered 408 already: the body came too late
+        then(error === undefined ? undefined : bodyError(error));
+      });
     };
     next();
   };

@@ -138,8 +138,8 @@ export async function lockDueBatches(
   trx: Knex.Transaction,
   cutoffs: SweepCutoffs,
   limit: number,
-  passedOver: ReadonlySet<string> = new Set(),
-  shape: SweepShape = { sharded: false },
+  passedOver: ReadonlySet<string>,
+  shape: SweepShape,
 ): Promise<DueChunk> {
   const chunk: DueChunk = { locked: [], passedOver: [] };
   const idle: string[] = [];

@@ -1,4 +1,4 @@
-import { lockDueBatches } from '../../src/store/removeBatches';
+import { lockDueBatches, sweepShapeOf } from '../../src/store/removeBatches';
 import { inTransaction } from '../../src/store/transaction';
 import { mysqlBackend } from '../helpers/backends';
 import { batchWith } from '../helpers/batches';
@@ -22,8 +22,9 @@ describeOnMysql('a sweep transaction holding its locks (mysql)', () => {
     let release!: () => void;
     const held = new Promise<void>((resolve) => (release = resolve));
     let locked: string[] = [];
+    const shape = await sweepShapeOf(svc.rollcall.db);
     const sweeping = inTransaction(svc.rollcall.db, { retries: 0 }, async (trx) => {
-      ({ locked } = await lockDueBatches(trx, { idleBefore: svc.clock.now - DAY, completedBefore: 0 }, 1));
+      ({ locked } = await lockDueBatches(trx, { idleBefore: svc.clock.now - DAY, completedBefore: 0 }, 1, new Set(), shape));
       await held; // the sweep's locks stay held while the acks below run
     });
     try {
