@@ -30,7 +30,7 @@ describe.each(backends())('nested batches (%s)', (_name, backend) => {
     expect((await get(parent.id)).parentItem).toBeNull();
     const listed = (await svc.api.get(`/v1/batches?parent=${parent.id}`)).body;
     expect(listed.batches.map((b: { id: string }) => b.id)).toEqual([second.id, first.body.id]);
-    expect((await svc.api.get(`/v1/batches?parent=${parent.id}&limit=1`)).body.nextCursor).not.toBeNull();
+    expect((await svc.api.get(`/v1/batches?parent=${parent.id}&limit=1`)).body.nextCursor).toEqual(expect.any(String));
     expect((await svc.api.get(`/v1/batches?parent=${MISSING}`)).body.batches).toEqual([]);
     const noVersion = await svc.api.get('/v1/batches?parent=12345678-1234-1234-1234-123456789abc'); // a UUID as paths take it
     expect([noVersion.status, noVersion.body.batches]).toEqual([200, []]);
@@ -278,6 +278,9 @@ describe.each(backends())('nested batches across replicas and levels, with callb
       expect(firstDelivered(leaf!.id).answered!.at).toBeLessThanOrEqual(firstDelivered(mid!.id).receivedAt!);
     }
     expect(completedOf(root.id)).toHaveLength(1);
+    // Each level completed once: one completion event each, leaves, middles and root.
+    for (const { id } of [root, ...mids, ...leaves])
+      expect([id, (await svc.rollcall.db('outbox').where({ batch_id: id, event: 'batch.completed' })).length]).toEqual([id, 1]);
     const failures = (await svc.api.get(`/v1/batches/${root.id}/failures`)).body.failures;
     expect(failures).toEqual([expect.objectContaining({ id: root.ids[0], error: 'child batch failed' })]);
   });

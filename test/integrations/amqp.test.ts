@@ -841,7 +841,10 @@ describeWith(amqpUrl).each(backends())('rollcall/amqp on a real RabbitMQ quorum 
     await until(async () => (await producing.status(batch.id)).state === 'complete', 15_000);
     await expectNoneUnsettled(queue, second);
     await drained(queue);
-    expect([...again.keys()].sort()).toEqual([0, 1, 2, 3, 4]);
+    // Each as often as its deliveries left allow, and no more. The quorum queue (RabbitMQ 3.10,
+    // Debian's) counted the delivery to the closed channel: a failing message has 3 of its 4 left,
+    // and a flaky one, on its second delivery, succeeds at once.
+    for (let n = 0; n < 5; n++) expect([n, again.get(n)]).toEqual([n, { permanent: 3, unrecoverable: 3, flaky: 1, ok: 1 }[kindOf(n)]]);
     expect(runs.size).toBe(0);
   });
 

@@ -94,8 +94,11 @@ describe.each(backends())('SIGTERM (%s)', (_name, backend) => {
       for (let i = 0; i < 12; i++) await client.seal((await client.open({ callbackUrl: receiver.url })).id); // empty: complete at once
       await receiver.waitFor(12);
       const exited = new Promise<number | null>((resolve) => service.child.once('exit', (code) => resolve(code)));
+      const stopping = performance.now();
       await service.stop();
       expect(await exited).toBe(0);
+      // At once: the hanging POSTs get the dispatcher's 1 s grace, not SHUTDOWN_TIMEOUT_MS (10 s).
+      expect(performance.now() - stopping).toBeLessThan(4_000);
       // Each POST under way listened to the shutdown's signal: past 10, Node warned of a leak.
       expect(stderr).not.toContain('MaxListenersExceededWarning');
       receiver.fallback = 200;
