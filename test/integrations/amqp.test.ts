@@ -985,6 +985,7 @@ describeWith(amqpUrl).each(backends())('rollcall/amqp on a real RabbitMQ quorum 
       if (now.succeeded + now.failed >= 500) break;
       await new Promise((resolve) => setTimeout(resolve, 20));
     }
+    expect(tallies[1]!.calls).toBeGreaterThan(0); // the consumer cut off was at work: the cut takes messages from it
     await proxy.cut(); // the second consumer's connection is gone, with the messages it held unacked
     const done = await producerClient.waitForCompletion(batch.id, { timeoutMs: 60_000 });
     expect(done).toMatchObject({ state: 'complete', ...expected(2000), pending: 0 });
