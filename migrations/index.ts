@@ -20,6 +20,7 @@ import * as m0017 from './0017_index_outbox_for_shares';
 import * as m0018 from './0018_index_batches_by_tenant_state';
 import * as m0019 from './0019_outbox_first_attempt';
 import * as m0020 from './0020_index_batches_by_tenant_user_key';
+import * as m0021 from './0021_index_child_outcomes_by_tenant';
 
 export interface Migration {
   up(knex: Knex): Promise<void>;
@@ -51,4 +52,5 @@ export const migrations: ReadonlyArray<readonly [name: string, migration: Migrat
   ['0018_index_batches_by_tenant_state', m0018],
   ['0019_outbox_first_attempt', m0019],
   ['0020_index_batches_by_tenant_user_key', m0020],
+  ['0021_index_child_outcomes_by_tenant', m0021],
 ];

@@ -84,3 +84,31 @@ export function pickFairly<T extends Claimant>(candidates: readonly T[], load: L
   }
   return picked;
 }
+
+/**
+ * Up to `limit` of `rows` taken one tenant at a time, in turns (each tenant's rows in their order,
+ * tenants in the order of their first row): a tenant with a backlog of thousands gets one of each
+ * round of turns, so another tenant's few rows are among the first taken, not behind the backlog.
+ */
+export function inTurns<T extends { tenant: string }>(rows: readonly T[], limit: number): T[] {
+  const queues = new Map<string, T[]>();
+  for (const row of rows) {
+    const queue = queues.get(row.tenant);
+    if (queue) queue.push(row);
+    else queues.set(row.tenant, [row]);
+  }
+  const taken: T[] = [];
+  for (let turn = 0; taken.length < limit; turn++) {
+    const inTurn = [...queues.values()].filter((queue) => turn < queue.length).map((queue) => queue[turn] as T);
+    if (inTurn.length === 0) break;
+    taken.push(...inTurn.slice(0, limit - taken.length));
+  }
+  return taken;
+}
+
+/** Tenants with at least `least` of `rows`: those whose backlog may hide others' rows past a read's limit. */
+export function crowdingTenants(rows: ReadonlyArray<{ tenant: string }>, least: number): string[] {
+  const counts = new Map<string, number>();
+  for (const { tenant } of rows) counts.set(tenant, (counts.get(tenant) ?? 0) + 1);
+  return [...counts].filter(([, n]) => n >= least).map(([tenant]) => tenant);
+}

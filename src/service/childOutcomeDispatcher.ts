@@ -3,8 +3,17 @@ import { randomUUID } from 'node:crypto';
 import { AckCall, callFromIds } from '../domain/ackCall';
 import { retryDelay } from '../domain/delivery';
 import { toError } from '../domain/errors';
+import { crowdingTenants, inTurns } from '../domain/fairShare';
 import { UUID_LENGTH } from '../domain/itemId';
-import { ChildOutcome, claimDueChildOutcomes, deleteChildOutcome, renewChildOutcomes, retryChildOutcomeLater } from '../store/childOutcomes';
+import {
+  ChildOutcome,
+  claimChildOutcomes,
+  deleteChildOutcome,
+  DueChildOutcome,
+  dueChildOutcomes,
+  renewChildOutcomes,
+  retryChildOutcomeLater,
+} from '../store/childOutcomes';
 import { inTransaction } from '../store/transaction';
 import { ackItems } from './ackItems';
 import { ServiceDeps } from './deps';
@@ -14,6 +23,10 @@ const LEASE_MS = 5_000;
 /** How many lock waits an ack transaction may have: the batch row's, then its group rows'. */
 const LOCK_WAITS_PER_ACK = 2;
 const BATCH = 100;
+/** Reads of due rows per claim at most: each leaves out the tenants that crowded the reads before it. */
+const READS_PER_CLAIM = 4;
+/** A tenant with this many of a read's rows may hide others' rows behind it: the next read leaves it out. */
+const CROWDING = BATCH / 10;
 
 /** The parent-item ack a finished child stands for. */
 function parentAck(row: ChildOutcome): AckCall {
@@ -57,13 +70,37 @@ export class ChildOutcomeDispatcher {
   async deliverDue(): Promise<number> {
     let handled = 0;
     while (!this.stopped) {
-      const rows = await inTransaction(this.deps.db, this.deps.tx, (trx) => claimDueChildOutcomes(trx, this.claim, this.deps.now(), LEASE_MS, BATCH));
+      const rows = await this.claimDue();
       if (rows.length === 0) return handled;
       const { acked, firstError } = await this.ackParents(rows);
       handled += acked;
       if (firstError) throw firstError;
     }
     return handled;
+  }
+
+  /**
+   * Claims up to BATCH due rows, taken from each tenant in turns: the oldest due rows, and when one
+   * tenant's backlog crowds them, the oldest of the other tenants' too (read again without it), so a
+   * tenant that finished hundreds of thousands of children at once makes the others' parent items
+   * wait one claim, not behind its backlog (docs/security.md). The reads lock nothing and run before
+   * the claim's transaction: on SQLite that transaction holds the file's one write lock, which acks
+   * would wait for meanwhile.
+   */
+  private async claimDue(): Promise<ChildOutcome[]> {
+    const now = this.deps.now();
+    const seen = new Map<string, DueChildOutcome>(); // a later read returns the uncrowded tenants' rows again
+    const leftOut: string[] = [];
+    for (let read = 0; read < READS_PER_CLAIM; read++) {
+      const due = await dueChildOutcomes(this.deps.db, now, BATCH, leftOut);
+      for (const row of due) if (!seen.has(row.batchId)) seen.set(row.batchId, row);
+      const crowding = crowdingTenants(due, CROWDING);
+      if (due.length < BATCH || crowding.length === 0) break;
+      leftOut.push(...crowding);
+    }
+    const chosen = inTurns([...seen.values()], BATCH).map((row) => row.batchId);
+    if (chosen.length === 0) return [];
+    return inTransaction(this.deps.db, this.deps.tx, (trx) => claimChildOutcomes(trx, chosen, this.claim, now, LEASE_MS));
   }
 
   /**

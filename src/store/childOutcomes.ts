@@ -2,6 +2,7 @@ import { Knex } from 'knex';
 
 import { Outcome } from '../domain/batch';
 import { Db, Queryable } from './db';
+import { outside } from './ranges';
 
 /** A finished child batch's outcome, waiting to be acked into its parent item. */
 export interface ChildOutcome {
@@ -45,35 +46,56 @@ export function childOutcomeRow(row: NewChildOutcome) {
   };
 }
 
+/** A due outcome as the dispatcher chooses among them, before it claims any. */
+export interface DueChildOutcome {
+  batchId: string;
+  tenant: string;
+}
+
 /**
- * Claims up to `limit` due rows for `leaseMs` (like the outbox): a replica that dies mid-work leaves
- * them due again when the lease ends. The due rows are read plainly, then taken by one conditional
- * UPDATE (still due, so a row another replica took first is left alone), with no locking read that
- * spans batches (Citus refuses one; outbox.ts claimEvents).
+ * Up to `limit` due rows, oldest due first, leaving out `exceptTenants` as index ranges (`outside`;
+ * the index of 0021), so one tenant's backlog of thousands does not hide the others' rows. A plain
+ * read that locks nothing: claimChildOutcomes then takes the ones chosen, if still due.
  */
-export async function claimDueChildOutcomes(q: Queryable, claim: string, now: number, leaseMs: number, limit: number): Promise<ChildOutcome[]> {
-  const due = (await q('child_outcomes').select('batch_id').where('next_attempt_at', '<=', now).orderBy('next_attempt_at').limit(limit)) as Array<{
-    batch_id: string;
-  }>;
-  const ids = due.map((r) => r.batch_id);
-  if (ids.length === 0) return [];
+export async function dueChildOutcomes(q: Queryable, now: number, limit: number, exceptTenants: readonly string[]): Promise<DueChildOutcome[]> {
+  let due = q('child_outcomes').select('batch_id', 'tenant').where('next_attempt_at', '<=', now);
+  for (const tenant of exceptTenants) due = due.where(outside('tenant', tenant));
+  const rows = (await due.orderBy('next_attempt_at').limit(limit)) as Array<{ batch_id: string; tenant: string }>;
+  return rows.map((row) => ({ batchId: row.batch_id, tenant: row.tenant }));
+}
+
+/**
+ * Claims the chosen rows for `leaseMs` (like the outbox): a replica that dies mid-work leaves them
+ * due again when the lease ends. One conditional UPDATE takes those still due (a row another replica
+ * took first is left alone), with no locking read that spans batches (Citus refuses one;
+ * outbox.ts claimEvents). Returns the rows taken, in the order of `batchIds`.
+ */
+export async function claimChildOutcomes(q: Queryable, batchIds: readonly string[], claim: string, now: number, leaseMs: number): Promise<ChildOutcome[]> {
+  if (batchIds.length === 0) return [];
   await q('child_outcomes')
-    .whereIn('batch_id', ids)
+    .whereIn('batch_id', batchIds)
     .where('next_attempt_at', '<=', now)
     .update({ claim, next_attempt_at: now + leaseMs, attempts: q.raw('attempts + 1') });
   const rows = (await q('child_outcomes')
-    .whereIn('batch_id', ids)
+    .whereIn('batch_id', batchIds)
     .where('claim', claim)
-    .where('next_attempt_at', now + leaseMs)
-    .orderBy(['created_at', 'batch_id'])) as ChildOutcomeRow[];
-  return rows.map((row) => ({
+    .where('next_attempt_at', now + leaseMs)) as ChildOutcomeRow[];
+  const taken = new Map(rows.map((row) => [row.batch_id, row]));
+  return batchIds.flatMap((id) => {
+    const row = taken.get(id);
+    return row ? [childOutcomeOf(row)] : [];
+  });
+}
+
+function childOutcomeOf(row: ChildOutcomeRow): ChildOutcome {
+  return {
     batchId: row.batch_id,
     tenant: row.tenant,
     parentItem: row.parent_item,
     outcome: row.outcome as Outcome,
     error: row.error,
     attempts: Number(row.attempts),
-  }));
+  };
 }
 
 /**

@@ -2,6 +2,7 @@ import { Knex } from 'knex';
 
 import type { EventStatus } from '../contract/vocabulary';
 import { Db, Queryable } from './db';
+import { outside } from './ranges';
 
 export type { EventStatus };
 
@@ -161,16 +162,9 @@ function inOrder(q: Queryable, query: Knex.QueryBuilder): Knex.QueryBuilder {
 }
 
 /**
- * `column <> value` as the two ranges around it (the column is NOT NULL), which an index leading
- * with status and the column serves (0017): PostgreSQL plans no index range for `<>` or `NOT IN`,
- * and without one a read walked the whole backlog of a saturated tenant or host.
- */
-const outside = (column: string, value: string) => (around: Knex.QueryBuilder) => around.where(column, '<', value).orWhere(column, '>', value);
-
-/**
  * Up to `limit` due pending events that may be sent now (inOrder), oldest due first, leaving out
  * saturated tenants, hosts and tenants on a host (so hundreds of events waiting on one receiver, or
- * one tenant's on a shared host, never hide another's).
+ * one tenant's on a shared host, never hide another's), as index ranges (`outside`; the indexes of 0017).
  * A plain read that locks nothing: claimEvents then takes the ones chosen, if still due.
  */
 export async function dueEvents(q: Queryable, now: number, limit: number, saturated: Saturated): Promise<DueEvent[]> {
