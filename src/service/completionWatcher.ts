@@ -26,6 +26,9 @@ export interface WaitLimits {
  * finished (for completions made by other replicas): hundreds of waiters cost one query per tick.
  * The same query finds batches deleted meanwhile: their waiters are answered 404 then, not at their timeout.
  */
+/** How long a read of a batch for waits that ended unanswered serves the others ending then (readAgain). */
+const REREAD_SHARED_MS = 25;
+
 export class CompletionWatcher {
   private readonly waiters = new Map<string, Set<Wake>>();
   private timer: NodeJS.Timeout | null = null;
@@ -42,6 +45,8 @@ export class CompletionWatcher {
   private readonly heldByTenant = new Map<string, number>();
   /** Set by release() (shutdown): from then on a wait answers with the state it reads, holding nothing. */
   private released = false;
+  /** Reads of a batch for waits that ended unanswered, shared by those of the same moment (readAgain). */
+  private readonly rereads = new Map<string, Promise<BatchView>>();
 
   constructor(
     private readonly deps: ServiceDeps,
@@ -132,7 +137,28 @@ export class CompletionWatcher {
     });
     if (completed) return toBatchView(completed);
     // A caller gone meanwhile reads nothing more: its place is free at once, and the answer goes nowhere.
-    return abandoned.aborted ? now : getBatch(this.deps, caller, now.id);
+    return abandoned.aborted ? now : this.readAgain(caller, now.id);
+  }
+
+  /**
+   * The batch as it is now, for a wait that ended unanswered (its time ran out, the batch was
+   * deleted, a shutdown): one read for all the waits of that batch and tenant ending at once. A
+   * tenant's 5,000 waits on one batch (its half of WAIT_MAX), all ending together, made 5,000 reads
+   * at that moment, and every other request queued behind them for the pool.
+   */
+  private readAgain(caller: Caller, batchId: string): Promise<BatchView> {
+    const key = JSON.stringify([caller.tenant, batchId]);
+    let read = this.rereads.get(key);
+    if (!read) {
+      const shared = getBatch(this.deps, caller, batchId);
+      // Kept a moment after it is answered: waits started over a few milliseconds end over as many,
+      // and a read that quick (SQLite's) would be over before the next one's time ran out.
+      const forget = () => void setTimeout(() => this.rereads.get(key) === shared && this.rereads.delete(key), REREAD_SHARED_MS).unref();
+      shared.then(forget, forget);
+      this.rereads.set(key, shared);
+      read = shared;
+    }
+    return read;
   }
 
   /** Answers every waiter now with the batch's current state, and every wait from now on at once (on shutdown). */

@@ -90,8 +90,19 @@ describe.each(backends())('authentication and tenants (%s)', (_name, backend) =>
 
   it('when another tenant reads, acks or deletes a batch, then it does not exist for them', async () => {
     const { id, ids } = await batchWith(acmeProducer, 3, { sealed: false });
+    expect(
+      (
+        await api
+          .post('/v1/acks')
+          .set('Authorization', consumer)
+          .send({ ids: [ids[2]], outcome: 'failed', error: 'acme secret' })
+      ).status,
+    ).toBe(200);
     for (const res of [
       await api.get(`/v1/batches/${id}`).set('Authorization', beta),
+      await api.get(`/v1/batches/${id}/failures`).set('Authorization', beta),
+      await api.get(`/v1/batches/${id}/wait?timeout=0.2`).set('Authorization', beta),
+      await api.post(`/v1/batches/${id}/cancel`).set('Authorization', beta),
       await api.post(`/v1/batches/${id}/seal`).set('Authorization', beta),
       await api.post(`/v1/batches/${id}/items`).set('Authorization', beta).send({ count: 1 }),
       await api.get(`/v1/batches/${id}/wait?timeout=0`).set('Authorization', beta),
@@ -110,7 +121,7 @@ describe.each(backends())('authentication and tenants (%s)', (_name, backend) =>
     expect((await acmeProducer.list({ parentItem: ids[0]! })).batches.map((b) => b.id)).toEqual([child.id]);
     expect((await api.get(`/v1/batches?parent=${id}`).set('Authorization', beta)).body).toEqual({ batches: [], nextCursor: null });
     expect((await acmeProducer.list({ parent: id })).batches.map((b) => b.id)).toEqual([child.id]);
-    expect((await api.get(`/v1/batches/${id}`).set('Authorization', producer)).body).toMatchObject({ total: 3, succeeded: 0 });
+    expect((await api.get(`/v1/batches/${id}`).set('Authorization', producer)).body).toMatchObject({ state: 'open', total: 3, succeeded: 0, failed: 1 });
   });
 
   it('when tokens are configured, then health checks stay open and no token is ever logged', async () => {

@@ -308,6 +308,27 @@ describeWithBrowser.each(dashboardBackends)('the dashboard in a real browser (%s
     });
   });
 
+  it("when a tenant's strings hold markup, then the page shows them as text and runs none, under its Content-Security-Policy", async () => {
+    await withService({}, async (svc, url, page) => {
+      const markup = '<img src=x onerror="window.pwned=1"><script>window.pwned=2</script>';
+      const made = await batch(svc, { userKey: markup, metadata: { note: markup } }, 2, 0);
+      await svc.api.post('/v1/acks').send({ ids: [made.ids[0]], outcome: 'failed', error: markup });
+      const response = await page.goto(url);
+      expect(response?.headers()).toMatchObject({
+        'content-security-policy': "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; base-uri 'none'; form-action 'self'",
+        'x-content-type-options': 'nosniff',
+      });
+      await page.click(`tr.batch[data-id="${made.id}"]`);
+      await page.waitForFunction((text) => (document.querySelector('#failures tbody')?.textContent ?? '').includes(text), markup);
+      expect(await page.locator(`tr.batch[data-id="${made.id}"]`).textContent()).toContain(markup);
+      expect(await page.locator('#metadata').textContent()).toContain('onerror=\\"window.pwned=1\\"'); // JSON of the metadata, as text
+      expect(await page.evaluate(() => [(window as unknown as { pwned?: number }).pwned, document.querySelectorAll('img, script:not([src])').length])).toEqual([
+        undefined,
+        0,
+      ]);
+    });
+  });
+
   it('when a refresh read before a cancel answers after it, then the batch stays shown cancelled', async () => {
     await withService({}, async (svc, url, page) => {
       const made = await batch(svc, { userKey: 'late-detail' }, 2, 0);

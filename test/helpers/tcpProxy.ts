@@ -21,6 +21,16 @@ export class TcpProxy {
   /** Set by `freezeConnectionSending()`: what to look for in what clients send, whom to tell, and whether it stays set. */
   private tripwire: { text: Buffer; tripped: (thaw: () => Promise<void>) => void; every: boolean } | null = null;
 
+  /** Set by `countSending()`: what to look for in what clients send, and in how many of their writes it was seen. */
+  private readonly counters = new Set<{ text: Buffer; seen: number }>();
+
+  /** From now on, counts the writes of clients that carry `text` (a statement, or a value bound to one) until `stop()`. */
+  countSending(text: string): { seen(): number; stop(): void } {
+    const counter = { text: Buffer.from(text), seen: 0 };
+    this.counters.add(counter);
+    return { seen: () => counter.seen, stop: () => void this.counters.delete(counter) };
+  }
+
   async open(): Promise<void> {
     const server = net.createServer((client) => {
       if (this.silent) {
@@ -41,6 +51,7 @@ export class TcpProxy {
       client.pipe(upstream, { end: false }).pipe(client);
       // After the pipe's own listener: what tripped the wire has reached the database.
       client.on('data', (chunk: Buffer) => {
+        for (const counter of this.counters) if (chunk.includes(counter.text)) counter.seen += 1;
         const wire = this.tripwire;
         if (!wire || !chunk.includes(wire.text)) return;
         if (!wire.every) this.tripwire = null;

@@ -1,0 +1,62 @@
+import { backends } from '../helpers/backends';
+import { batchWith } from '../helpers/batches';
+import { realSleep, until } from '../helpers/realTime';
+import { ProxiedService, startBehindProxy, startService, TestService } from '../helpers/service';
+
+/**
+ * The watcher's poll set to a minute: what answers a wait sooner is the process's own word that
+ * the batch ended (an ack or cancel here), or its time running out.
+ */
+describe.each(backends())('waits woken by the process itself (%s)', (_name, backend) => {
+  let svc: TestService | ProxiedService;
+  beforeAll(async () => {
+    const env = { WAIT_POLL_INTERVAL: '60s' };
+    svc = backend.name === 'sqlite' ? await startService(backend, env) : await startBehindProxy(backend, env);
+  });
+  afterAll(() => svc.stop());
+
+  /** Counts the statements that name `text` from now on: on SQLite as knex runs them, on a server as they reach it. */
+  function readsNaming(text: string): { seen(): number; stop(): void } {
+    if ('proxy' in svc) return svc.proxy.countSending(text);
+    let seen = 0;
+    const count = (query: { bindings?: unknown[] }) => void (query.bindings?.includes(text) && (seen += 1));
+    svc.rollcall.db.on('query', count);
+    return { seen: () => seen, stop: () => void svc.rollcall.db.off('query', count) };
+  }
+
+  const timedWait = async (id: string, seconds: number) => {
+    const started = performance.now();
+    const res = await fetch(`${svc.url}/v1/batches/${id}/wait?timeout=${seconds}`);
+    return { status: res.status, batch: (await res.json()) as { state: string }, ms: performance.now() - started };
+  };
+
+  it('when an ack or a cancel here ends the batch, then its wait is answered at once, not at the next poll', async () => {
+    const acked = await batchWith(svc.client, 3);
+    const cancelled = await batchWith(svc.client, 3);
+    const ofAcked = timedWait(acked.id, 30);
+    const ofCancelled = timedWait(cancelled.id, 30);
+    await until(() => svc.rollcall.watcher.holding === 2);
+    await realSleep(200); // their first reads done: they wait
+    await svc.client.ack(acked.ids);
+    await svc.client.cancel(cancelled.id);
+    const [a, c] = [await ofAcked, await ofCancelled];
+    expect([a.status, a.batch.state, a.ms < 5000]).toEqual([200, 'complete', true]);
+    expect([c.status, c.batch.state, c.ms < 5000]).toEqual([200, 'cancelled', true]);
+  });
+
+  it('when 300 waits on one batch end together unanswered, then the batch is read again once for them, not once each', async () => {
+    const { id } = await batchWith(svc.client, 1);
+    const waits = Array.from({ length: 300 }, () => timedWait(id, 2));
+    await until(() => svc.rollcall.watcher.holding === 300);
+    await realSleep(500); // their first reads done: they wait
+    const reads = readsNaming(id);
+    try {
+      const answers = await Promise.all(waits);
+      expect(answers.every((answer) => answer.status === 200 && answer.batch.state === 'sealed')).toBe(true);
+    } finally {
+      reads.stop();
+    }
+    expect(reads.seen()).toBeGreaterThan(0); // the count itself works
+    expect(reads.seen()).toBeLessThanOrEqual(30); // one per 25 ms over which the waits began (so end); one each, 300
+  });
+});
