@@ -25,6 +25,8 @@ export class RollcallApiError extends Error {
     message: string,
     /** How long the answer's `Retry-After` asked to wait before sending again, when it had one. */
     readonly retryAfterMs?: number,
+    /** Of a `503` for a lock wait, the call's batches the service found held (`Rollcall-Held-Batches`), when it named them. */
+    readonly heldBatchIds: readonly string[] = [],
   ) {
     super(message);
     this.name = new.target.name;
@@ -55,4 +57,13 @@ export function retryAfterMs(value: string | null | undefined, now = Date.now())
     if (!Number.isNaN(at)) return Math.max(0, at - now);
   }
   return undefined;
+}
+
+/** The batch ids a `Rollcall-Held-Batches` header names (lower case); none when absent or unreadable. */
+export function heldBatchIdsOf(value: string | null | undefined): string[] {
+  if (!value) return [];
+  return value
+    .split(',')
+    .map((id) => id.trim().toLowerCase())
+    .filter((id) => /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/.test(id));
 }

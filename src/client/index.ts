@@ -5,9 +5,9 @@
 
 import type { AckResult, BatchView as Batch, ItemStatus, Rejection, Whoami } from '../contract/responses';
 import { toExactText } from '../contract/text';
-import { type BatchOutcome, type BatchState, MAX_ACK_IDS } from '../contract/vocabulary';
+import { type BatchOutcome, type BatchState, HELD_BATCHES_HEADER, MAX_ACK_IDS } from '../contract/vocabulary';
 import { linkedSignal, pause, timeLimitError, unlessAborted } from './abortable';
-import { retryAfterMs, RollcallApiError } from './apiError';
+import { heldBatchIdsOf, retryAfterMs, RollcallApiError } from './apiError';
 import { ANSWER_TOO_LARGE, type HttpAnswer, type HttpRequest, type HttpSend, httpSend, type HttpSendOptions, MAX_ANSWER_CHARS } from './httpSend';
 import { isTimeLimit, isTransient, retryDelayMs, type RetryPolicy, retryPolicyOf } from './retry';
 
@@ -381,7 +381,8 @@ export class RollcallClient {
     if (!res.ok) {
       const error = (errorBody(text) as { error?: { code?: string; message?: string } } | undefined)?.error;
       const retryAfter = retryAfterMs(res.headers?.get('retry-after'));
-      throw new RollcallApiError(res.status, error?.code ?? 'http_error', error?.message ?? `HTTP ${res.status}`, retryAfter);
+      const held = heldBatchIdsOf(res.headers?.get(HELD_BATCHES_HEADER));
+      throw new RollcallApiError(res.status, error?.code ?? 'http_error', error?.message ?? `HTTP ${res.status}`, retryAfter, held);
     }
     // Only a delete is answered 204 by rollcall, and always so: any other call answered so (a proxy, a
     // wrong baseUrl) is no answer, and must not reach its caller as `undefined` (an ack read it as a

@@ -43,3 +43,9 @@ export const MAX_GROUP_SIZE = 65_536;
  * API's 10,000,000 items an add.
  */
 export const MAX_GROUPS_PER_ADD = 100_000;
+
+/**
+ * The header of a `503` for a lock wait that names which of the request's batches were found held
+ * (comma-separated ids): a client sends its acks of the others again at once, in a call of their own.
+ */
+export const HELD_BATCHES_HEADER = 'rollcall-held-batches';

@@ -147,8 +147,15 @@ export class CommitUnconfirmedError extends UnavailableError {
 
 /** An UnavailableError for a lock another connection held past LOCK_TIMEOUT (the batch is busy, the database is not away). */
 export class LockHeldError extends UnavailableError {
-  constructor(options?: ErrorOptions) {
+  /**
+   * Those of the request's batches found held, when known: a client may send its acks of the others
+   * again at once, apart (the answer's `Rollcall-Held-Batches` header; docs/api.md).
+   */
+  readonly heldBatchIds: readonly string[];
+
+  constructor(options?: ErrorOptions & { heldBatchIds?: readonly string[] }) {
     super('a lock this request needs is held elsewhere (LOCK_TIMEOUT); try again', options);
+    this.heldBatchIds = options?.heldBatchIds ?? [];
   }
 }
 

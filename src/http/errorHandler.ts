@@ -2,7 +2,8 @@ import type { Duplex } from 'node:stream';
 
 import type { ErrorRequestHandler, Request, Response } from 'express';
 
-import { RollcallError, toError } from '../domain/errors';
+import { HELD_BATCHES_HEADER } from '../contract/vocabulary';
+import { LockHeldError, RollcallError, toError } from '../domain/errors';
 import { countAsCutByServer } from './httpMetrics';
 
 interface ErrorBody {
@@ -87,6 +88,7 @@ export function errorHandler(): ErrorRequestHandler {
     if (status === 503) {
       // Busy or down, not broken: worth a retry shortly (API.md, "Input limits that protect other callers").
       res.setHeader('retry-after', '1');
+      if (error instanceof LockHeldError && error.heldBatchIds.length > 0) res.setHeader(HELD_BATCHES_HEADER, error.heldBatchIds.join(', '));
       logRefusal(refusalsLogged, req, status, answer[1].error.code, error);
     } else if (status === 429) {
       if (!res.hasHeader('retry-after')) res.setHeader('retry-after', '1'); // a rate limit's says when its window ends

@@ -270,9 +270,14 @@ const HEADERS = {
     'RateLimit-Policy': header('when TENANT_RATE_LIMIT is set: the limit and its window in seconds (draft-7)'),
   },
   refused: { 'Retry-After': header('seconds to wait before trying again', true) },
+  heldBatches: {
+    'Rollcall-Held-Batches': header(
+      'of a 503 for a lock wait: the ids (comma-separated) of the batches the call named that another connection holds; its acks of the others may go again at once, apart',
+    ),
+  },
 };
 
-/** Adds HEADERS to every answer of `doc`: the id to all, the rate limit's to /v1, Retry-After to each 429 and 503. */
+/** Adds HEADERS to every answer of `doc`: the id to all, the rate limit's to /v1, Retry-After to each 429 and 503, the held batches to an ack's 503. */
 function withHeaders<T extends { paths: object }>(doc: T): T {
   for (const [path, operations] of Object.entries(doc.paths as Record<string, Record<string, { responses: Record<string, JsonObject> }>>)) {
     for (const operation of Object.values(operations)) {
@@ -284,6 +289,7 @@ function withHeaders<T extends { paths: object }>(doc: T): T {
             ...HEADERS.every,
             ...(path.startsWith('/v1/') ? HEADERS.api : {}),
             ...(status === '429' || status === '503' ? HEADERS.refused : {}),
+            ...(path === '/v1/acks' && status === '503' ? HEADERS.heldBatches : {}),
           },
         };
       }

@@ -1,5 +1,5 @@
 import { AckOptions, MAX_IDS_PER_ACK, RollcallApiError, RollcallClient } from '../client';
-import { DEFAULT_RETRY, RetryPolicy, retryPolicyOf, withRetries } from '../client/retry';
+import { DEFAULT_RETRY, isTransient, RetryPolicy, retryPolicyOf, withRetries } from '../client/retry';
 import { toExactText, truncateText } from '../contract/text';
 import { MAX_ERROR_LENGTH } from '../contract/vocabulary';
 import { asError, RollcallIntegrationError, warn } from './errors';
@@ -131,20 +131,54 @@ const PAYLOAD_TOO_LARGE = 'payload_too_large';
  */
 export interface Rejections extends ReadonlyMap<string, string> {
   readonly unsent?: { readonly ids: ReadonlySet<string>; readonly error: unknown };
+  /**
+   * Parts of the call still being sent: acks of batches another connection held, split off so the
+   * others could be answered (AckCoalescer.acked). Read an item's answer with `partOf`.
+   */
+  readonly later?: ReadonlyArray<{ readonly ids: ReadonlySet<string>; readonly answer: Promise<Rejections> }>;
 }
 
-/** An item's answer in its call's: `null` when recorded, the reason when rejected; throws when it was not sent. */
+/**
+ * An item's answer in its part's (`partOf`): `null` when recorded, the reason when rejected; throws
+ * when it was not sent.
+ */
 export function rejectionIn(answer: Rejections, itemId: string): Rejected {
   if (answer.unsent?.ids.has(itemId)) throw answer.unsent.error;
   return answer.get(itemId) ?? null;
 }
 
-/** What sending a call's acks came to: see AckCoalescer.acked. */
+/** The answer of the part of a call that carried `itemId`: the call's own, or that of a part split off for a held batch, once it has one. */
+export async function partOf(answer: Rejections, itemId: string): Promise<Rejections> {
+  let part = answer;
+  for (;;) {
+    const later = part.later?.find((split) => split.ids.has(itemId));
+    if (!later) return part;
+    part = await later.answer;
+  }
+}
+
+/** What sending a call's acks came to: see AckCoalescer.sentWhole. */
 interface Sent {
   refusals: Refusal[];
   largestTaken: number;
   tooLarge: boolean;
   unsent?: { ids: string[]; error: unknown };
+}
+
+/** What sending a call's acks came to so far; `later`, the parts split off for held batches, still being sent. */
+interface Answered {
+  sent: Sent;
+  later: Array<{ ids: string[]; answer: Promise<Answered> }>;
+}
+
+/** A call to split: a `503` named some of its batches held (`held`, their acks) and not the others (`free`). */
+class SplitForHeld extends Error {
+  constructor(
+    readonly held: string[],
+    readonly free: string[],
+  ) {
+    super('some batches of the call are held by another connection');
+  }
 }
 
 /**
@@ -180,6 +214,47 @@ function charsOf(ids: string[]): number {
   let chars = 0;
   for (const id of ids) chars += charsOfId(id);
   return chars;
+}
+
+/** An item ID starts with its batch's id, a UUID. */
+const BATCH_ID_LENGTH = 36;
+
+const NOTHING_TAKEN: Sent = { refusals: [], largestTaken: 0, tooLarge: false };
+
+/** Every part's answer, those split off for held batches waited for: the whole call's. */
+async function settledOf(answered: Answered): Promise<Sent> {
+  let sent = answered.sent;
+  for (const { ids, answer } of answered.later) {
+    let part: Sent;
+    try {
+      part = await settledOf(await answer);
+    } catch (error) {
+      part = { ...NOTHING_TAKEN, unsent: { ids, error } };
+    }
+    sent = joined(sent, part);
+  }
+  return sent;
+}
+
+/** Two parts' answers as one call's. */
+function joined(a: Sent, b: Sent): Sent {
+  const unsent = a.unsent && b.unsent ? { ids: [...a.unsent.ids, ...b.unsent.ids], error: a.unsent.error } : (a.unsent ?? b.unsent);
+  return {
+    refusals: [...a.refusals, ...b.refusals],
+    largestTaken: Math.max(a.largestTaken, b.largestTaken),
+    tooLarge: a.tooLarge || b.tooLarge,
+    ...(unsent && { unsent }),
+  };
+}
+
+/** Of `ids`, those of the batches a `503` named held, and the others; all `held` when it named none. */
+function byHeldBatch(ids: string[], error: unknown): { held: string[]; free: string[] } {
+  if (!(error instanceof RollcallApiError && error.status === 503 && error.heldBatchIds.length > 0)) return { held: ids, free: [] };
+  const heldBatches = new Set(error.heldBatchIds);
+  const held: string[] = [];
+  const free: string[] = [];
+  for (const id of ids) (heldBatches.has(id.slice(0, BATCH_ID_LENGTH).toLowerCase()) ? held : free).push(id);
+  return { held, free };
 }
 
 /**
@@ -221,7 +296,7 @@ export class AckCoalescer {
 
   /** Acks one item; resolves once rollcall has committed it (`null`) or rejected it (the reason). */
   async ack(itemId: string, outcome: ItemOutcome, error?: string): Promise<Rejected> {
-    return rejectionIn(await this.ackInCall(itemId, outcome, error), itemId);
+    return rejectionIn(await partOf(await this.ackInCall(itemId, outcome, error), itemId), itemId);
   }
 
   /**
@@ -312,33 +387,88 @@ export class AckCoalescer {
     try {
       const options: AckOptions = entry.error === undefined ? { outcome: entry.outcome } : { outcome: entry.outcome, error: entry.error };
       const until = performance.now() + this.settings.retryForMs;
-      const { refusals, largestTaken, tooLarge, unsent } = await this.acked(entry.ids, entry.chars, options, until);
+      const answered = await this.acked(entry.ids, entry.chars, options, until);
+      const { largestTaken, tooLarge } = answered.sent;
       // Refused for its size (not for one ID too large alone): later calls keep to what was taken.
       if (tooLarge && largestTaken > 0) {
         this.maxChars = Math.min(this.callLimit(), largestTaken); // a limit older than a minute is forgotten first
         this.maxCharsLearntAt = performance.now();
       }
-      const answer: Rejections = new Map(refusals.map((refusal) => [refusal.id, refusal.reason]));
-      entry.resolve(unsent ? Object.assign(answer, { unsent: { ids: new Set(unsent.ids), error: unsent.error } }) : answer);
+      entry.resolve(this.rejectionsOf(answered));
     } catch (error) {
       entry.reject(error);
     }
   }
 
+  /** A call's answer as its acks read it; a part still being sent holds `drain` until it is answered. */
+  private rejectionsOf({ sent, later }: Answered): Rejections {
+    const answer: Rejections = new Map(sent.refusals.map((refusal) => [refusal.id, refusal.reason]));
+    const parts = later.map(({ ids, answer: part }) => {
+      const read = part.then((answered) => this.rejectionsOf(answered));
+      const settled = read.then(
+        () => undefined,
+        () => undefined,
+      );
+      this.settled.add(settled);
+      void settled.then(() => this.settled.delete(settled));
+      return { ids: new Set(ids), answer: read };
+    });
+    return Object.assign(answer, sent.unsent && { unsent: { ids: new Set(sent.unsent.ids), error: sent.unsent.error } }, parts.length > 0 && { later: parts });
+  }
+
   /**
-   * Sends one call's acks. A service whose BODY_LIMIT is below what the call takes answers 413: the
-   * acks go again in halves until a part is taken (a call of many jobs must not fail them all for
-   * its size), and an ID too large to go even alone is refused as `payload_too_large`: its job
-   * fails, the others do not. `largestTaken` is the most ID characters of a part that was taken
-   * whole; `tooLarge` says a part was refused that held no such ID (its size was the cause).
-   * It throws only when none of `ids` was taken; once a part was, the parts that could not be sent
-   * are `unsent`, so the jobs of the parts taken are not run again.
+   * Sends one call's acks. When a `503` names batches of the call found held by another connection
+   * (a stuck replica's transaction), the call is split: the acks of its other batches go again at
+   * once, in a call of their own, and are answered as soon as that call is (`later` holds the held
+   * batches' part, sent on by itself): one held batch must not hold every job whose ack shared its
+   * call. Throws only when none of `ids` was taken and the call was not split.
    */
-  private async acked(ids: string[], chars: number, options: AckOptions, until: number): Promise<Sent> {
+  private async acked(ids: string[], chars: number, options: AckOptions, until: number): Promise<Answered> {
+    try {
+      return { sent: await this.sentWhole(ids, chars, options, until), later: [] };
+    } catch (error) {
+      if (!(error instanceof SplitForHeld)) throw error;
+      const held = this.acked(error.held, charsOf(error.held), options, until);
+      held.catch(() => undefined); // read by the held acks' callers (answerOf); not unhandled meanwhile
+      let free: Answered;
+      try {
+        free = await this.acked(error.free, charsOf(error.free), options, until);
+      } catch (freeError) {
+        free = { sent: { ...NOTHING_TAKEN, unsent: { ids: error.free, error: freeError } }, later: [] };
+      }
+      return { sent: free.sent, later: [...free.later, { ids: error.held, answer: held }] };
+    }
+  }
+
+  /** `acked`, its held parts waited for too: every ack of `ids` answered. */
+  private async ackedWhole(ids: string[], options: AckOptions, until: number): Promise<Sent> {
+    return settledOf(await this.acked(ids, charsOf(ids), options, until));
+  }
+
+  /**
+   * Sends the acks, sent again while they fail for a transient reason, except a `503` that names
+   * held batches of the call and not all of them (SplitForHeld). A service whose BODY_LIMIT is below
+   * what the call takes answers 413: the acks go again in halves until a part is taken (a call of
+   * many jobs must not fail them all for its size), and an ID too large to go even alone is refused
+   * as `payload_too_large`: its job fails, the others do not. `largestTaken` is the most ID
+   * characters of a part that was taken whole; `tooLarge` says a part was refused that held no such
+   * ID (its size was the cause). It throws only when none of `ids` was taken; once a part was, the
+   * parts that could not be sent are `unsent`, so the jobs of the parts taken are not run again.
+   */
+  private async sentWhole(ids: string[], chars: number, options: AckOptions, until: number): Promise<Sent> {
     try {
       const heldSince = performance.now();
-      const { rejected } = await withRetries(() => this.client.ack(ids, options), this.settings.retry, {
+      const send = async () => {
+        try {
+          return await this.client.ack(ids, options);
+        } catch (error) {
+          const { held, free } = byHeldBatch(ids, error);
+          throw held.length > 0 && free.length > 0 ? new SplitForHeld(held, free) : error;
+        }
+      };
+      const { rejected } = await withRetries(send, this.settings.retry, {
         until,
+        retryable: (error) => !(error instanceof SplitForHeld) && isTransient(error),
         onRetry: (error) => this.warnDelayed(error, heldSince),
         // A worker stopped during an outage (`worker.close(true)`, a closed AMQP connection) must
         // be able to end: its held jobs stall and its messages go back to the queue, to run again.
@@ -350,13 +480,13 @@ export class AckCoalescer {
       if (!(error instanceof RollcallApiError && error.status === 413)) throw error;
       if (ids.length === 1) return { refusals: [{ id: ids[0] as string, reason: PAYLOAD_TOO_LARGE }], largestTaken: 0, tooLarge: false };
       const halves = [ids.slice(0, Math.ceil(ids.length / 2)), ids.slice(Math.ceil(ids.length / 2))];
-      const first = await this.acked(halves[0]!, charsOf(halves[0]!), options, until);
+      const first = await this.ackedWhole(halves[0]!, options, until);
       if (first.unsent) return { ...first, unsent: { ids: [...first.unsent.ids, ...halves[1]!], error: first.unsent.error } };
       let second: Sent;
       try {
-        second = await this.acked(halves[1]!, charsOf(halves[1]!), options, until);
+        second = await this.ackedWhole(halves[1]!, options, until);
       } catch (secondError) {
-        second = { refusals: [], largestTaken: 0, tooLarge: false, unsent: { ids: halves[1]!, error: secondError } };
+        second = { ...NOTHING_TAKEN, unsent: { ids: halves[1]!, error: secondError } };
       }
       const refusals = [...first.refusals, ...second.refusals];
       return {

@@ -9,8 +9,8 @@ import { Backoffs, BackoffStrategy, DelayedError, errorToJSON, Job, Unrecoverabl
 
 import type { RollcallClient } from '../client';
 import { unlessAborted } from '../client/abortable';
-import { AckCoalescingOptions, Rejected, rejectionIn, Rejections, sharedCoalescer } from './ackCoalescer';
-import { answered, defaultItemIdOf, HANDED_OVER, SUCCESS_REJECTED, watchWorkerOf } from './bullmqFailureWatch';
+import { AckCoalescingOptions, partOf, Rejected, rejectionIn, Rejections, sharedCoalescer } from './ackCoalescer';
+import { answered, defaultItemIdOf, HANDED_OVER, SUCCESS_REJECTED, SUCCESS_UNRECORDED, watchWorkerOf } from './bullmqFailureWatch';
 import { CancelCheckOptions, sharedCancelledBatches } from './cancelledBatches';
 import { HandedToChild, isHandedToChild } from './childBatch';
 import { asError, failureMessageOf, IntegrationErrorCode, RollcallIntegrationError } from './errors';
@@ -18,7 +18,7 @@ import { PromisedItemIdError, synchronousItemIdOf } from './itemIdOf';
 import { sharedTokenCheck, TOKEN_RECHECK_MS } from './tokenCheck';
 
 export type { FailureWatchOptions, WatchableWorker } from './bullmqFailureWatch';
-export { SUCCESS_REJECTED, watchFailedJobs } from './bullmqFailureWatch';
+export { SUCCESS_REJECTED, SUCCESS_UNRECORDED, watchFailedJobs } from './bullmqFailureWatch';
 
 /** What the integrations throw or report, with a stable `code`: `instanceof` it to tell them. */
 export { type IntegrationErrorCode, RollcallIntegrationError } from './errors';
@@ -434,10 +434,13 @@ export function rollcallProcessor<DataType = any, ResultType = any, NameType ext
     if (toChild) return result;
     try {
       // settle throws too: an ack left unsent after a split call (413) carries that call's refusal.
-      settle(job, itemId, await acks.ackInCall(itemId, 'succeeded'));
+      const answer = await acks.ackInCall(itemId, 'succeeded');
+      settle(job, itemId, answer.later ? await partOf(answer, itemId) : answer); // later: split off for a held batch
     } catch (ackError) {
+      if (ackError instanceof RollcallJobError) throw ackError; // settle's: rollcall rejected the success
       tokens.learn(ackError); // the jobs after this one wait for rollcall's word on the token
-      throw ackError;
+      // Marked, so that a watch seeing the job failed for good records the work done, not failed.
+      throw new Error(`${SUCCESS_UNRECORDED} ${itemId}: ${asError(ackError).message}`, { cause: ackError });
     }
     return result;
   };

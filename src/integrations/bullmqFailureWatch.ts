@@ -9,7 +9,7 @@ import { Job, Queue, type QueueOptions } from 'bullmq';
 
 import type { RollcallClient } from '../client';
 import { unlessAborted } from '../client/abortable';
-import { AckCoalescingOptions, keepingProcessAlive, Rejected, sharedCoalescer } from './ackCoalescer';
+import { AckCoalescingOptions, ItemOutcome, keepingProcessAlive, Rejected, sharedCoalescer } from './ackCoalescer';
 import { FailedSet, recentFailuresOf } from './bullmqRecentFailures';
 import { asError, failureMessageOf, RollcallIntegrationError, warn } from './errors';
 import { synchronousItemIdOf } from './itemIdOf';
@@ -71,6 +71,14 @@ const ANSWERED_RUNS = new WeakSet<object>();
 export const SUCCESS_REJECTED = 'the handler succeeded, but rollcall rejected item';
 
 /**
+ * How the failure of a run begins whose handler succeeded but whose ack rollcall did not take (out
+ * of reach past `retryForMs`, a token refused): the work was done, so a watch that sees the job
+ * failed for good records the item `succeeded`, not `failed` (a batch whose every job succeeded
+ * ended failed with "connect ECONNREFUSED"). With attempts left, BullMQ runs the job again.
+ */
+export const SUCCESS_UNRECORDED = 'the handler succeeded, but rollcall did not take the ack of item';
+
+/**
  * How the failure of a run begins whose handler handed its item to a child batch
  * (`handedToChild`) and whose job BullMQ then failed (a result it cannot store): the item is the
  * child's to record, so no watch records it `failed`.
@@ -81,6 +89,11 @@ export const HANDED_OVER = 'the handler handed its item to a child batch, but';
 function notForTheWatch(job: Job): boolean {
   const reason = job.failedReason;
   return typeof reason === 'string' && (reason.startsWith(SUCCESS_REJECTED) || reason.startsWith(HANDED_OVER));
+}
+
+/** What a job failed for good did to its item: a success whose ack rollcall did not take is one. */
+function outcomeOf(job: Job): ItemOutcome {
+  return typeof job.failedReason === 'string' && job.failedReason.startsWith(SUCCESS_UNRECORDED) ? 'succeeded' : 'failed';
 }
 
 /** Marks a run whose failure rollcall has answered for. */
@@ -138,11 +151,12 @@ export function watchFailedJobs<DataType = any, ResultType = any, NameType exten
       warn(error);
     }
   };
-  /** Acks job's item `failed`: what rollcall answered, or why it could not be asked. */
+  /** Acks job's item `failed` (or `succeeded`, outcomeOf): what rollcall answered, or why it could not be asked. */
   const ackFailure = async (job: Job, reason: string): Promise<{ itemId?: string; rejected: Rejected }> => {
     const itemId = itemIdOf(job);
     if (typeof itemId !== 'string' || !itemId) return { rejected: null };
-    return { itemId, rejected: await acks.ack(itemId, 'failed', reason) };
+    const outcome = outcomeOf(job);
+    return { itemId, rejected: await (outcome === 'succeeded' ? acks.ack(itemId, outcome) : acks.ack(itemId, outcome, reason)) };
   };
   /**
    * Acks again a failure of the past; passed over: a job whose itemIdOf throws (reported when it

@@ -56,6 +56,16 @@ function heldOf(deps: ServiceDeps, batchIds: string[]): Promise<string[]> {
 }
 
 /**
+ * The 503 a call gets for a lock wait, naming those of `heldIds` the call names (a client sends its
+ * acks of the other batches again apart; one held batch then delays only its own). The round's error
+ * as it is when the call names none (it ran again once, and waited behind the held batch).
+ */
+function heldNamedBy(call: Waiting, heldIds: readonly string[], error: LockHeldError): LockHeldError {
+  const named = heldIds.filter((id) => call.batchIds.includes(id));
+  return named.length === 0 ? error : new LockHeldError({ cause: error, heldBatchIds: named });
+}
+
+/**
  * Group commit for acks: calls that arrive while transactions are running, or within `windowMs`
  * of each other, are merged into one transaction (a round). Each caller gets its own result, and
  * only after the commit. If the transaction fails because the database is busy or away, every
@@ -237,7 +247,7 @@ export class AckCommitter {
       }
       this.leavesQueue(entry);
       this.queuedIds -= entry.size;
-      entry.reject(new LockHeldError({ cause: error }));
+      entry.reject(new LockHeldError({ cause: error, heldBatchIds: [batchId] }));
     }
     this.queue = kept;
   }
@@ -260,7 +270,7 @@ export class AckCommitter {
     const distinct = [...new Set(batchIds)];
     if (distinct.length === 1) {
       this.markHeld(distinct);
-      round.forEach((w) => w.reject(error));
+      round.forEach((w) => w.reject(heldNamedBy(w, distinct, error)));
       return this.failQueuedBehind(distinct[0] as string, error);
     }
     const heldIds = await heldOf(this.deps, distinct);
@@ -270,7 +280,7 @@ export class AckCommitter {
     this.markHeld(heldIds);
     const again: Waiting[] = [];
     for (const w of round) {
-      if (w.again || w.batchIds.some((id) => heldIds.includes(id))) w.reject(error);
+      if (w.again || w.batchIds.some((id) => heldIds.includes(id))) w.reject(heldNamedBy(w, heldIds, error));
       else again.push({ ...w, again: true });
     }
     for (const id of stuck) this.failQueuedBehind(id, error);
@@ -337,7 +347,7 @@ export class AckCommitter {
     for (const later of rest) {
       if (!later.batchIds.includes(batchId)) continue;
       answered.add(later);
-      later.reject(new LockHeldError({ cause: error }));
+      later.reject(new LockHeldError({ cause: error, heldBatchIds: [batchId] }));
     }
     this.failQueuedBehind(batchId, error);
   }

@@ -6,7 +6,7 @@ import { batchWith } from '../helpers/batches';
 import { itemIds, startService, TestService } from '../helpers/service';
 
 /** The headers of the service's own that a generated client would read. */
-const SERVICE_HEADERS = ['retry-after', 'x-request-id', 'ratelimit', 'ratelimit-policy'];
+const SERVICE_HEADERS = ['retry-after', 'x-request-id', 'ratelimit', 'ratelimit-policy', 'rollcall-held-batches'];
 
 type Doc = {
   paths: Record<

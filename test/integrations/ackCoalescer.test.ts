@@ -1,8 +1,12 @@
+import { Knex } from 'knex';
+
 import { httpSend, RollcallClient } from '../../src/client';
 import { AckCoalescer } from '../../src/integrations/ackCoalescer';
-import { backends } from '../helpers/backends';
+import { backends, describeEachOrSkip, serverBackends } from '../helpers/backends';
 import { batchWith } from '../helpers/batches';
 import { countingFetch } from '../helpers/countingFetch';
+import { realSleep } from '../helpers/realTime';
+import { holdBatchRow, otherConnections } from '../helpers/rowLocks';
 import { startService, TestService } from '../helpers/service';
 
 const [, sqlite] = backends()[0]!;
@@ -274,4 +278,41 @@ describe('the ack coalescer against a service whose BODY_LIMIT is below a full c
       await roomy.stop();
     }
   });
+});
+
+describeEachOrSkip(serverBackends())('the ack coalescer while another connection holds one batch (%s)', (_name, backend) => {
+  let svc: TestService;
+  let holder: Knex;
+  beforeAll(async () => {
+    svc = await startService(backend, { LOCK_TIMEOUT: '1s' });
+    holder = otherConnections(svc.database);
+  });
+  afterAll(async () => {
+    await holder.destroy();
+    await svc.stop();
+  });
+
+  it('when acks of a held batch X and of Y share a call, then Y’s are answered within a few LOCK_TIMEOUTs, X’s once it is let go', async () => {
+    const x = await batchWith(svc.client, 2);
+    const y = await batchWith(svc.client, 3);
+    const acks = new AckCoalescer(new RollcallClient({ baseUrl: svc.url }));
+    const release = await holdBatchRow(holder, x.id);
+    const unlock = setTimeout(() => void release(), 8000);
+    const started = performance.now();
+    const ofX = Promise.all(x.ids.map((id) => acks.ack(id, 'succeeded')));
+    const ofY = await Promise.all(y.ids.map((id) => acks.ack(id, 'succeeded'))); // the same turn: one call with X's
+    const yMs = performance.now() - started;
+    const xPending = (await svc.client.status(x.id)).pending;
+    let drained = false;
+    const draining = acks.drain().then(() => (drained = true)); // a worker's stop waits for X's acks too
+    await realSleep(200);
+    const drainedWhileHeld = drained;
+    clearTimeout(unlock);
+    await release();
+    expect([ofY, yMs < 5000, xPending, drainedWhileHeld]).toEqual([[null, null, null], true, 2, false]);
+    await draining;
+    expect(await ofX).toEqual([null, null]);
+    expect(await svc.client.status(y.id)).toMatchObject({ state: 'complete', succeeded: 3 });
+    expect(await svc.client.status(x.id)).toMatchObject({ state: 'complete', succeeded: 2 });
+  }, 30_000);
 });

@@ -15,14 +15,16 @@ import {
   Worker as OtherWorker,
 } from 'bullmq5';
 import IORedis from 'ioredis';
+import { Knex } from 'knex';
 
 import { Batch, HttpSend, httpSend, RollcallClient } from '../../src/client';
 import { handedToChild, rollcallProcessor, watchFailedJobs } from '../../src/integrations/bullmq';
 import { openBatch } from '../../src/integrations/producer';
-import { backends } from '../helpers/backends';
+import { backends, describeEachOrSkip, serverBackends } from '../helpers/backends';
 import { describeWith, redisConnection, redisUrl } from '../helpers/brokers';
 import { AckTally, countingFetch, swappingToken } from '../helpers/countingFetch';
 import { realSleep, until } from '../helpers/realTime';
+import { holdBatchRow, otherConnections } from '../helpers/rowLocks';
 import { startService, TestService } from '../helpers/service';
 import { TcpProxy } from '../helpers/tcpProxy';
 import { kindOf, permanentMessage, runTestJob, TestJobData, unrecoverableMessage } from './fixtures/jobs';
@@ -687,6 +689,37 @@ describeWith(redisUrl).each(backends())('rollcall/bullmq on a real Redis and a r
     expect(failed.map((job) => job.failedReason)).toEqual([
       expect.stringMatching(/^boom \(and rollcall rejected the failure of item .+: unknown_batch\)$/),
       expect.stringMatching(/^boom \(and rollcall rejected the failure of item .+: unknown_batch\)$/),
+    ]);
+  });
+
+  it('when a job succeeds on its last attempt but rollcall does not take its ack in time, then BullMQ fails the job and the failure watch records the item succeeded', async () => {
+    const queue = newQueue();
+    const batch = await produce(queue, 1, { attempts: 1 });
+    const send = httpSend();
+    let refusing = true;
+    const outage = new RollcallClient({
+      baseUrl: svc.url,
+      fetch: (url, request) => {
+        if (refusing && url.endsWith('/v1/acks')) return Promise.resolve(new Response('{"error":{"code":"unavailable","message":"away"}}', { status: 503 }));
+        return send(url, request);
+      },
+    });
+    const worker = new Worker<TestJobData>(
+      queue.name,
+      rollcallProcessor<TestJobData, string>(outage, async () => 'done', { retryForMs: 300 }),
+      {
+        connection,
+        prefix,
+        concurrency: 2,
+        autorun: false,
+      },
+    );
+    worker.on('failed', () => (refusing = false)); // before the processor's watch, which it starts on its first job
+    workers.push(worker);
+    void worker.run();
+    expect(await client.waitForCompletion(batch.id, { timeoutMs: 15_000 })).toMatchObject({ state: 'complete', succeeded: 1, failed: 0 });
+    expect((await queue.getFailed()).map((job) => job.failedReason)).toEqual([
+      expect.stringMatching(/^the handler succeeded, but rollcall did not take the ack of item .+: away$/),
     ]);
   });
 
@@ -1679,3 +1712,60 @@ function heapAfterCollecting(): number {
   collectGarbage();
   return process.memoryUsage().heapUsed;
 }
+
+describeEachOrSkip(redisUrl ? serverBackends() : [])('rollcall/bullmq while another connection holds one batch (%s)', (_name, backend) => {
+  const connection = redisConnection(redisUrl ?? 'redis://127.0.0.1:6379');
+  const prefix = `rollcall-test-${randomBytes(4).toString('hex')}`;
+  let svc: TestService;
+  let holder: Knex;
+  beforeAll(async () => {
+    svc = await startService(backend, { LOCK_TIMEOUT: '1s' });
+    holder = otherConnections(svc.database);
+  });
+  afterAll(async () => {
+    await holder.destroy();
+    await svc.stop();
+  });
+
+  it("when a worker's jobs of a held batch X share ack calls with Y's, then Y's complete meanwhile, and X's only once rollcall has taken their acks", async () => {
+    const queue = new Queue<TestJobData>(`q-${randomBytes(4).toString('hex')}`, { connection, prefix });
+    // Every job waits until all 25 run, so that their acks leave in the same turn: X's and Y's share calls.
+    let running = 0;
+    let allRunning!: () => void;
+    const barrier = new Promise<void>((resolve) => (allRunning = resolve));
+    const handler = async () => {
+      if (++running === 25) allRunning();
+      await barrier;
+      return 'done';
+    };
+    const worker = new Worker<TestJobData>(queue.name, rollcallProcessor(svc.client, handler), { connection, prefix, concurrency: 50, autorun: false });
+    try {
+      const batches = [];
+      for (const count of [5, 20])
+        batches.push(
+          await openBatch(svc.client, {
+            count,
+            enqueue: (ids) => queue.addBulk(ids.map((id) => ({ name: 'item', data: { rollcallItemId: id, n: 0 } }))).then(() => undefined),
+          }),
+        );
+      const [x, y] = batches as [Batch, Batch];
+      const release = await holdBatchRow(holder, x.id);
+      const unlock = setTimeout(() => void release(), 15_000);
+      try {
+        void worker.run();
+        expect(await svc.client.waitForCompletion(y.id, { timeoutMs: 8000 })).toMatchObject({ state: 'complete', succeeded: 20 });
+        await until(async () => (await queue.getJobCounts('completed')).completed === 20);
+        expect([(await queue.getJobCounts('completed')).completed, (await svc.client.status(x.id)).pending]).toEqual([20, 5]);
+      } finally {
+        clearTimeout(unlock);
+        await release();
+      }
+      expect(await svc.client.waitForCompletion(x.id, { timeoutMs: 15_000 })).toMatchObject({ state: 'complete', succeeded: 5 });
+      await until(async () => (await queue.getJobCounts('completed')).completed === 25);
+    } finally {
+      await worker.close();
+      await queue.obliterate({ force: true });
+      await queue.close();
+    }
+  }, 60_000);
+});

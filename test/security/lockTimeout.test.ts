@@ -67,6 +67,23 @@ describeOnServers('a batch row held locked by another connection (%s)', (name, b
     expect((await svc.api.post('/v1/acks').send({ ids: x.ids })).body).toMatchObject({ acked: 4, completed: [expect.objectContaining({ id: x.id })] });
   }, 30_000);
 
+  it('when one call acks items of a locked batch X and of Y, then its 503 names X alone as held, and Y\'s acks sent again apart go at once', async () => {
+    const x = await batchWith(svc.client, 2);
+    const y = await batchWith(svc.client, 2);
+    const release = await holdRow(x.id);
+    try {
+      const res = await svc.api.post('/v1/acks').send({ ids: [x.ids[0], y.ids[0], x.ids[1]!.toUpperCase()] });
+      expect([res.status, res.headers['rollcall-held-batches']]).toEqual([503, x.id]);
+      const [again, ms] = await timed(svc.api.post('/v1/acks').send({ ids: [y.ids[0]] }));
+      expect([again.status, again.body.acked, ms < 1000]).toEqual([200, 1, true]);
+      const alone = await svc.api.post('/v1/acks').send({ ids: [x.ids[0]] }); // a call of X alone: held, named
+      expect([alone.status, alone.headers['rollcall-held-batches']]).toEqual([503, x.id]);
+    } finally {
+      await release();
+    }
+    expect(await svc.client.status(x.id)).toMatchObject({ succeeded: 0 });
+  }, 30_000);
+
   it.each([
     ['', (id: string) => id],
     [', its id spelt in 40 cases,', (id: string, n: number) => spelt(id, n)],
