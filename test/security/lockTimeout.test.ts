@@ -67,7 +67,7 @@ describeOnServers('a batch row held locked by another connection (%s)', (name, b
     expect((await svc.api.post('/v1/acks').send({ ids: x.ids })).body).toMatchObject({ acked: 4, completed: [expect.objectContaining({ id: x.id })] });
   }, 30_000);
 
-  it('when one call acks items of a locked batch X and of Y, then its 503 names X alone as held, and Y\'s acks sent again apart go at once', async () => {
+  it("when one call acks items of a locked batch X and of Y, then its 503 names X alone as held, and Y's acks sent again apart go at once", async () => {
     const x = await batchWith(svc.client, 2);
     const y = await batchWith(svc.client, 2);
     const release = await holdRow(x.id);
