@@ -2,7 +2,7 @@ import { Knex } from 'knex';
 
 import { Outcome } from '../domain/batch';
 import { Db, Queryable } from './db';
-import { outside } from './ranges';
+import { outsideAll } from './ranges';
 
 /** A finished child batch's outcome, waiting to be acked into its parent item. */
 export interface ChildOutcome {
@@ -53,13 +53,13 @@ export interface DueChildOutcome {
 }
 
 /**
- * Up to `limit` due rows, oldest due first, leaving out `exceptTenants` as index ranges (`outside`;
+ * Up to `limit` due rows, oldest due first, leaving out `exceptTenants` as index ranges (`outsideAll`;
  * the index of 0021), so one tenant's backlog of thousands does not hide the others' rows. A plain
  * read that locks nothing: claimChildOutcomes then takes the ones chosen, if still due.
  */
 export async function dueChildOutcomes(q: Queryable, now: number, limit: number, exceptTenants: readonly string[]): Promise<DueChildOutcome[]> {
   let due = q('child_outcomes').select('batch_id', 'tenant').where('next_attempt_at', '<=', now);
-  for (const tenant of exceptTenants) due = due.where(outside('tenant', tenant));
+  if (exceptTenants.length > 0) due = due.where(outsideAll('tenant', exceptTenants));
   const rows = (await due.orderBy('next_attempt_at').limit(limit)) as Array<{ batch_id: string; tenant: string }>;
   return rows.map((row) => ({ batchId: row.batch_id, tenant: row.tenant }));
 }

@@ -6,3 +6,22 @@ import { Knex } from 'knex';
  * `NOT IN`, and without one a read walked the whole backlog of the tenant or host it left out.
  */
 export const outside = (column: string, value: string) => (around: Knex.QueryBuilder) => around.where(column, '<', value).orWhere(column, '>', value);
+
+/** Byte order of UTF-8, which the exact collations (binary on MySQL/MariaDB, SQLite's BINARY, PostgreSQL's C) keep. */
+const byBytes = (a: string, b: string) => Buffer.compare(Buffer.from(a), Buffer.from(b));
+
+/**
+ * `column NOT IN (values)` as the ranges between the values (the column is NOT NULL): below the
+ * first, between each two, above the last. Left out one `outside` at a time, each pair of ranges
+ * still spanned the other values' rows: with two tenants' backlogs of 100,000 rows left out, a read
+ * took 49 ms on PostgreSQL and 30 ms on SQLite, 1.5 and 0.2 ms so (docs/benchmarks.md). Sorted by
+ * bytes: in a database whose collation orders otherwise (PostgreSQL's default locale), some ranges
+ * come out empty and others wider, so a value may be read after all, but no row of another value is
+ * ever left out (the ranges start below the first value and end above the last).
+ */
+export const outsideAll = (column: string, values: readonly string[]) => (between: Knex.QueryBuilder) => {
+  const sorted = [...new Set(values)].sort(byBytes);
+  between.where(column, '<', sorted[0] as string);
+  for (let i = 1; i < sorted.length; i++) between.orWhere((range) => range.where(column, '>', sorted[i - 1] as string).where(column, '<', sorted[i] as string));
+  between.orWhere(column, '>', sorted[sorted.length - 1] as string);
+};
