@@ -3,8 +3,8 @@ import { setMaxListeners } from 'node:events';
 
 import { BackoffPolicy, retryDelay, signBody, standardWebhookSignature } from '../domain/delivery';
 import { Claimant, heldToFairShare, loadOf, pickFairly, saturated, ShareLimits } from '../domain/fairShare';
-import { Queryable } from '../store/db';
-import { claimEvents, DueEvent, dueEvents, markDelivered, markFailed, OutboxEvent, releaseClaim } from '../store/outbox';
+import { onCitus, Queryable } from '../store/db';
+import { claimEvents, DueEvent, dueEvents, markDelivered, markFailed, OutboxEvent, releaseClaim, Saturated } from '../store/outbox';
 import { inTransaction } from '../store/transaction';
 import { DeliveryResult, ServiceDeps } from './deps';
 import { PostCallback } from './postCallback';
@@ -95,16 +95,12 @@ export class CallbackDispatcher {
     const now = this.deps.now();
     const claimStarted = performance.now();
     const leaseMs = this.options.timeoutMs + LEASE_BEYOND_TIMEOUT_MS;
-    const claimed = await inTransaction(this.deps.db, this.deps.tx, async (trx) => {
-      const chosen = await this.chooseDue(trx, now, slots);
-      return claimEvents(
-        trx,
-        chosen.map((e) => e.id),
-        this.claim,
-        now,
-        leaseMs,
-      );
-    });
+    // The reads lock nothing and run before the claim's transaction: on SQLite that transaction holds
+    // the file's one write lock, which every ack would wait for meanwhile (a review).
+    const chosen = await this.chooseDue(this.deps.db, now, slots, await onCitus(this.deps.db));
+    if (chosen.length === 0) return 0;
+    const ids = chosen.map((e) => e.id);
+    const claimed = await inTransaction(this.deps.db, this.deps.tx, (trx) => claimEvents(trx, ids, this.claim, now, leaseMs));
     // The lease runs from before the claim: a claim that waited (for the pool, for a row lock)
     // leaves less of it for the POST, which must end before another replica may claim the event.
     const leaseLeftMs = leaseMs - (performance.now() - claimStarted) - LEASE_SAFETY_MS;
@@ -125,13 +121,14 @@ export class CallbackDispatcher {
    * tenants held to that share take more there, up to the most one may hold, so no slot idles while
    * only they have events due.
    */
-  private async chooseDue(trx: Queryable, now: number, slots: number): Promise<DueEvent[]> {
+  private async chooseDue(q: Queryable, now: number, slots: number, sharded: boolean): Promise<DueEvent[]> {
     const { fair, most } = this.options.share.perTenantOnHost;
     const chosen: DueEvent[] = [];
-    await this.pickDue(trx, now, slots, chosen, fair);
+    const readDue = (window: number, skip: Saturated) => dueEvents(q, now, window, skip, sharded);
+    await this.pickDue(readDue, slots, chosen, fair);
     if (most === fair || chosen.length >= slots) return chosen;
     const held = heldToFairShare(this.loadWith(chosen), this.options.share);
-    if (held.length > 0) await this.pickDue(trx, now, slots, chosen, most, held);
+    if (held.length > 0) await this.pickDue(readDue, slots, chosen, most, held);
     return chosen;
   }
 
@@ -140,14 +137,20 @@ export class CallbackDispatcher {
    * `only` these tenants on these hosts, if given). Reads again when a read's window was full yet
    * left slots free: the tenants and hosts its picks filled hid the events behind them.
    */
-  private async pickDue(trx: Queryable, now: number, slots: number, chosen: DueEvent[], onHostLimit: number, only?: Claimant[]): Promise<void> {
+  private async pickDue(
+    readDue: (window: number, skip: Saturated) => Promise<DueEvent[]>,
+    slots: number,
+    chosen: DueEvent[],
+    onHostLimit: number,
+    only?: Claimant[],
+  ): Promise<void> {
     for (let read = 0; read < READS_PER_PASS; read++) {
       const left = slots - chosen.length;
       if (left <= 0) return;
       const load = this.loadWith(chosen);
       const window = left * CANDIDATES_PER_SLOT;
       const skip = { ...saturated(load, this.options.share, onHostLimit), eventIds: [...this.inFlight.keys(), ...chosen.map((e) => e.id)], only };
-      const due = await dueEvents(trx, now, window, skip);
+      const due = await readDue(window, skip);
       const picked = pickFairly(due, load, this.options.share, left, onHostLimit);
       chosen.push(...picked);
       if (due.length < window || picked.length === left) return;

@@ -1,3 +1,4 @@
+import { onCitus } from '../../src/store/db';
 import { dueEvents } from '../../src/store/outbox';
 import { backends } from '../helpers/backends';
 import { startService, TestService } from '../helpers/service';
@@ -25,7 +26,7 @@ describe.each(backends())('claiming callback events fairly (%s)', (_name, backen
       created_at: 1,
     });
     await db('outbox').insert([event('00000000-0000-7000-8000-000000000001', 'Acme'), event('00000000-0000-7000-8000-000000000002', 'acme')]);
-    const due = await dueEvents(db, 10, 10, { tenants: ['Acme'], hosts: [], pairs: [], eventIds: [] });
+    const due = await dueEvents(db, 10, 10, { tenants: ['Acme'], hosts: [], pairs: [], eventIds: [] }, await onCitus(db));
     expect(due.map((e) => e.tenant)).toEqual(['acme']);
   });
 
@@ -50,7 +51,7 @@ describe.each(backends())('claiming callback events fairly (%s)', (_name, backen
       event(3, 'a', 'own.example:80'),
       event(4, 'b', 'own.example:80'),
     ]);
-    const due = await dueEvents(db, 10, 10, { tenants: [], hosts: [], pairs: [{ tenant: 'a', host: 'shared.example:80' }], eventIds: [] });
+    const due = await dueEvents(db, 10, 10, { tenants: [], hosts: [], pairs: [{ tenant: 'a', host: 'shared.example:80' }], eventIds: [] }, await onCitus(db));
     expect(
       due
         .filter((e) => ['a', 'b'].includes(e.tenant))
