@@ -47,6 +47,13 @@ function forgetFileHeaders(res: Response, error: LibraryError): void {
 const REFUSAL_LOG_EVERY_MS = 1_000;
 
 /**
+ * The most held batches one answer names (3.8 KB): far below the 16 KiB of response headers Node's
+ * client, and a proxy's buffer, take. A client sends the acks of batches not named apart; those of
+ * held batches left unnamed stay with the named ones until a later answer names them.
+ */
+const HELD_BATCHES_NAMED = 100;
+
+/**
  * Logs a refusal (a 429 with its limit at info, a 503 with its error at warn) at most once a second
  * per tenant and code, the rest at debug: a tenant past a limit, or every caller while the database is away, may
  * be refused thousands of times a second. `logged`: when each was last logged.
@@ -88,7 +95,8 @@ export function errorHandler(): ErrorRequestHandler {
     if (status === 503) {
       // Busy or down, not broken: worth a retry shortly (API.md, "Input limits that protect other callers").
       res.setHeader('retry-after', '1');
-      if (error instanceof LockHeldError && error.heldBatchIds.length > 0) res.setHeader(HELD_BATCHES_HEADER, error.heldBatchIds.join(', '));
+      if (error instanceof LockHeldError && error.heldBatchIds.length > 0)
+        res.setHeader(HELD_BATCHES_HEADER, error.heldBatchIds.slice(0, HELD_BATCHES_NAMED).join(', '));
       logRefusal(refusalsLogged, req, status, answer[1].error.code, error);
     } else if (status === 429) {
       if (!res.hasHeader('retry-after')) res.setHeader('retry-after', '1'); // a rate limit's says when its window ends

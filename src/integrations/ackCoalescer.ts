@@ -165,6 +165,13 @@ interface Sent {
   unsent?: { ids: string[]; error: unknown };
 }
 
+/** What a call's acks are sent with: their outcome and reason, the time left for tries, and the call's number. */
+interface Sending {
+  options: AckOptions;
+  until: number;
+  call: number;
+}
+
 /** What sending a call's acks came to so far; `later`, the parts split off for held batches, still being sent. */
 interface Answered {
   sent: Sent;
@@ -186,6 +193,8 @@ class SplitForHeld extends Error {
  * and one answer for all of them: a busy worker makes one promise a call, not one an item.
  */
 interface Pending {
+  /** The call's number, in the order calls were begun (drain's "made before"). */
+  call: number;
   outcome: ItemOutcome;
   error: string | undefined;
   ids: string[];
@@ -197,14 +206,14 @@ interface Pending {
   timer: NodeJS.Timeout | null;
 }
 
-function pendingCall(outcome: ItemOutcome, error: string | undefined): Pending {
+function pendingCall(call: number, outcome: ItemOutcome, error: string | undefined): Pending {
   let resolve!: Pending['resolve'];
   let reject!: Pending['reject'];
   const answer = new Promise<Rejections>((res, rej) => {
     resolve = res;
     reject = rej;
   });
-  return { outcome, error, ids: [], chars: 0, answer, resolve, reject, timer: null };
+  return { call, outcome, error, ids: [], chars: 0, answer, resolve, reject, timer: null };
 }
 
 /** What an ID adds to a call's JSON body, in characters: itself, its quotes and a comma. */
@@ -278,7 +287,10 @@ export class AckCoalescer {
   /** When `maxChars` was last learnt (performance.now()). */
   private maxCharsLearntAt = 0;
   private inFlight = 0;
-  private readonly settled = new Set<Promise<void>>();
+  /** How many calls were begun. */
+  private calls = 0;
+  /** What is being sent, each with the number of the call it belongs to (a part split off for a held batch: its call's). */
+  private readonly settled = new Map<Promise<void>, number>();
   /** When the last `ack_delayed` warning went (performance.now()). */
   private delayWarnedAt = -Infinity;
 
@@ -313,7 +325,7 @@ export class AckCoalescer {
       entry = undefined;
     }
     if (!entry) {
-      entry = pendingCall(outcome, reason);
+      entry = pendingCall(++this.calls, outcome, reason);
       this.pending.set(key, entry);
       const first = entry;
       first.timer = setTimeout(() => this.send(key, first), this.settings.maxDelayMs);
@@ -366,7 +378,26 @@ export class AckCoalescer {
    */
   async drain(): Promise<void> {
     for (const [key, entry] of [...this.pending]) this.send(key, entry);
-    await keepingProcessAlive(Promise.all([...this.settled]));
+    await keepingProcessAlive(this.sentUpTo(this.calls));
+  }
+
+  /** Resolves once calls up to number `call` are answered, with the parts split off them, which a call adds before it is answered. */
+  private async sentUpTo(call: number): Promise<void> {
+    for (;;) {
+      const open = [...this.settled].filter(([, of]) => of <= call).map(([sending]) => sending);
+      if (open.length === 0) return;
+      await Promise.all(open);
+    }
+  }
+
+  /** Notes `sending` as part of call number `call` until it settles (drain waits for it). */
+  private track(sending: Promise<unknown>, call: number): void {
+    const settled = sending.then(
+      () => undefined,
+      () => undefined,
+    );
+    this.settled.set(settled, call);
+    void settled.then(() => this.settled.delete(settled));
   }
 
   private send(key: string, entry: Pending): void {
@@ -376,18 +407,17 @@ export class AckCoalescer {
     this.inFlight += 1;
     const done = this.call(entry).finally(() => {
       this.inFlight -= 1;
-      this.settled.delete(done);
       // Acks that gathered while this call was out go now, in one call per outcome and reason.
       for (const [k, e] of [...this.pending]) this.send(k, e);
     });
-    this.settled.add(done);
+    this.track(done, entry.call);
   }
 
   private async call(entry: Pending): Promise<void> {
     try {
       const options: AckOptions = entry.error === undefined ? { outcome: entry.outcome } : { outcome: entry.outcome, error: entry.error };
-      const until = performance.now() + this.settings.retryForMs;
-      const answered = await this.acked(entry.ids, entry.chars, options, until);
+      const sending: Sending = { options, until: performance.now() + this.settings.retryForMs, call: entry.call };
+      const answered = await this.acked(entry.ids, entry.chars, sending);
       const { largestTaken, tooLarge } = answered.sent;
       // Refused for its size (not for one ID too large alone): later calls keep to what was taken.
       if (tooLarge && largestTaken > 0) {
@@ -400,17 +430,12 @@ export class AckCoalescer {
     }
   }
 
-  /** A call's answer as its acks read it; a part still being sent holds `drain` until it is answered. */
+  /** A call's answer as its acks read it. */
   private rejectionsOf({ sent, later }: Answered): Rejections {
     const answer: Rejections = new Map(sent.refusals.map((refusal) => [refusal.id, refusal.reason]));
     const parts = later.map(({ ids, answer: part }) => {
       const read = part.then((answered) => this.rejectionsOf(answered));
-      const settled = read.then(
-        () => undefined,
-        () => undefined,
-      );
-      this.settled.add(settled);
-      void settled.then(() => this.settled.delete(settled));
+      read.catch(() => undefined); // read by the part's acks (partOf); not unhandled meanwhile
       return { ids: new Set(ids), answer: read };
     });
     return Object.assign(answer, sent.unsent && { unsent: { ids: new Set(sent.unsent.ids), error: sent.unsent.error } }, parts.length > 0 && { later: parts });
@@ -423,16 +448,18 @@ export class AckCoalescer {
    * batches' part, sent on by itself): one held batch must not hold every job whose ack shared its
    * call. Throws only when none of `ids` was taken and the call was not split.
    */
-  private async acked(ids: string[], chars: number, options: AckOptions, until: number): Promise<Answered> {
+  private async acked(ids: string[], chars: number, sending: Sending): Promise<Answered> {
     try {
-      return { sent: await this.sentWhole(ids, chars, options, until), later: [] };
+      return { sent: await this.sentWhole(ids, chars, sending), later: [] };
     } catch (error) {
       if (!(error instanceof SplitForHeld)) throw error;
-      const held = this.acked(error.held, charsOf(error.held), options, until);
-      held.catch(() => undefined); // read by the held acks' callers (answerOf); not unhandled meanwhile
+      const held = this.acked(error.held, charsOf(error.held), sending);
+      // drain waits for every ack of the part, those of parts split off it later too: noted before
+      // the call is answered, so a drain that began before the split still finds it.
+      this.track(held.then(settledOf), sending.call);
       let free: Answered;
       try {
-        free = await this.acked(error.free, charsOf(error.free), options, until);
+        free = await this.acked(error.free, charsOf(error.free), sending);
       } catch (freeError) {
         free = { sent: { ...NOTHING_TAKEN, unsent: { ids: error.free, error: freeError } }, later: [] };
       }
@@ -441,8 +468,8 @@ export class AckCoalescer {
   }
 
   /** `acked`, its held parts waited for too: every ack of `ids` answered. */
-  private async ackedWhole(ids: string[], options: AckOptions, until: number): Promise<Sent> {
-    return settledOf(await this.acked(ids, charsOf(ids), options, until));
+  private async ackedWhole(ids: string[], sending: Sending): Promise<Sent> {
+    return settledOf(await this.acked(ids, charsOf(ids), sending));
   }
 
   /**
@@ -455,7 +482,8 @@ export class AckCoalescer {
    * ID (its size was the cause). It throws only when none of `ids` was taken; once a part was, the
    * parts that could not be sent are `unsent`, so the jobs of the parts taken are not run again.
    */
-  private async sentWhole(ids: string[], chars: number, options: AckOptions, until: number): Promise<Sent> {
+  private async sentWhole(ids: string[], chars: number, sending: Sending): Promise<Sent> {
+    const { options, until } = sending;
     try {
       const heldSince = performance.now();
       const send = async () => {
@@ -480,11 +508,11 @@ export class AckCoalescer {
       if (!(error instanceof RollcallApiError && error.status === 413)) throw error;
       if (ids.length === 1) return { refusals: [{ id: ids[0] as string, reason: PAYLOAD_TOO_LARGE }], largestTaken: 0, tooLarge: false };
       const halves = [ids.slice(0, Math.ceil(ids.length / 2)), ids.slice(Math.ceil(ids.length / 2))];
-      const first = await this.ackedWhole(halves[0]!, options, until);
+      const first = await this.ackedWhole(halves[0]!, sending);
       if (first.unsent) return { ...first, unsent: { ids: [...first.unsent.ids, ...halves[1]!], error: first.unsent.error } };
       let second: Sent;
       try {
-        second = await this.ackedWhole(halves[1]!, options, until);
+        second = await this.ackedWhole(halves[1]!, sending);
       } catch (secondError) {
         second = { ...NOTHING_TAKEN, unsent: { ids: halves[1]!, error: secondError } };
       }

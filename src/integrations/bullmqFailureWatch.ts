@@ -301,13 +301,17 @@ async function closeLookBackQueue(queue: Queue, connection: unknown, stopped: Ab
   }
 }
 
-/** Jobs grouped by failure reason: the acks of one group travel in one call. */
+/**
+ * Jobs grouped by what their acks carry, failure reason or success: the acks of one group travel in
+ * one call. Successes whose ack was not taken each name their item in their reason, and carry none.
+ */
 function byReason(jobs: Job[]): Job[][] {
   const groups = new Map<string, Job[]>();
   for (const job of jobs) {
-    const group = groups.get(job.failedReason);
+    const key = outcomeOf(job) === 'succeeded' ? SUCCESS_UNRECORDED : job.failedReason;
+    const group = groups.get(key);
     if (group) group.push(job);
-    else groups.set(job.failedReason, [job]);
+    else groups.set(key, [job]);
   }
   return [...groups.values()];
 }

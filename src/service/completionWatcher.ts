@@ -20,15 +20,15 @@ export interface WaitLimits {
   perTenant: number;
 }
 
+/** How long a read of a batch for waits that ended unanswered serves the others ending then (readAgain). */
+const REREAD_SHARED_MS = 25;
+
 /**
  * Long-poll for completion (or cancellation: both end a batch). Waiters of this process are woken at once by completions made here,
  * and by ONE shared query every `pollIntervalMs` that asks which of all waited-for batches are
  * finished (for completions made by other replicas): hundreds of waiters cost one query per tick.
  * The same query finds batches deleted meanwhile: their waiters are answered 404 then, not at their timeout.
  */
-/** How long a read of a batch for waits that ended unanswered serves the others ending then (readAgain). */
-const REREAD_SHARED_MS = 25;
-
 export class CompletionWatcher {
   private readonly waiters = new Map<string, Set<Wake>>();
   private timer: NodeJS.Timeout | null = null;

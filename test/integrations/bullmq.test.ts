@@ -18,7 +18,7 @@ import IORedis from 'ioredis';
 import { Knex } from 'knex';
 
 import { Batch, HttpSend, httpSend, RollcallClient } from '../../src/client';
-import { handedToChild, rollcallProcessor, watchFailedJobs } from '../../src/integrations/bullmq';
+import { handedToChild, rollcallProcessor, SUCCESS_UNRECORDED, watchFailedJobs } from '../../src/integrations/bullmq';
 import { openBatch } from '../../src/integrations/producer';
 import { backends, describeEachOrSkip, serverBackends } from '../helpers/backends';
 import { describeWith, redisConnection, redisUrl } from '../helpers/brokers';
@@ -1124,6 +1124,29 @@ describeWith(redisUrl).each(backends())('rollcall/bullmq on a real Redis and a r
       await stop();
     }
     expect(tally.failedIds).toBe(2);
+  });
+
+  it("when a Worker's jobs succeeded but rollcall did not take their acks, and BullMQ failed them for good, then the next Worker's look-back records them succeeded, in one call", async () => {
+    const queue = newQueue();
+    const crashed = new Worker<TestJobData>(
+      queue.name,
+      async (job) => {
+        throw new UnrecoverableError(`${SUCCESS_UNRECORDED} ${job.data.rollcallItemId}: connect ECONNREFUSED`); // as rollcallProcessor fails such a run
+      },
+      { connection, prefix },
+    );
+    workers.push(crashed);
+    const batch = await produce(queue, 3, { attempts: 1 });
+    await settled(queue, 3, 20_000);
+    await crashed.close();
+    const callsBefore = tally.calls;
+    const stop = watchFailedJobs(client, okWorker(queue));
+    try {
+      expect(await client.waitForCompletion(batch.id, { timeoutMs: 10_000 })).toMatchObject({ state: 'complete', succeeded: 3, failed: 0 });
+    } finally {
+      await stop();
+    }
+    expect(tally.calls - callsBefore).toBe(1);
   });
 
   it("when rollcall rejected jobs' successes (a Worker given another tenant's token), then a later Worker's look-back leaves them pending, and their retry records them succeeded", async () => {
