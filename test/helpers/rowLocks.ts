@@ -2,14 +2,33 @@ import { spawn } from 'node:child_process';
 
 import knex, { Knex } from 'knex';
 
-import { isPostgresBackend, TestDatabase } from './backends';
+import { Backend, isPostgresBackend, TestDatabase } from './backends';
 import { until } from './realTime';
+import { startService, TestService } from './service';
 
 /** A pool of its own on a test's MariaDB or PostgreSQL database: the connections of another replica. */
 export function otherConnections(database: TestDatabase, max = 1): Knex {
   const url = database.config.DATABASE_URL as string;
   const pg = isPostgresBackend(database.name);
   return knex({ client: pg ? 'pg' : 'mysql2', connection: (pg ? { connectionString: url } : { uri: url }) as never, pool: { min: 0, max } });
+}
+
+/**
+ * A service on `backend` (LOCK_TIMEOUT 1 s) and a connection of another replica's to hold its rows,
+ * for the tests of the describe block this is called in (started before them, stopped after).
+ */
+export function serviceWithRowHolder(backend: Backend): { svc: TestService; holder: Knex } {
+  const started = {} as { svc: TestService; holder: Knex };
+  beforeAll(async () => {
+    started.svc = await startService(backend, { LOCK_TIMEOUT: '1s' });
+    started.holder = otherConnections(started.svc.database);
+  });
+  afterAll(async () => {
+    // Unset when the start failed: its own error is the one to see.
+    await (started.holder as Knex | undefined)?.destroy();
+    await (started.svc as TestService | undefined)?.stop();
+  });
+  return started;
 }
 
 /** Holds batch `id`'s row lock on `other` (as a stuck replica would) until the returned function is called. */

@@ -1,12 +1,10 @@
-import { Knex } from 'knex';
-
 import { httpSend, RollcallClient } from '../../src/client';
 import { AckCoalescer } from '../../src/integrations/ackCoalescer';
 import { backends, describeEachOrSkip, serverBackends } from '../helpers/backends';
 import { batchWith } from '../helpers/batches';
 import { countingFetch } from '../helpers/countingFetch';
 import { realSleep } from '../helpers/realTime';
-import { holdBatchRow, otherConnections } from '../helpers/rowLocks';
+import { holdBatchRow, serviceWithRowHolder } from '../helpers/rowLocks';
 import { startService, TestService } from '../helpers/service';
 
 const [, sqlite] = backends()[0]!;
@@ -281,18 +279,10 @@ describe('the ack coalescer against a service whose BODY_LIMIT is below a full c
 });
 
 describeEachOrSkip(serverBackends())('the ack coalescer while another connection holds one batch (%s)', (_name, backend) => {
-  let svc: TestService;
-  let holder: Knex;
-  beforeAll(async () => {
-    svc = await startService(backend, { LOCK_TIMEOUT: '1s' });
-    holder = otherConnections(svc.database);
-  });
-  afterAll(async () => {
-    await holder.destroy();
-    await svc.stop();
-  });
+  const service = serviceWithRowHolder(backend);
 
   it('when acks of a held batch X and of Y share a call, then Y’s are answered within a few LOCK_TIMEOUTs, X’s once it is let go', async () => {
+    const { svc, holder } = service;
     const x = await batchWith(svc.client, 2);
     const y = await batchWith(svc.client, 3);
     const acks = new AckCoalescer(new RollcallClient({ baseUrl: svc.url }));

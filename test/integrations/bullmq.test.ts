@@ -15,7 +15,6 @@ import {
   Worker as OtherWorker,
 } from 'bullmq5';
 import IORedis from 'ioredis';
-import { Knex } from 'knex';
 
 import { Batch, HttpSend, httpSend, RollcallClient } from '../../src/client';
 import { handedToChild, rollcallProcessor, SUCCESS_UNRECORDED, watchFailedJobs } from '../../src/integrations/bullmq';
@@ -24,7 +23,7 @@ import { backends, describeEachOrSkip, serverBackends } from '../helpers/backend
 import { describeWith, redisConnection, redisUrl } from '../helpers/brokers';
 import { AckTally, countingFetch, swappingToken } from '../helpers/countingFetch';
 import { realSleep, until } from '../helpers/realTime';
-import { holdBatchRow, otherConnections } from '../helpers/rowLocks';
+import { holdBatchRow, serviceWithRowHolder } from '../helpers/rowLocks';
 import { startService, TestService } from '../helpers/service';
 import { TcpProxy } from '../helpers/tcpProxy';
 import { kindOf, permanentMessage, runTestJob, TestJobData, unrecoverableMessage } from './fixtures/jobs';
@@ -1739,18 +1738,10 @@ function heapAfterCollecting(): number {
 describeEachOrSkip(redisUrl ? serverBackends() : [])('rollcall/bullmq while another connection holds one batch (%s)', (_name, backend) => {
   const connection = redisConnection(redisUrl ?? 'redis://127.0.0.1:6379');
   const prefix = `rollcall-test-${randomBytes(4).toString('hex')}`;
-  let svc: TestService;
-  let holder: Knex;
-  beforeAll(async () => {
-    svc = await startService(backend, { LOCK_TIMEOUT: '1s' });
-    holder = otherConnections(svc.database);
-  });
-  afterAll(async () => {
-    await holder.destroy();
-    await svc.stop();
-  });
+  const service = serviceWithRowHolder(backend);
 
   it("when a worker's jobs of a held batch X share ack calls with Y's, then Y's complete meanwhile, and X's only once rollcall has taken their acks", async () => {
+    const { svc, holder } = service;
     const queue = new Queue<TestJobData>(`q-${randomBytes(4).toString('hex')}`, { connection, prefix });
     // Every job waits until all 25 run, so that their acks leave in the same turn: X's and Y's share calls.
     let running = 0;
