@@ -2,6 +2,7 @@ import { toBatchView } from '../contract/batchView';
 import { BatchView } from '../contract/responses';
 import { BatchRecord, Caller, isFinished } from '../domain/batch';
 import { TooManyWaitsError } from '../domain/errors';
+import { isUuid } from '../domain/itemId';
 import { findFinishedOrGone } from '../store/batches';
 import { ServiceDeps } from './deps';
 import { getBatch } from './readBatches';
@@ -47,6 +48,8 @@ export class CompletionWatcher {
   private released = false;
   /** Reads of a batch for waits that ended unanswered, shared by those of the same moment (readAgain). */
   private readonly rereads = new Map<string, Promise<BatchView>>();
+  /** Waits past their first read that have not yet been woken, timed out or abandoned (`waiting`). */
+  private sleeping = 0;
 
   constructor(
     private readonly deps: ServiceDeps,
@@ -54,10 +57,9 @@ export class CompletionWatcher {
     private readonly limits: WaitLimits = { total: Infinity, perTenant: Infinity },
   ) {}
 
+  /** Waits past their first read, waiting to be woken. */
   get waiting(): number {
-    let n = 0;
-    for (const set of this.waiters.values()) n += set.size;
-    return n;
+    return this.sleeping;
   }
 
   /** Long-polls this process holds now (what WAIT_MAX bounds). */
@@ -112,32 +114,65 @@ export class CompletionWatcher {
   }
 
   private async waitHolding(caller: Caller, batchId: string, timeoutMs: number, abandoned: AbortSignal): Promise<BatchView> {
-    const now = await getBatch(this.deps, caller, batchId);
-    // A caller gone during that read is not waited for (its abort has fired: no listener would hear
-    // it). Nor is one that came after release(): a shutdown waits for every answer, and a client
-    // asking again at once (waitForCompletion) would otherwise be held to its timeout.
-    if (isFinished(now.state) || abandoned.aborted || this.released) return now;
-    const completed = await new Promise<BatchRecord | null>((resolve) => {
-      const set = this.waiters.get(now.id) ?? new Set<Wake>();
-      this.waiters.set(now.id, set);
-      const done = (batch: BatchRecord | null) => {
-        clearTimeout(timer);
-        abandoned.removeEventListener('abort', onAbort);
-        set.delete(wake);
-        if (set.size === 0 && this.waiters.get(now.id) === set) this.waiters.delete(now.id);
-        this.stopPollingIfIdle();
-        resolve(batch);
-      };
-      const wake: Wake = (batch) => done(batch);
-      const onAbort = () => done(null);
-      const timer = setTimeout(() => done(null), timeoutMs);
-      abandoned.addEventListener('abort', onAbort);
-      set.add(wake);
+    // Heard from before the first read: a completion committed here while that read ran (it read the
+    // batch unfinished) wakes this wait then, not at the next poll. Ids that are not UUIDs are not
+    // listened for: the read answers them 404, and the poll's query must not carry them.
+    const ending = isUuid(batchId) ? this.listen(batchId.toLowerCase()) : null;
+    try {
+      const now = await getBatch(this.deps, caller, batchId);
+      // A caller gone during that read is not waited for (its abort has fired: no listener would hear
+      // it). Nor is one that came after release(): a shutdown waits for every answer, and a client
+      // asking again at once (waitForCompletion) would otherwise be held to its timeout.
+      if (isFinished(now.state) || abandoned.aborted || this.released || !ending) return now;
       this.startPolling();
-    });
-    if (completed) return toBatchView(completed);
-    // A caller gone meanwhile reads nothing more: its place is free at once, and the answer goes nowhere.
-    return abandoned.aborted ? now : this.readAgain(caller, now.id);
+      const completed = await ending.heard(timeoutMs, abandoned);
+      ending.stop();
+      if (completed) return toBatchView(completed);
+      // A caller gone meanwhile reads nothing more: its place is free at once, and the answer goes nowhere.
+      return abandoned.aborted ? now : await this.readAgain(caller, now.id);
+    } finally {
+      ending?.stop();
+    }
+  }
+
+  /**
+   * A place among the batch's waiters from now on: `heard` resolves with what wakes it (the batch
+   * that ended, or null: read it yourself), at once if that came already, or null after `timeoutMs`
+   * or the caller's abort. `stop` leaves the place.
+   */
+  private listen(batchId: string): { heard(timeoutMs: number, abandoned: AbortSignal): Promise<BatchRecord | null>; stop(): void } {
+    const set = this.waiters.get(batchId) ?? new Set<Wake>();
+    this.waiters.set(batchId, set);
+    let woken: { batch: BatchRecord | null } | null = null;
+    let answer: Wake | null = null;
+    const wake: Wake = (batch) => {
+      woken ??= { batch };
+      answer?.(batch);
+    };
+    set.add(wake);
+    const stop = () => {
+      if (!set.delete(wake)) return;
+      if (set.size === 0 && this.waiters.get(batchId) === set) this.waiters.delete(batchId);
+      this.stopPollingIfIdle();
+    };
+    const heard = (timeoutMs: number, abandoned: AbortSignal) =>
+      new Promise<BatchRecord | null>((resolve) => {
+        if (woken) return resolve(woken.batch);
+        this.sleeping += 1;
+        const done = (batch: BatchRecord | null) => {
+          if (answer !== done) return;
+          answer = null;
+          this.sleeping -= 1;
+          clearTimeout(timer);
+          abandoned.removeEventListener('abort', onAbort);
+          resolve(batch);
+        };
+        const onAbort = () => done(null);
+        const timer = setTimeout(() => done(null), timeoutMs);
+        abandoned.addEventListener('abort', onAbort);
+        answer = done;
+      });
+    return { heard, stop };
   }
 
   /**

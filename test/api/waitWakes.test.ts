@@ -1,4 +1,4 @@
-import { backends } from '../helpers/backends';
+import { backends, describeEachOrSkip, serverBackends } from '../helpers/backends';
 import { batchWith } from '../helpers/batches';
 import { realSleep, until } from '../helpers/realTime';
 import { ProxiedService, startBehindProxy, startService, TestService } from '../helpers/service';
@@ -58,5 +58,27 @@ describe.each(backends())('waits woken by the process itself (%s)', (_name, back
     }
     expect(reads.seen()).toBeGreaterThan(0); // the count itself works
     expect(reads.seen()).toBeLessThanOrEqual(30); // one per 25 ms over which the waits began (so end); one each, 300
+  });
+});
+
+describeEachOrSkip(serverBackends())('a wait whose batch ends during its first read (%s)', (_name, backend) => {
+  let svc: ProxiedService;
+  beforeAll(async () => {
+    svc = await startBehindProxy(backend, { WAIT_POLL_INTERVAL: '60s' });
+  });
+  afterAll(() => svc.stop());
+
+  it('when an ack here ends the batch while the wait reads it, then the wait is answered at once, not at the next poll', async () => {
+    const { id, ids } = await batchWith(svc.client, 2);
+    // The wait's first read reaches the database (it finds the batch sealed), and its answer is held.
+    const readHeld = svc.proxy.freezeConnectionSending(id);
+    const started = performance.now();
+    const answer = fetch(`${svc.url}/v1/batches/${id}/wait?timeout=20`);
+    const letGo = await readHeld;
+    await svc.client.ack(ids); // on the pool's other connections: completes the batch here
+    await letGo();
+    const res = await answer;
+    const batch = (await res.json()) as { state: string };
+    expect([res.status, batch.state, performance.now() - started < 10_000]).toEqual([200, 'complete', true]);
   });
 });
