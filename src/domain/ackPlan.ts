@@ -2,7 +2,7 @@ import type { ItemState } from '../contract/vocabulary';
 import { AckCall, AckTarget, Rejection } from './ackCall';
 import { BatchRecord, Outcome } from './batch';
 import { Bitfield } from './bitfield';
-import { planFailureReasons, reasonKey, ReasonPlan, ReasonTouch } from './failureReasons';
+import { planFailureReasons, reasonKey, ReasonPlan, ReasonTouch, StoredReasonKeys } from './failureReasons';
 
 /** A group row as stored: bits are null while all zero. */
 export interface GroupRecord {
@@ -39,8 +39,8 @@ export interface AckPlan {
 
 /** What the ack transaction read of the failure reasons, and the cap it applies. */
 export interface ReasonContext {
-  /** Stored reason keys per batch, read for the batches that calls with an `error` name. */
-  stored: ReadonlyMap<string, ReadonlySet<string>>;
+  /** What was read of the stored reasons per batch, for the batches that calls with an `error` name. */
+  stored: ReadonlyMap<string, StoredReasonKeys>;
   cap: number;
 }
 
@@ -183,7 +183,7 @@ class AckPlanner {
     }
     const effect = group.apply(index, call.outcome);
     if (call.error !== undefined && (effect === 'new' || effect === 'failed_again')) {
-      this.touch(batch.id, { kind: 'failed', key: reasonKey(target.groupId, index), error: call.error });
+      this.touch(batch.id, { kind: 'failed', key: reasonKey(target.groupId, index), error: call.error, again: effect === 'failed_again' });
     }
     if (effect === 'duplicate' || effect === 'failed_again') {
       result.duplicates += 1;

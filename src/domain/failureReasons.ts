@@ -1,14 +1,20 @@
+import type { AckCall } from './ackCall';
+
 /**
  * The failure-reason rules of one batch, pure: at most `cap` reasons are kept; a failure beyond it is
- * only counted (`dropped`); the latest reason of a kept item wins; an item whose retry won leaves
+ * only counted (`dropped`), once; the latest reason of a kept item wins; an item whose retry won leaves
  * the list, which makes room again. Storage therefore never grows past the cap, whatever the number
  * of failed items.
  */
 
 /** Something an ack transaction did to one item of the batch, in the order it happened. */
 export type ReasonTouch =
-  /** The item was acked failed with an error (newly failed, or failed again: the latest reason wins). */
-  | { kind: 'failed'; key: string; error: string }
+  /**
+   * The item was acked failed with an error: newly failed, or failed `again` (a duplicate: the latest
+   * reason wins). A failure again is never counted dropped: it was counted when it first failed, and
+   * a redelivered ack must not count it twice.
+   */
+  | { kind: 'failed'; key: string; error: string; again?: boolean }
   /** The item was failed and a later ack succeeded (a retry won): its reason goes. */
   | { kind: 'cleared'; key: string };
 
@@ -22,29 +28,79 @@ export interface ReasonPlan {
 }
 
 /**
- * Applies touches in order to the keys already stored. `stored` may be null only when no touch is a
- * failure (clearing needs no count, so the ack hot path of successes never reads the table).
+ * What a transaction read of one batch's stored reasons: how many there are, and which of the keys
+ * its failures with an error name are among them (`named`). Not every stored key: a batch keeps up
+ * to the cap (1,000), and one call naming 10,000 batches with full lists read ten million rows.
  */
-export function planFailureReasons(stored: ReadonlySet<string> | null, touches: readonly ReasonTouch[], cap: number): ReasonPlan {
-  const kept = new Set(stored ?? []);
+export interface StoredReasonKeys {
+  count: number;
+  named: ReadonlySet<string>;
+}
+
+/**
+ * Applies touches in order to the reasons already stored. `stored` may be null only when no touch is
+ * a failure (clearing needs no count, so the ack hot path of successes never reads the table). A
+ * cleared key not among `named` may or may not have been stored: the count is left as it is, so the
+ * list never passes the cap (the room it made is used from the next transaction on).
+ */
+export function planFailureReasons(stored: StoredReasonKeys | null, touches: readonly ReasonTouch[], cap: number): ReasonPlan {
+  const kept = new Set(stored?.named ?? []);
+  let count = stored?.count ?? 0;
   const plan: ReasonPlan = { upserts: new Map(), deletes: new Set(), dropped: 0 };
   for (const touch of touches) {
     if (touch.kind === 'cleared') {
-      kept.delete(touch.key);
+      if (kept.delete(touch.key)) count -= 1;
       plan.upserts.delete(touch.key);
       plan.deletes.add(touch.key);
       continue;
     }
     if (stored === null) throw new Error('failure reasons must be read before a failure with an error is planned');
-    if (kept.has(touch.key) || kept.size < cap) {
+    if (kept.has(touch.key) || count < cap) {
+      if (!kept.has(touch.key)) count += 1;
       kept.add(touch.key);
       plan.upserts.set(touch.key, touch.error);
       plan.deletes.delete(touch.key);
-    } else {
+    } else if (!touch.again) {
       plan.dropped += 1;
     }
   }
   return plan;
+}
+
+/** Items of one group, `from` to `to` (inclusive), of one batch. */
+export interface IndexRun {
+  batchId: string;
+  groupId: string;
+  from: number;
+  to: number;
+}
+
+/**
+ * The items named by calls that fail items with an error, as runs of consecutive indexes per group
+ * (a compact range is one run): the keys whose stored reasons a transaction reads (StoredReasonKeys).
+ */
+export function runsNamedByFailures(calls: readonly AckCall[]): IndexRun[] {
+  const byGroup = new Map<string, { batchId: string; groupId: string; indexes: number[] }>();
+  for (const call of calls) {
+    if (call.error === undefined) continue;
+    for (const target of call.targets) {
+      if (target.foreign) continue;
+      const key = `${target.batchId}:${target.groupId}`;
+      let group = byGroup.get(key);
+      if (!group) byGroup.set(key, (group = { batchId: target.batchId, groupId: target.groupId, indexes: [] }));
+      for (const index of target.indexes) group.indexes.push(index);
+    }
+  }
+  const runs: IndexRun[] = [];
+  for (const { batchId, groupId, indexes } of byGroup.values()) {
+    indexes.sort((a, b) => a - b);
+    let run: IndexRun | null = null;
+    for (const index of indexes) {
+      if (run && index <= run.to + 1) run.to = Math.max(run.to, index);
+      else runs.push((run = { batchId, groupId, from: index, to: index }));
+    }
+  }
+  return runs;
 }
 
 /** `<groupId>:<index>`: an item within its batch. */

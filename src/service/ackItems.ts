@@ -6,7 +6,7 @@ import { AckCall } from '../domain/ackCall';
 import { AckPlan, CallResult, planAcks } from '../domain/ackPlan';
 import { BatchRecord, Outcome } from '../domain/batch';
 import { batchEventBody } from '../domain/delivery';
-import { reasonTime } from '../domain/failureReasons';
+import { reasonTime, runsNamedByFailures } from '../domain/failureReasons';
 import { runAckTransaction } from '../store/ackTransaction';
 import { NewEvent } from '../store/outbox';
 import { announceCompletions, finishRows } from './completion';
@@ -69,20 +69,16 @@ function observeResults(deps: ServiceDeps, calls: AckCall[], results: CallResult
   for (const [outcome, total] of totals) deps.observe.ackResult(outcome, total.acked, total.duplicates, total.rejected);
 }
 
-const NO_REASONS: ReadonlyMap<string, ReadonlySet<string>> = new Map();
-
 /**
  * Applies ack calls in one transaction: one locked read and one write per touched group row, one
  * write per touched batch row, whatever the number of IDs. Returns each call's own result, in order.
  * Completion happens here, under the batch row lock, at most once per batch.
  */
 export async function ackItems(deps: ServiceDeps, calls: AckCall[]): Promise<AckResult[]> {
-  const reads = { groupIdsByBatch: groupIdsByBatch(calls), reasonBatches: batchesWithReasons(calls) };
+  const reads = { groupIdsByBatch: groupIdsByBatch(calls), reasonBatches: batchesWithReasons(calls), reasonRuns: runsNamedByFailures(calls) };
   const { results, completed } = await runAckTransaction(deps.db, deps.tx, reads, ({ batches, groups, storedReasons }) => {
     const now = deps.now();
-    // Most transactions name no failure with an error, and read no reasons: no map is made for them.
-    const stored = storedReasons.size === 0 ? NO_REASONS : new Map([...storedReasons].map(([id, reasons]) => [id, reasons.keys]));
-    const plan = planAcks(calls, batches, groups, now, { stored, cap: deps.failureReasonsPerBatch });
+    const plan = planAcks(calls, batches, groups, now, { stored: storedReasons, cap: deps.failureReasonsPerBatch });
     // A batch written here and complete now became complete in this transaction (complete ones are never written).
     const newlyComplete = plan.batchWrites.filter((b) => b.state === 'complete');
     const finished = finishRows(deps, newlyComplete);

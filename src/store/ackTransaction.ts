@@ -1,21 +1,23 @@
 import { groupKey, GroupRecord } from '../domain/ackPlan';
 import { BatchRecord } from '../domain/batch';
-import { ReasonPlan } from '../domain/failureReasons';
+import { IndexRun, ReasonPlan } from '../domain/failureReasons';
 import { batchFromRow, BatchRow, lockBatchQuery, updateBatchQuery } from './batches';
 import { insertChildOutcomeQuery, NewChildOutcome } from './childOutcomes';
 import { Db, Queryable, Statement } from './db';
-import { reasonKeysQuery, StoredReasons, storedReasonsFrom, writeReasonsQueries } from './failureReasons';
+import { namedReasonsQueries, namedReasonsStatementCount, reasonCountQuery, StoredReasons, storedReasonsFrom, writeReasonsQueries } from './failureReasons';
 import { groupFromRow, GroupRow, lockGroupsQueries, writeGroupsQueries } from './groups';
 import { insertEventQuery, NewEvent } from './outbox';
 import { pgAckWork } from './pgAckStatements';
 import { readDecideWrite } from './readDecideWrite';
 import { TransactionOptions } from './transaction';
 
-/** What an ack transaction reads: these groups of these batches, and the stored reason keys of some batches. */
+/** What an ack transaction reads: these groups of these batches, and of some batches' stored reasons. */
 export interface AckReads {
   groupIdsByBatch: Map<string, Set<string>>;
-  /** Batches whose stored failure-reason keys are read (only those named by failures with an error). */
+  /** Batches whose stored failure reasons are counted (only those named by failures with an error). */
   reasonBatches: string[];
+  /** The items named by failures with an error, whose stored reasons are read (runsNamedByFailures). */
+  reasonRuns: IndexRun[];
 }
 
 /** The rows an ack transaction read, as plain records. Unknown batches and groups are simply absent. */
@@ -23,7 +25,7 @@ export interface AckRows {
   batches: Map<string, BatchRecord>;
   /** By groupKey(batchId, groupId), as the ack planner looks them up. */
   groups: Map<string, GroupRecord>;
-  /** Stored reason keys (and their newest time) per batch of AckReads.reasonBatches. */
+  /** Stored reasons (their count, newest time, and which named items have one) per batch of AckReads.reasonBatches. */
   storedReasons: Map<string, StoredReasons>;
 }
 
@@ -50,11 +52,16 @@ export function runAckTransaction<T>(
   decide: (rows: AckRows) => { writes: AckWrites; answer: T },
 ): Promise<T> {
   return readDecideWrite(db, options, {
-    reads: (q) => [...targetReads(q, reads.groupIdsByBatch), ...reads.reasonBatches.map((id) => reasonKeysQuery(q, id))],
+    reads: (q) => [
+      ...targetReads(q, reads.groupIdsByBatch),
+      ...reads.reasonBatches.map((id) => reasonCountQuery(q, id)),
+      ...namedReasonsQueries(q, reads.reasonRuns),
+    ],
     decide(q, results) {
-      const targetResults = results.slice(0, results.length - reads.reasonBatches.length);
-      const storedReasons = new Map(reads.reasonBatches.map((id, i) => [id, storedReasonsFrom(results[targetResults.length + i])]));
-      const { writes, answer } = decide({ ...targetsFrom(targetResults, reads.groupIdsByBatch.size), storedReasons });
+      const targetCount = results.length - reads.reasonBatches.length - namedReasonsStatementCount(reads.reasonRuns);
+      const counts = results.slice(targetCount, targetCount + reads.reasonBatches.length);
+      const storedReasons = storedReasonsFrom(reads.reasonBatches, counts, results.slice(targetCount + reads.reasonBatches.length));
+      const { writes, answer } = decide({ ...targetsFrom(results.slice(0, targetCount), reads.groupIdsByBatch.size), storedReasons });
       return { writes: ackWrites(q, writes), answer };
     },
     asPgStatements: () => pgAckWork(reads, decide),

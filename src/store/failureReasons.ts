@@ -1,6 +1,6 @@
 import { Knex } from 'knex';
 
-import { reasonKey, ReasonPlan } from '../domain/failureReasons';
+import { IndexRun, reasonKey, ReasonPlan, StoredReasonKeys } from '../domain/failureReasons';
 import { Queryable } from './db';
 import { selectRows } from './readDecideWrite';
 
@@ -15,33 +15,69 @@ interface ReasonRow extends ReasonKeyRow {
 }
 
 /** What the ack transaction reads of a batch's stored reasons. */
-export interface StoredReasons {
-  keys: Set<string>;
+export interface StoredReasons extends StoredReasonKeys {
   /** The newest `failed_at` among them (0 for none): the reasons it writes are stamped later (reasonTime). */
   newest: number;
 }
 
 /**
- * The keys of a batch's stored reasons (at most the cap, so a bounded read), for batches named by
- * failures with an error. Read in the ack transaction after its batch row is locked, and every
- * writer of a batch's reasons holds that lock: so a plain read (its snapshot taken after the lock
- * was granted) already sees every committed reason. A locking read would add next-key locks that
- * reach into the neighbouring batch's key range, and make ack transactions of unrelated batches
- * wait for (or deadlock with) each other.
+ * How many reasons a batch keeps, and the newest one's time: one row, whatever the count, for the
+ * batches named by failures with an error. Read in the ack transaction after its batch row is
+ * locked, and every writer of a batch's reasons holds that lock: so a plain read (its snapshot taken
+ * after the lock was granted) already sees every committed reason. A locking read would add next-key
+ * locks that reach into the neighbouring batch's key range, and make ack transactions of unrelated
+ * batches wait for (or deadlock with) each other.
  */
-export function reasonKeysQuery(q: Queryable, batchId: string): Knex.QueryBuilder {
-  return q('failure_reasons').select('group_id', 'item_index', 'failed_at').where('batch_id', batchId);
+export function reasonCountQuery(q: Queryable, batchId: string): Knex.QueryBuilder {
+  return q('failure_reasons').where('batch_id', batchId).count({ kept: '*' }).max({ newest: 'failed_at' });
 }
 
-/** The keys and newest time of reasonKeysQuery's rows. */
-export function storedReasonsFrom(rows: unknown): StoredReasons {
-  const keys = new Set<string>();
-  let newest = 0;
-  for (const row of rows as Array<ReasonKeyRow & Pick<ReasonRow, 'failed_at'>>) {
-    keys.add(reasonKey(row.group_id, Number(row.item_index)));
-    newest = Math.max(newest, Number(row.failed_at));
+/** Runs per statement: an OR of this many ranges stays far below SQLite's expression depth (1,000). */
+const RUNS_PER_STATEMENT = 200;
+
+/** The runs each of namedReasonsQueries' statements reads: one batch's, at most RUNS_PER_STATEMENT. */
+function runsOfStatements(runs: readonly IndexRun[]): IndexRun[][] {
+  const byBatch = new Map<string, IndexRun[]>();
+  for (const run of runs) {
+    let list = byBatch.get(run.batchId);
+    if (!list) byBatch.set(run.batchId, (list = []));
+    list.push(run);
   }
-  return { keys, newest };
+  return [...byBatch.values()].flatMap((list) =>
+    Array.from({ length: Math.ceil(list.length / RUNS_PER_STATEMENT) }, (_, i) => list.slice(i * RUNS_PER_STATEMENT, (i + 1) * RUNS_PER_STATEMENT)),
+  );
+}
+
+/**
+ * The stored reasons among the items these runs name (runsNamedByFailures): at most as many rows as
+ * the calls name items, unlike every stored key of each batch named. Read as reasonCountQuery is.
+ */
+export function namedReasonsQueries(q: Queryable, runs: readonly IndexRun[]): Knex.QueryBuilder[] {
+  return runsOfStatements(runs).map((some) =>
+    q('failure_reasons')
+      .select('batch_id', 'group_id', 'item_index')
+      .where('batch_id', some[0]!.batchId)
+      .where((any) => {
+        for (const run of some) any.orWhere((one) => one.where('group_id', run.groupId).whereBetween('item_index', [run.from, run.to]));
+      }),
+  );
+}
+
+/** How many statements namedReasonsQueries makes of these runs. */
+export const namedReasonsStatementCount = (runs: readonly IndexRun[]): number => runsOfStatements(runs).length;
+
+/** StoredReasons per batch, from reasonCountQuery's rows (batch by batch, as `batchIds`) and namedReasonsQueries'. */
+export function storedReasonsFrom(batchIds: readonly string[], counts: unknown[], named: unknown[]): Map<string, StoredReasons> {
+  const keys = new Map(batchIds.map((batchId) => [batchId, new Set<string>()]));
+  for (const row of (named as Array<Array<ReasonKeyRow & { batch_id: string }>>).flat()) {
+    keys.get(row.batch_id)?.add(reasonKey(row.group_id, Number(row.item_index)));
+  }
+  return new Map(
+    batchIds.map((batchId, i) => {
+      const [row] = counts[i] as Array<{ kept: number | string; newest: number | string | null }>;
+      return [batchId, { count: Number(row?.kept ?? 0), newest: Number(row?.newest ?? 0), named: keys.get(batchId) ?? new Set() }];
+    }),
+  );
 }
 
 /** Rows per statement: a reason is up to 1,000 characters, so a statement stays well under a packet. */

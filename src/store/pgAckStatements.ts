@@ -61,11 +61,17 @@ UNION ALL
 SELECT NULL, batch_id, id, size, pending, succeeded_bits, failed_bits FROM g`;
 
 /**
- * The stored reason keys of some batches: a statement of its own, so its snapshot is taken after
- * the batch rows were locked and it sees every reason committed before (failureReasons.ts). In one
- * statement with the locks it would see the snapshot taken before it waited for them.
+ * How many reasons some batches keep, and the newest one's time (reasonCountQuery): a statement of
+ * its own, so its snapshot is taken after the batch rows were locked and it sees every reason
+ * committed before (failureReasons.ts). In one statement with the locks it would see the snapshot
+ * taken before it waited for them. A batch without reasons has no row.
  */
-const REASON_KEYS = 'SELECT batch_id, group_id, item_index, failed_at FROM failure_reasons WHERE batch_id = ANY($1::text[])';
+const REASON_COUNTS = 'SELECT batch_id, count(*) AS kept, max(failed_at) AS newest FROM failure_reasons WHERE batch_id = ANY($1::text[]) GROUP BY batch_id';
+
+/** The stored reasons among the items named by failures with an error, as runs (namedReasonsQueries); read as REASON_COUNTS is. */
+const NAMED_REASONS = `SELECT f.batch_id, f.group_id, f.item_index
+  FROM unnest($1::text[], $2::text[], $3::integer[], $4::integer[]) AS r(batch_id, group_id, low, high)
+  JOIN failure_reasons AS f ON f.batch_id = r.batch_id AND f.group_id = r.group_id AND f.item_index BETWEEN r.low AND r.high`;
 
 type TargetRow = { batch: BatchRow | null } & GroupRow;
 
@@ -73,17 +79,27 @@ function readStatements(reads: AckReads): PgStatement[] {
   const batchIds = [...reads.groupIdsByBatch.keys()];
   const keys = batchIds.flatMap((batchId) => [...(reads.groupIdsByBatch.get(batchId) ?? [])].map((id) => [batchId, id] as const));
   const statements = [prepared(LOCK_TARGETS, [batchIds, keys.map(([batchId]) => batchId), keys.map(([, id]) => id)])];
-  if (reads.reasonBatches.length > 0) statements.push(prepared(REASON_KEYS, [reads.reasonBatches]));
+  if (reads.reasonBatches.length > 0) {
+    const runs = reads.reasonRuns;
+    statements.push(
+      prepared(REASON_COUNTS, [reads.reasonBatches]),
+      prepared(NAMED_REASONS, [runs.map((run) => run.batchId), runs.map((run) => run.groupId), runs.map((run) => run.from), runs.map((run) => run.to)]),
+    );
+  }
   return statements;
 }
 
-function rowsRead(reads: AckReads, [targets = [], reasons = []]: unknown[][]): AckRows {
+function rowsRead(reads: AckReads, [targets = [], counts = [], named = []]: unknown[][]): AckRows {
   const rows = targets as TargetRow[];
-  const reasonRows = reasons as Array<{ batch_id: string }>;
+  const countOf = new Map((counts as Array<{ batch_id: string }>).map((row) => [row.batch_id, [row]]));
   return {
     batches: new Map(rows.flatMap((row) => (row.batch ? [[row.batch.id, batchFromRow(row.batch)] as const] : []))),
     groups: new Map(rows.filter((row) => !row.batch).map((row) => [groupKey(row.batch_id, row.id), groupFromRow(row)])),
-    storedReasons: new Map(reads.reasonBatches.map((id) => [id, storedReasonsFrom(reasonRows.filter((row) => row.batch_id === id))])),
+    storedReasons: storedReasonsFrom(
+      reads.reasonBatches,
+      reads.reasonBatches.map((id) => countOf.get(id) ?? []),
+      [named],
+    ),
   };
 }
 

@@ -68,6 +68,11 @@ describe.each(backends())('failure reasons (%s)', (_name, backend) => {
     expect(page.failures).toHaveLength(5);
     expect(page.dropped).toBe(7);
     expect(await storedRows(id)).toBe(5);
+    // The same failures acked again (a redelivery) are duplicates, and not dropped a second time.
+    const again = await ack({ ids: ids.slice(0, 12), outcome: 'failed', error: 'boom' }, 12);
+    expect(again).toMatchObject({ acked: 0, duplicates: 12 });
+    page = await failures(id);
+    expect([page.dropped, page.failures.length]).toEqual([7, 5]);
     const kept = page.failures.map((f: { id: string }) => f.id);
     await ack({ ids: kept.slice(0, 2) }, 2); // two retries win
     await ack({ groups: [{ batchId: id, groupId: groups[0]!.id, indexes: [[12, 15]] }], outcome: 'failed', error: 'later' }, 4);

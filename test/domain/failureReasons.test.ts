@@ -4,10 +4,13 @@ import { planFailureReasons, ReasonTouch } from '../../src/domain/failureReasons
 
 const key = fc.integer({ min: 0, max: 30 }).map((i) => `g:${i}`);
 const touch: fc.Arbitrary<ReasonTouch> = fc.oneof(
-  fc.record({ kind: fc.constant('failed' as const), key, error: fc.string({ maxLength: 5 }) }),
+  fc.record({ kind: fc.constant('failed' as const), key, error: fc.string({ maxLength: 5 }), again: fc.boolean() }),
   fc.record({ kind: fc.constant('cleared' as const), key }),
 );
 const stored = fc.uniqueArray(key, { maxLength: 12 }).map((keys) => new Set(keys));
+
+/** What a transaction reads of `kept`: its count, and every key (the named ones among them, and more). */
+const known = (kept: Set<string>) => ({ count: kept.size, named: kept });
 
 /** The kept set after a plan: what was stored, minus deletes, plus upserts. */
 const keptAfter = (before: Set<string>, plan: ReturnType<typeof planFailureReasons>) => {
@@ -20,7 +23,7 @@ describe('failure reasons under the per-batch cap', () => {
   it('when any failures and retries happen, then no more than the cap (or what was stored) is kept', () => {
     fc.assert(
       fc.property(stored, fc.array(touch, { maxLength: 60 }), fc.integer({ min: 0, max: 15 }), (before, touches, cap) => {
-        const kept = keptAfter(before, planFailureReasons(before, touches, cap));
+        const kept = keptAfter(before, planFailureReasons(known(before), touches, cap));
         expect(kept.size).toBeLessThanOrEqual(Math.max(cap, before.size));
         if (before.size <= cap) expect(kept.size).toBeLessThanOrEqual(cap);
       }),
@@ -30,7 +33,7 @@ describe('failure reasons under the per-batch cap', () => {
   it('when an item fails several times, then its latest reason wins; a retry that won removes it', () => {
     fc.assert(
       fc.property(stored, fc.array(touch, { maxLength: 60 }), fc.integer({ min: 0, max: 15 }), (before, touches, cap) => {
-        const plan = planFailureReasons(before, touches, cap);
+        const plan = planFailureReasons(known(before), touches, cap);
         const kept = keptAfter(before, plan);
         const last = new Map<string, ReasonTouch>();
         for (const t of touches) last.set(t.key, t);
@@ -46,31 +49,47 @@ describe('failure reasons under the per-batch cap', () => {
     );
   });
 
-  it('when failures arrive, then each is kept or dropped, and dropped only while the list is full', () => {
+  it('when failures arrive, then each new one is kept or dropped, and dropped only while the list is full', () => {
     fc.assert(
       fc.property(stored, fc.array(touch, { maxLength: 60 }), fc.integer({ min: 0, max: 15 }), (before, touches, cap) => {
         // Replaying one touch at a time: a failure is dropped exactly when the item is not kept and the list is full.
         let current = new Set(before);
         let dropped = 0;
         for (const t of touches) {
-          const step = planFailureReasons(current, [t], cap);
+          const step = planFailureReasons(known(current), [t], cap);
           if (t.kind === 'failed' && step.dropped === 1) {
+            expect(t.again).toBe(false); // a failure again was counted when it first failed
             expect(current.has(t.key)).toBe(false);
             expect(current.size).toBeGreaterThanOrEqual(cap);
           }
           dropped += step.dropped;
           current = keptAfter(current, step);
         }
-        const whole = planFailureReasons(before, touches, cap);
+        const whole = planFailureReasons(known(before), touches, cap);
         expect(whole.dropped).toBe(dropped);
         expect(keptAfter(before, whole)).toEqual(current);
       }),
     );
   });
 
+  it("when only the stored keys among the failures' own are read (not every stored key), then the cap holds and no more is kept than with every key read", () => {
+    fc.assert(
+      fc.property(stored, fc.array(touch, { maxLength: 60 }), fc.integer({ min: 0, max: 15 }), (before, touches, cap) => {
+        const failedKeys = new Set(touches.flatMap((t) => (t.kind === 'failed' ? [t.key] : [])));
+        const plan = planFailureReasons({ count: before.size, named: new Set([...before].filter((k) => failedKeys.has(k))) }, touches, cap);
+        const whole = planFailureReasons(known(before), touches, cap);
+        expect(keptAfter(before, plan).size).toBeLessThanOrEqual(Math.max(cap, before.size));
+        for (const k of plan.upserts.keys()) expect(whole.upserts.get(k)).toBe(plan.upserts.get(k));
+        // A stored item failed again has its reason replaced all the same.
+        for (const k of whole.upserts.keys()) if (before.has(k)) expect(plan.upserts.has(k) || plan.deletes.has(k)).toBe(true);
+        expect(plan.deletes).toEqual(whole.deletes);
+      }),
+    );
+  });
+
   it('when 10,000 distinct items fail against a cap of 1,000, then 1,000 are kept and the rest counted', () => {
     const touches: ReasonTouch[] = Array.from({ length: 10_000 }, (_, i) => ({ kind: 'failed', key: `g:${i}`, error: 'x' }));
-    const plan = planFailureReasons(new Set(), touches, 1000);
+    const plan = planFailureReasons(known(new Set()), touches, 1000);
     expect(plan.upserts.size).toBe(1000);
     expect(plan.dropped).toBe(9000);
   });

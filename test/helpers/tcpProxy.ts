@@ -31,6 +31,16 @@ export class TcpProxy {
     return { seen: () => counter.seen, stop: () => void this.counters.delete(counter) };
   }
 
+  /** Set by `countReceived()`: bytes the database sent clients since. */
+  private readonly receivers = new Set<{ bytes: number }>();
+
+  /** From now on, counts the bytes the database sends to clients until `stop()`. */
+  countReceived(): { bytes(): number; stop(): void } {
+    const receiver = { bytes: 0 };
+    this.receivers.add(receiver);
+    return { bytes: () => receiver.bytes, stop: () => void this.receivers.delete(receiver) };
+  }
+
   async open(): Promise<void> {
     const server = net.createServer((client) => {
       if (this.silent) {
@@ -57,6 +67,9 @@ export class TcpProxy {
         if (!wire.every) this.tripwire = null;
         this.freezePair(pair);
         wire.tripped(() => this.thawPair(pair));
+      });
+      upstream.on('data', (chunk: Buffer) => {
+        for (const receiver of this.receivers) receiver.bytes += chunk.length;
       });
       client.on('close', () => this.holding || upstream.destroy());
       upstream.on('close', () => {
