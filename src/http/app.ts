@@ -11,8 +11,9 @@ import type { ProbePool } from '../store/db';
 import { authenticate } from './auth';
 import { refuseCrossSiteWrites } from './crossSite';
 import { errorHandler } from './errorHandler';
-import { requireUnrebindableHost } from './hostCheck';
+import { requireHostOnHttp11, requireUnrebindableHost } from './hostCheck';
 import { httpMetrics } from './httpMetrics';
+import { strictQuery } from './params';
 import { requestContext } from './requestContext';
 import { readJsonBody, requireJsonBody } from './requireJson';
 import { ackHandlers, SubmitAck } from './routes/acks';
@@ -51,9 +52,11 @@ export function createApp(deps: AppDeps): Express {
   const app = express();
   app.disable('x-powered-by');
   app.set('etag', false);
+  app.set('query parser', strictQuery);
   const everyRequest = [
     requestContext(app, deps.log),
     httpMetrics(deps.metrics),
+    requireHostOnHttp11,
     ...(deps.hostCheck ? [requireUnrebindableHost(deps.hostCheck.boundToLoopback, deps.hostCheck.allowed)] : []),
   ];
   // A form's content type is refused (415) before its origin is asked: the cross-site check is for the

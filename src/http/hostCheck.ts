@@ -2,7 +2,7 @@ import net from 'node:net';
 
 import type { RequestHandler } from 'express';
 
-import { MisdirectedRequestError } from '../domain/errors';
+import { InvalidRequestError, MisdirectedRequestError } from '../domain/errors';
 
 /** Whether an address or name is this machine's loopback: localhost, 127.0.0.0/8, ::1. */
 export function isLoopback(host: string): boolean {
@@ -53,3 +53,13 @@ export function requireUnrebindableHost(boundToLoopback: boolean, allowed: reado
     next(new MisdirectedRequestError(refusal));
   };
 }
+
+/**
+ * HTTP/1.1 requires a Host (RFC 9112 §3.2): a request without one is 400 in the API's error shape,
+ * with its x-request-id, and counted. Node's own refusal (its requireHostHeader, off in server.ts)
+ * answered with an empty body, past every metric. HTTP/1.0 needs none (a bare health check).
+ */
+export const requireHostOnHttp11: RequestHandler = (req, _res, next) => {
+  const http11 = req.httpVersionMajor > 1 || (req.httpVersionMajor === 1 && req.httpVersionMinor >= 1);
+  next(http11 && req.headers.host === undefined ? new InvalidRequestError('an HTTP/1.1 request must name its host in a Host header') : undefined);
+};

@@ -36,7 +36,12 @@ export function createServer(app: Express, { requestTimeoutMs = DEFAULT_REQUEST_
     // Node looks for requests past their time this often (30 s by default): a 1 s limit was 31 s.
     connectionsCheckingInterval: Math.min(30_000, Math.max(250, requestTimeoutMs / 4)),
   };
-  const server = http.createServer({ ...messageClassesOf(app), ...timeouts }, app).on('clientError', answerClientError);
+  // A missing Host is the app's to refuse (requireHostOnHttp11), in the API's error shape; Node's own
+  // 400 had an empty body.
+  const server = http.createServer({ ...messageClassesOf(app), ...timeouts, requireHostHeader: false }, app).on('clientError', answerClientError);
+  // An expectation other than 100-continue (`Expect: foo`) is ignored, as RFC 9110 allows: the
+  // request is served. Node's own answer was a bare 417, with no body and past every metric.
+  server.on('checkExpectation', (req: http.IncomingMessage, res: http.ServerResponse) => server.emit('request', req, res));
   const open = new Set<http.ServerResponse>();
   const answered = (res: http.ServerResponse) => {
     open.delete(res);

@@ -124,6 +124,29 @@ describe.each(backends())('the HTTP server (%s)', (_name, backend) => {
     expect(answer.status === 400 || answer.body.includes('invalid_request')).toBe(false);
   });
 
+  it('when a query value is not valid percent-encoding (?userKey=%FF), then 400 invalid_request, not the batches of key U+FFFD', async () => {
+    const replaced = await svc.api.post('/v1/batches').send({ userKey: '\uFFFD' });
+    const spaced = await svc.api.post('/v1/batches').send({ userKey: 'a b' });
+    for (const query of ['userKey=%FF', 'userKey=%C3', 'user%FFKey=x']) {
+      const res = await svc.api.get(`/v1/batches?${query}`);
+      expect([query, res.status, res.body.error?.code]).toEqual([query, 400, 'invalid_request']);
+    }
+    const ids = async (query: string) => (await svc.api.get(`/v1/batches?${query}`)).body.batches.map((batch: { id: string }) => batch.id);
+    expect(await ids('userKey=%EF%BF%BD')).toEqual([replaced.body.id]); // the key itself, spelt right
+    expect([await ids('userKey=a+b'), await ids('userKey=a%20b')]).toEqual([[spaced.body.id], [spaced.body.id]]);
+  });
+
+  it('when an HTTP/1.1 request has no Host, then 400 invalid_request in the error shape, with its request id', async () => {
+    const answer = await rawAnswer('GET /healthz HTTP/1.1\r\nConnection: close\r\n\r\n');
+    expect([answer.status, answer.headers]).toEqual([400, expect.stringContaining('x-request-id: ')]);
+    expect(JSON.parse(answer.body)).toEqual({ error: { code: 'invalid_request', message: expect.stringContaining('Host') } });
+  });
+
+  it('when a request carries an expectation the server does not know (Expect: foo), then it is served as without one', async () => {
+    const answer = await rawAnswer('GET /healthz HTTP/1.1\r\nHost: localhost\r\nExpect: foo\r\nConnection: close\r\n\r\n');
+    expect([answer.status, answer.headers]).toEqual([200, expect.stringContaining('x-request-id: ')]);
+  });
+
   it.each(['/v1/batches/%E0%A4%A', '/v1/items/%ZZ', '/v1/batches/%C0/failures'])(
     'when a path parameter is not valid percent-encoding (%s), then 400 invalid_request',
     async (path) => {
