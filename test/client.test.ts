@@ -53,6 +53,24 @@ describe.each(backends())('the TypeScript client and the CLI against a real serv
     await expect(svc.client.status(bad)).rejects.toMatchObject({ name: 'RollcallApiError', status: 404, code: 'batch_not_found' });
   });
 
+  it('when an ID is `.` or `..` (steps of a path to a URL parser), then the call is answered 404 for that ID, not sent to another route', async () => {
+    for (const dots of ['.', '..']) {
+      await expect(client.status(dots)).rejects.toMatchObject({ status: 404, code: 'batch_not_found' });
+      await expect(client.item(dots)).rejects.toMatchObject({ status: 404, code: 'item_not_found' });
+      await expect(client.waitForCompletion(dots, { timeoutMs: 1000 })).rejects.toMatchObject({ status: 404, code: 'batch_not_found' });
+      await expect(client.cancel(dots)).rejects.toMatchObject({ status: 404, code: 'batch_not_found' });
+    }
+  });
+
+  it("when a list's userKey holds a lone surrogate (no URL form), then it is refused 400, not read as another key's U+FFFD", async () => {
+    const other = await client.open({ userKey: 'lone-\ufffd' });
+    await expect(client.list({ userKey: 'lone-\ud800' })).rejects.toMatchObject({ status: 400, code: 'invalid_request' });
+    await expect(client.list({ userKey: 'lone-\udc00' })).rejects.toMatchObject({ status: 400, code: 'invalid_request' });
+    expect((await client.list({ userKey: 'lone-\ufffd' })).batches.map((b) => b.id)).toEqual([other.id]);
+    const odd = await client.open({ userKey: 'a b+c&d=e%\u{1F600}' });
+    expect((await client.list({ userKey: 'a b+c&d=e%\u{1F600}' })).batches.map((b) => b.id)).toEqual([odd.id]);
+  });
+
   it('when the service answers with an error, then the client throws it with the status and code', async () => {
     const missing = '0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b';
     await expect(client.status(missing)).rejects.toMatchObject({ name: 'RollcallApiError', status: 404, code: 'batch_not_found' });

@@ -140,7 +140,12 @@ export function* itemIdsOf(batchId: string, groups: readonly Group[]): IterableI
  * another route (`../admin/sweep?`). A lone surrogate has no URL form (encodeURIComponent throws):
  * it becomes U+FFFD, as in no ID the service made, so the call is answered 404 rather than thrown.
  */
-const pathPart = (id: string): string => encodeURIComponent(toExactText(id));
+const pathPart = (id: string): string => {
+  const part = encodeURIComponent(toExactText(id));
+  // `.` and `..` are steps of the path to a URL parser, as `%2E` is: `client.status('.')` read the
+  // list. Sent as `%252E` (the id `%2E`), they name a batch or item that cannot exist: 404, as any such id.
+  return part === '.' || part === '..' ? part.replace(/\./g, '%252E') : part;
+};
 
 /** Timers take whole milliseconds up to 2^31 - 1 (~24.8 days); longer is treated as that. */
 const MAX_TIMER_MS = 2 ** 31 - 1;
@@ -151,12 +156,29 @@ function timerMs(ms: number): number {
 }
 
 function queryString(query: Record<string, string | number | undefined>): string {
-  const params = new URLSearchParams(
-    Object.entries(query)
-      .filter(([, v]) => v !== undefined)
-      .map(([k, v]): [string, string] => [k, String(v)]),
-  );
-  return params.size ? `?${params}` : '';
+  const parts = Object.entries(query)
+    .filter(([, v]) => v !== undefined)
+    .map(([k, v]) => `${encodeURIComponent(k)}=${queryValue(String(v))}`);
+  return parts.length ? `?${parts.join('&')}` : '';
+}
+
+const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/g;
+
+/**
+ * A query value, percent-encoded. A lone surrogate has no URL form: URLSearchParams made it U+FFFD,
+ * so `list({ userKey: 'a\uD800' })` listed the batches of another key, `'a\uFFFD'`. It is sent as
+ * its three bytes, which are no UTF-8: the service answers 400, as it does to that key in an open.
+ */
+function queryValue(value: string): string {
+  let encoded = '';
+  let from = 0;
+  for (const lone of value.matchAll(LONE_SURROGATE)) {
+    const unit = lone[0].charCodeAt(0);
+    const bytes = [0xe0 | (unit >> 12), 0x80 | ((unit >> 6) & 0x3f), 0x80 | (unit & 0x3f)];
+    encoded += encodeURIComponent(value.slice(from, lone.index)) + bytes.map((byte) => `%${byte.toString(16).toUpperCase()}`).join('');
+    from = lone.index + 1;
+  }
+  return encoded + encodeURIComponent(value.slice(from));
 }
 
 /** The JSON of an error answer, or nothing when it is not JSON (a proxy's HTML page, a redirect). */
