@@ -1,6 +1,6 @@
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
 
-import { type Db, poolStats } from './store/db';
+import { type Db, poolsStats } from './store/db';
 
 /**
  * Every metric rollcall exports, on a registry of its own (so several apps in one process, as in
@@ -67,15 +67,15 @@ export class Metrics {
     for (const result of ['delivered', 'failed', 'dead', 'unrecorded']) this.callbacks.inc({ result }, 0);
     new Gauge({
       name: 'rollcall_db_pool_connections',
-      help: 'Database pool connections by state',
-      labelNames: ['state'],
+      help: "Database pool connections by state, of each pool (main; on MySQL/MariaDB also ack, the ack transactions' own)",
+      labelNames: ['state', 'pool'],
       registers: [this.registry],
       collect() {
-        const pool = poolStats(db);
-        if (!pool) return;
-        this.set({ state: 'used' }, pool.used);
-        this.set({ state: 'free' }, pool.free);
-        this.set({ state: 'pending_acquire' }, pool.pendingAcquires);
+        for (const { pool, stats } of poolsStats(db)) {
+          this.set({ state: 'used', pool }, stats.used);
+          this.set({ state: 'free', pool }, stats.free);
+          this.set({ state: 'pending_acquire', pool }, stats.pendingAcquires);
+        }
       },
     });
   }

@@ -293,6 +293,16 @@ function postgresSettings(config: DbConfig, local: boolean): string[] {
   return calls;
 }
 
+/**
+ * On Citus, a shortened lock wait (SET LOCAL lock_timeout, dialect.ts) must reach the workers, which
+ * hold the row locks; the session's own settings do not (docs/scaling.md). Set for the session, or
+ * behind a pooler in transaction mode for each transaction (`local`): set only for sessions, a
+ * pooler's transactions waited twice LOCK_TIMEOUT for a shortened wait. Nothing elsewhere.
+ */
+function citusPropagatesSetLocal(local: boolean): string {
+  return `(SELECT set_config('citus.propagate_set_commands', 'local', ${local}) FROM pg_extension WHERE extname = 'citus')`;
+}
+
 /** Behind a pooler in transaction mode: what each transaction of the pool sets first (perTransactionSettings). */
 const settingsOfTransactions = new WeakMap<Db, string>();
 
@@ -342,17 +352,14 @@ function openPostgres(config: DbConfig, log?: Logger): Db {
     },
     acquireConnectionTimeout: 5000,
   } as Knex.Config);
-  if (sessionless) settingsOfTransactions.set(db, `SELECT ${postgresSettings(config, true).join(', ')}`);
+  if (sessionless) settingsOfTransactions.set(db, `SELECT ${[...postgresSettings(config, true), citusPropagatesSetLocal(true)].join(', ')}`);
   return db;
 }
 
 /** Sets a new pooled session up: read committed by default, and postgresSettings for the session. */
 function setUpPostgresSession(config: DbConfig) {
   return (conn: PostgresSession, done: (err: Error | null, conn: unknown) => void) => {
-    // On Citus, a shortened lock wait (SET LOCAL lock_timeout, dialect.ts) reaches the workers,
-    // which hold the row locks; the session's own settings do not (docs/scaling.md).
-    const citusSets = "(SELECT set_config('citus.propagate_set_commands', 'local', false) FROM pg_extension WHERE extname = 'citus')";
-    const calls = ["set_config('default_transaction_isolation', 'read committed', false)", ...postgresSettings(config, false), citusSets];
+    const calls = ["set_config('default_transaction_isolation', 'read committed', false)", ...postgresSettings(config, false), citusPropagatesSetLocal(false)];
     conn.query(`SELECT ${calls.join(', ')}`, [], (err) => done(err, conn));
   };
 }
@@ -540,6 +547,18 @@ export interface PoolStats {
 export function poolStats(db: Db): PoolStats | null {
   const pool = (db.client as { pool?: { numUsed(): number; numFree(): number; numPendingAcquires(): number } }).pool;
   return pool ? { used: pool.numUsed(), free: pool.numFree(), pendingAcquires: pool.numPendingAcquires() } : null;
+}
+
+/**
+ * Each pool's connections by name: `main`, and on MySQL/MariaDB `ack`, the ack transactions' own
+ * (multiStatementPool). There, a gauge of the main pool alone showed it idle while acks waited for
+ * connections.
+ */
+export function poolsStats(db: Db): Array<{ pool: 'main' | 'ack'; stats: PoolStats }> {
+  const pools: Array<{ pool: 'main' | 'ack'; stats: PoolStats | null }> = [{ pool: 'main', stats: poolStats(db) }];
+  const ackPool = multiStatementPool(db);
+  if (ackPool !== db) pools.push({ pool: 'ack', stats: poolStats(ackPool) });
+  return pools.flatMap(({ pool, stats }) => (stats ? [{ pool, stats }] : []));
 }
 
 /** The key of the transaction advisory lock under which PostgreSQL migrators create the migration lock's table. */

@@ -65,7 +65,10 @@ describe.each(backends())('observability (%s)', (_name, backend) => {
     expect(text).toContain('rollcall_batches_total{event="completed"} 1');
     expect(text).toMatch(/rollcall_group_commit_calls_count \d+/);
     expect(text).toContain('rollcall_sweeper_runs_total 1');
-    expect(text).toMatch(/rollcall_db_pool_connections\{state="used"\} \d+/);
+    expect(text).toMatch(/rollcall_db_pool_connections\{state="used",pool="main"\} \d+/);
+    // On MySQL/MariaDB the acks run on a pool of their own: it is shown too, with the connections its acks opened.
+    const ackPoolFree = /rollcall_db_pool_connections\{state="free",pool="ack"\} (\d+)/.exec(text);
+    expect(ackPoolFree === null ? null : Number(ackPoolFree[1]) > 0).toBe(backend.name === 'mysql' ? true : null);
     expect(text).toMatch(/rollcall_http_request_duration_seconds_bucket/);
     expect(text).toMatch(/rollcall_process_resident_memory_bytes \d+/);
     // No callback was ever sent: the series an alert watches are there, at 0.
