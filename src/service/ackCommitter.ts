@@ -51,7 +51,7 @@ const HELD_QUESTION_LIMIT_MS = 500;
 function heldOf(deps: ServiceDeps, batchIds: string[]): Promise<string[]> {
   let timer: NodeJS.Timeout | undefined;
   const late = new Promise<string[]>((resolve) => (timer = setTimeout(() => resolve([]), HELD_QUESTION_LIMIT_MS)));
-  const asked = batchesHeldElsewhere(deps.db, batchIds).catch(() => []);
+  const asked = batchesHeldElsewhere(deps.db, batchIds, performance.now() + HELD_QUESTION_LIMIT_MS).catch(() => []);
   return Promise.race([asked, late]).finally(() => clearTimeout(timer));
 }
 

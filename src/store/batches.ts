@@ -134,22 +134,35 @@ export function lockBatchQuery(q: Queryable, id: string): Knex.QueryBuilder {
   return forUpdate(q, q('batches').where('id', id));
 }
 
+/** On Citus, how many batches are asked about at once (one statement each). */
+const CITUS_HELD_ASKS_AT_ONCE = 4;
+
 /**
  * Which of these batches another transaction holds locked right now, asked without waiting for any
  * row (`FOR UPDATE SKIP LOCKED`: a batch that exists but is skipped is held). Each statement commits
  * on its own, so it holds rows only while it runs: another replica's round or question running at
  * that very moment may still be taken for a hold (the caller allows for that). One statement for
- * all, or one per batch on Citus, where a
- * locking read must stay on one shard. Empty where the dialect cannot tell batches apart (SQLite: a
- * held file holds every batch).
+ * all; on Citus, where a locking read must stay on one shard, one per batch, a few at a time and
+ * none begun after `askUntil` (performance.now()): a round naming thousands of batches sent as many
+ * statements at once, which queued on the pool ahead of every other request, and ran on after the
+ * caller had stopped listening. Empty where the dialect cannot tell batches apart (SQLite: a held
+ * file holds every batch).
  */
-export async function batchesHeldElsewhere(db: Db, ids: string[]): Promise<string[]> {
+export async function batchesHeldElsewhere(db: Db, ids: string[], askUntil = Infinity): Promise<string[]> {
   if (!profileOf(db).skipLocked || ids.length === 0) return [];
   const existing = ((await db('batches').select('id').whereIn('id', ids)) as Array<{ id: string }>).map((row) => row.id);
-  const lockable = (some: string[]) => forUpdateSkipLocked(db, db('batches').select('id').whereIn('id', some)) as Promise<Array<{ id: string }>>;
-  const free = (await onCitus(db)) ? (await Promise.all(existing.map((id) => lockable([id])))).flat() : await lockable(existing);
-  const freeIds = new Set(free.map((row) => row.id));
-  return existing.filter((id) => !freeIds.has(id));
+  const heldOf = async (some: string[]) => {
+    const free = (await forUpdateSkipLocked(db, db('batches').select('id').whereIn('id', some))) as Array<{ id: string }>;
+    const freeIds = new Set(free.map((row) => row.id));
+    return some.filter((id) => !freeIds.has(id));
+  };
+  if (!(await onCitus(db))) return heldOf(existing);
+  const held: string[] = [];
+  for (let at = 0; at < existing.length && performance.now() < askUntil; at += CITUS_HELD_ASKS_AT_ONCE) {
+    const some = existing.slice(at, at + CITUS_HELD_ASKS_AT_ONCE);
+    held.push(...(await Promise.all(some.map((id) => heldOf([id])))).flat());
+  }
+  return held;
 }
 
 /** Runs updateBatchQuery. */
