@@ -39,9 +39,9 @@ export interface StoredReasonKeys {
 
 /**
  * Applies touches in order to the reasons already stored. `stored` may be null only when no touch is
- * a failure (clearing needs no count, so the ack hot path of successes never reads the table). A
- * cleared key not among `named` may or may not have been stored: the count is left as it is, so the
- * list never passes the cap (the room it made is used from the next transaction on).
+ * a failure (clearing needs no count, so the ack hot path of successes never reads the table).
+ * `named` holds every key the touches name that is stored (runsNamedByFailures reads them all); a
+ * cleared key it does not hold leaves the count as it is, so the list could never pass the cap.
  */
 export function planFailureReasons(stored: StoredReasonKeys | null, touches: readonly ReasonTouch[], cap: number): ReasonPlan {
   const kept = new Set(stored?.named ?? []);
@@ -75,20 +75,32 @@ export interface IndexRun {
   to: number;
 }
 
+/** Batches named by calls that carry a failure reason (not batches known to be others'), in id order: only their stored reasons are read. */
+export function batchesNamedByFailures(calls: readonly AckCall[]): string[] {
+  const ids = new Set<string>();
+  for (const call of calls) if (call.error !== undefined) for (const target of call.targets) if (!target.foreign) ids.add(target.batchId);
+  return [...ids].sort();
+}
+
+/** The largest index a stored reason can have (a 32-bit column); a larger one is index_out_of_range anyway. */
+const MAX_STORED_INDEX = 2 ** 31 - 1;
+
 /**
- * The items named by calls that fail items with an error, as runs of consecutive indexes per group
- * (a compact range is one run): the keys whose stored reasons a transaction reads (StoredReasonKeys).
+ * The items whose stored reasons a transaction reads (StoredReasonKeys), as runs of consecutive
+ * indexes per group (a compact range is one run): in each batch named by a call that fails items
+ * with an error, the items every call names, successes too, so that a retry winning in the same
+ * round as a failure makes its room for it there and then.
  */
 export function runsNamedByFailures(calls: readonly AckCall[]): IndexRun[] {
+  const batches = new Set(batchesNamedByFailures(calls));
   const byGroup = new Map<string, { batchId: string; groupId: string; indexes: number[] }>();
   for (const call of calls) {
-    if (call.error === undefined) continue;
     for (const target of call.targets) {
-      if (target.foreign) continue;
+      if (target.foreign || !batches.has(target.batchId)) continue;
       const key = `${target.batchId}:${target.groupId}`;
       let group = byGroup.get(key);
       if (!group) byGroup.set(key, (group = { batchId: target.batchId, groupId: target.groupId, indexes: [] }));
-      for (const index of target.indexes) group.indexes.push(index);
+      for (const index of target.indexes) if (index <= MAX_STORED_INDEX) group.indexes.push(index);
     }
   }
   const runs: IndexRun[] = [];

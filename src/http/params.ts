@@ -5,6 +5,9 @@ import { InvalidRequestError } from '../domain/errors';
 /** The `:batchId` path parameter (routes with middleware lose express's inferred param types). */
 export const batchIdOf = (req: Request): string => String(req.params.batchId ?? '');
 
+/** Parameters a query string may hold (strictQuery). */
+const MAX_QUERY_PAIRS = 1000;
+
 /**
  * The query string as express's "simple" parser (Node's querystring) reads it: `+` is a space, and a
  * name given twice gives an array (which the schemas refuse). But a %-escape that does not decode as
@@ -13,13 +16,18 @@ export const batchIdOf = (req: Request): string => String(req.params.batchId ?? 
  */
 export function strictQuery(text: string | null | undefined): Record<string, string | string[]> {
   const query: Record<string, string | string[]> = Object.create(null) as Record<string, string | string[]>;
-  for (const pair of (text ?? '').split('&')) {
+  const pairs = (text ?? '').split('&');
+  // Node's parser read the first 1,000 and dropped the rest; no route takes more than a few.
+  if (pairs.length > MAX_QUERY_PAIRS) throw new InvalidRequestError(`a query string may hold at most ${MAX_QUERY_PAIRS} parameters`);
+  for (const pair of pairs) {
     if (pair === '') continue;
     const at = pair.indexOf('=');
     const name = decodedQueryPart(at === -1 ? pair : pair.slice(0, at));
     const value = at === -1 ? '' : decodedQueryPart(pair.slice(at + 1));
     const before = query[name];
-    query[name] = before === undefined ? value : [...(Array.isArray(before) ? before : [before]), value];
+    if (before === undefined) query[name] = value;
+    else if (Array.isArray(before)) before.push(value);
+    else query[name] = [before, value];
   }
   return query;
 }

@@ -6,7 +6,7 @@ import { AckCall } from '../domain/ackCall';
 import { AckPlan, CallResult, planAcks } from '../domain/ackPlan';
 import { BatchRecord, Outcome } from '../domain/batch';
 import { batchEventBody } from '../domain/delivery';
-import { reasonTime, runsNamedByFailures } from '../domain/failureReasons';
+import { batchesNamedByFailures, reasonTime, runsNamedByFailures } from '../domain/failureReasons';
 import { runAckTransaction } from '../store/ackTransaction';
 import { NewEvent } from '../store/outbox';
 import { announceCompletions, finishRows } from './completion';
@@ -26,13 +26,6 @@ function groupIdsByBatch(calls: AckCall[]): Map<string, Set<string>> {
     }
   }
   return byBatch;
-}
-
-/** Batches named by calls that carry a failure reason: only their stored reasons are read. */
-function batchesWithReasons(calls: AckCall[]): string[] {
-  const ids = new Set<string>();
-  for (const call of calls) if (call.error !== undefined) for (const target of call.targets) if (!target.foreign) ids.add(target.batchId);
-  return [...ids].sort();
 }
 
 /** The batch.first_failure events of batches with a callback URL. */
@@ -75,7 +68,7 @@ function observeResults(deps: ServiceDeps, calls: AckCall[], results: CallResult
  * Completion happens here, under the batch row lock, at most once per batch.
  */
 export async function ackItems(deps: ServiceDeps, calls: AckCall[]): Promise<AckResult[]> {
-  const reads = { groupIdsByBatch: groupIdsByBatch(calls), reasonBatches: batchesWithReasons(calls), reasonRuns: runsNamedByFailures(calls) };
+  const reads = { groupIdsByBatch: groupIdsByBatch(calls), reasonBatches: batchesNamedByFailures(calls), reasonRuns: runsNamedByFailures(calls) };
   const { results, completed } = await runAckTransaction(deps.db, deps.tx, reads, ({ batches, groups, storedReasons }) => {
     const now = deps.now();
     const plan = planAcks(calls, batches, groups, now, { stored: storedReasons, cap: deps.failureReasonsPerBatch });

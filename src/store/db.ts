@@ -257,6 +257,9 @@ export function onCitus(db: Db): Promise<boolean> {
   return check;
 }
 
+/** onGalera's answers once they came: for what must know at once (poolsStats). */
+const knownGalera = new WeakMap<Db, boolean>();
+
 /**
  * True when the database is a Galera cluster node (wsrep_on=ON), asked once per pool. MySQL, which
  * has no such variable, answers with no row.
@@ -267,7 +270,8 @@ export function onGalera(db: Db): Promise<boolean> {
   if (!check) {
     check = db
       .raw("SHOW VARIABLES LIKE 'wsrep_on'")
-      .then(([rows]: [Array<{ Value?: unknown }>]) => rows.some((row) => String(row.Value).toUpperCase() === 'ON'));
+      .then(([rows]: [Array<{ Value?: unknown }>]) => rows.some((row) => String(row.Value).toUpperCase() === 'ON'))
+      .then((galera: boolean) => (knownGalera.set(db, galera), galera));
     check.catch(() => galeraChecks.delete(db)); // not answering now: ask again next time
     galeraChecks.set(db, check);
   }
@@ -550,14 +554,15 @@ export function poolStats(db: Db): PoolStats | null {
 }
 
 /**
- * Each pool's connections by name: `main`, and on MySQL/MariaDB `ack`, the ack transactions' own
- * (multiStatementPool). There, a gauge of the main pool alone showed it idle while acks waited for
+ * Each pool's connections by name: `main`, and on MySQL/MariaDB (not Galera) `ack`, the ack
+ * transactions' own (multiStatementPool). There, a gauge of the main pool alone showed it idle while acks waited for
  * connections.
  */
 export function poolsStats(db: Db): Array<{ pool: 'main' | 'ack'; stats: PoolStats }> {
   const pools: Array<{ pool: 'main' | 'ack'; stats: PoolStats | null }> = [{ pool: 'main', stats: poolStats(db) }];
   const ackPool = multiStatementPool(db);
-  if (ackPool !== db) pools.push({ pool: 'ack', stats: poolStats(ackPool) });
+  // On Galera the acks run on the main pool (one statement at a time): the other stays empty.
+  if (ackPool !== db && knownGalera.get(db) !== true) pools.push({ pool: 'ack', stats: poolStats(ackPool) });
   return pools.flatMap(({ pool, stats }) => (stats ? [{ pool, stats }] : []));
 }
 

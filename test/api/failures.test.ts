@@ -60,6 +60,14 @@ describe.each(backends())('failure reasons (%s)', (_name, backend) => {
     expect(await storedRows(id)).toBe(1);
   });
 
+  it('when a failure with an error names an index past 32 bits, then it is index_out_of_range, and the others of its call are acked', async () => {
+    const { id, groups, ids } = await batchWith(svc.client, 2);
+    const res = await ack({ ids: [ids[0], `${id}:${groups[0]!.id}:99999999999`], outcome: 'failed', error: 'boom' }, 2);
+    expect([res.acked, res.rejected]).toEqual([1, [{ id: `${id}:${groups[0]!.id}:99999999999`, reason: 'index_out_of_range' }]]);
+    const compact = await ack({ groups: [{ batchId: id, groupId: groups[0]!.id, indexes: [1, 2 ** 31] }], outcome: 'failed', error: 'boom' }, 2);
+    expect([compact.acked, compact.rejected.map((r: { reason: string }) => r.reason)]).toEqual([1, ['index_out_of_range']]);
+  });
+
   it('when more items fail than the cap, then the rest count as dropped; a retry that wins makes room', async () => {
     const { id, groups, ids } = await batchWith(svc.client, 20);
     const res = await ack({ ids: ids.slice(0, 12), outcome: 'failed', error: 'boom' }, 12);

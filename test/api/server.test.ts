@@ -136,6 +136,12 @@ describe.each(backends())('the HTTP server (%s)', (_name, backend) => {
     expect([await ids('userKey=a+b'), await ids('userKey=a%20b')]).toEqual([[spaced.body.id], [spaced.body.id]]);
   });
 
+  it('when a query string holds more than 1,000 parameters, then 400 before any is decoded', async () => {
+    const res = await svc.api.get(`/v1/batches?${'userKey=a&'.repeat(1001)}`);
+    expect([res.status, res.body.error]).toEqual([400, { code: 'invalid_request', message: expect.stringContaining('at most 1000') }]);
+    expect((await svc.api.get(`/v1/batches?${'limit=5&'.repeat(999)}`)).body.error.code).toBe('invalid_request'); // a list of limits, as before
+  });
+
   it('when an HTTP/1.1 request has no Host, then 400 invalid_request in the error shape, with its request id', async () => {
     const answer = await rawAnswer('GET /healthz HTTP/1.1\r\nConnection: close\r\n\r\n');
     expect([answer.status, answer.headers]).toEqual([400, expect.stringContaining('x-request-id: ')]);

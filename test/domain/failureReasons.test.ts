@@ -1,6 +1,7 @@
 import fc from 'fast-check';
 
-import { planFailureReasons, ReasonTouch } from '../../src/domain/failureReasons';
+import type { AckCall } from '../../src/domain/ackCall';
+import { batchesNamedByFailures, planFailureReasons, ReasonTouch, runsNamedByFailures } from '../../src/domain/failureReasons';
 
 const key = fc.integer({ min: 0, max: 30 }).map((i) => `g:${i}`);
 const touch: fc.Arbitrary<ReasonTouch> = fc.oneof(
@@ -72,17 +73,12 @@ describe('failure reasons under the per-batch cap', () => {
     );
   });
 
-  it("when only the stored keys among the failures' own are read (not every stored key), then the cap holds and no more is kept than with every key read", () => {
+  it('when only the stored keys among those the touches name are read (not every stored key), then the plan is the same as with every key read', () => {
     fc.assert(
       fc.property(stored, fc.array(touch, { maxLength: 60 }), fc.integer({ min: 0, max: 15 }), (before, touches, cap) => {
-        const failedKeys = new Set(touches.flatMap((t) => (t.kind === 'failed' ? [t.key] : [])));
-        const plan = planFailureReasons({ count: before.size, named: new Set([...before].filter((k) => failedKeys.has(k))) }, touches, cap);
-        const whole = planFailureReasons(known(before), touches, cap);
-        expect(keptAfter(before, plan).size).toBeLessThanOrEqual(Math.max(cap, before.size));
-        for (const k of plan.upserts.keys()) expect(whole.upserts.get(k)).toBe(plan.upserts.get(k));
-        // A stored item failed again has its reason replaced all the same.
-        for (const k of whole.upserts.keys()) if (before.has(k)) expect(plan.upserts.has(k) || plan.deletes.has(k)).toBe(true);
-        expect(plan.deletes).toEqual(whole.deletes);
+        const touched = new Set(touches.map((t) => t.key));
+        const plan = planFailureReasons({ count: before.size, named: new Set([...before].filter((k) => touched.has(k))) }, touches, cap);
+        expect(plan).toEqual(planFailureReasons(known(before), touches, cap));
       }),
     );
   });
@@ -97,5 +93,39 @@ describe('failure reasons under the per-batch cap', () => {
   it('when a failure with an error is planned without the stored keys, then it refuses', () => {
     expect(() => planFailureReasons(null, [{ kind: 'failed', key: 'g:1', error: 'e' }], 5)).toThrow();
     expect(planFailureReasons(null, [{ kind: 'cleared', key: 'g:1' }], 5).deletes).toEqual(new Set(['g:1']));
+  });
+});
+
+describe('the items whose stored reasons an ack transaction reads', () => {
+  const batch = (n: number) => `0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5${n}`;
+  const target = (b: number, indexes: number[], foreign?: true) => ({
+    batchId: batch(b),
+    groupId: `g${b}`,
+    prefix: '',
+    indexes,
+    ...(foreign ? { foreign } : {}),
+  });
+  const call = (error: string | undefined, ...targets: ReturnType<typeof target>[]): AckCall => ({
+    tenant: '',
+    outcome: error === undefined ? 'succeeded' : 'failed',
+    ...(error === undefined ? {} : { error }),
+    targets,
+    malformed: [],
+  });
+
+  it('when calls fail items with an error, then the items of every call in those batches are read, as runs, and no other batch', () => {
+    const calls = [call('boom', target(1, [5, 3, 4, 9])), call(undefined, target(1, [6, 20]), target(2, [1])), call('x', target(3, [1], true))];
+    expect(batchesNamedByFailures(calls)).toEqual([batch(1)]);
+    expect(runsNamedByFailures(calls).map(({ from, to }) => [from, to])).toEqual([
+      [3, 6],
+      [9, 9],
+      [20, 20],
+    ]);
+  });
+
+  it('when an index is past what a stored reason can have (2^31 and more), then it is not read (the ack answers it index_out_of_range)', () => {
+    expect(runsNamedByFailures([call('boom', target(1, [2 ** 31 - 1, 2 ** 31, 99_999_999_999]))]).map(({ from, to }) => [from, to])).toEqual([
+      [2 ** 31 - 1, 2 ** 31 - 1],
+    ]);
   });
 });
