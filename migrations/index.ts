@@ -21,6 +21,7 @@ import * as m0018 from './0018_index_batches_by_tenant_state';
 import * as m0019 from './0019_outbox_first_attempt';
 import * as m0020 from './0020_index_batches_by_tenant_user_key';
 import * as m0021 from './0021_index_child_outcomes_by_tenant';
+import * as m0022 from './0022_index_batches_by_two_filters';
 
 export interface Migration {
   up(knex: Knex): Promise<void>;
@@ -53,4 +54,5 @@ export const migrations: ReadonlyArray<readonly [name: string, migration: Migrat
   ['0019_outbox_first_attempt', m0019],
   ['0020_index_batches_by_tenant_user_key', m0020],
   ['0021_index_child_outcomes_by_tenant', m0021],
+  ['0022_index_batches_by_two_filters', m0022],
 ];

@@ -29,8 +29,8 @@ export interface ReasonPlan {
 
 /**
  * What a transaction read of one batch's stored reasons: how many there are, and which of the keys
- * its failures with an error name are among them (`named`). Not every stored key: a batch keeps up
- * to the cap (1,000), and one call naming 10,000 batches with full lists read ten million rows.
+ * its calls name in that batch are among them (`named`). Not every stored key: a batch keeps up to
+ * the cap (1,000), and one call naming 10,000 batches with full lists read ten million rows.
  */
 export interface StoredReasonKeys {
   count: number;

@@ -22,13 +22,14 @@ async function indexesRead(db: Db, query: Statement): Promise<string[]> {
   return rows.flatMap((row) => [...row.detail.matchAll(/USING (?:COVERING )?INDEX (\w+)/g)].map((match) => match[1]!));
 }
 
-/** Batch rows of `tenant`, `count` of them with `userKey`, written as the store writes them. */
-async function batchesOf(db: Db, tenant: string, userKey: string | null, count: number): Promise<void> {
-  const rows = Array.from({ length: count }, () => ({
+/** Batch rows of `tenant`, `count` of them with `userKey` (in `state`, children of `parent`), written as the store writes them. */
+async function batchesOf(db: Db, tenant: string, userKey: string | null, count: number, state = 'open', parent?: string): Promise<void> {
+  const rows = Array.from({ length: count }, (_, i) => ({
     id: uuidv7(),
     tenant,
-    state: 'open',
+    state,
     user_key: userKey,
+    ...(parent ? { parent_batch_id: parent, parent_item: `${parent}:${uuidv7()}:${i}` } : {}),
     total: 0,
     succeeded: 0,
     failed: 0,
@@ -57,9 +58,36 @@ describe.each(backends())('listing batches (%s)', (_name, backend) => {
       await batchesOf(db, 'me', null, 3000);
       await batchesOf(db, 'me', 'nightly', 3);
       await analyze(db);
-      for (const state of [undefined, 'open' as const])
-        expect(await indexesRead(db, listBatchesQuery(db, { tenant: 'me', userKey: 'nightly', state, limit: 51 }))).toEqual(['batches_tenant_user_key']);
+      // Either index of the tenant's own key (its three batches, sorted or not) reads none of the neighbour's.
+      for (const state of [undefined, 'open' as const]) {
+        const [index, ...more] = await indexesRead(db, listBatchesQuery(db, { tenant: 'me', userKey: 'nightly', state, limit: 51 }));
+        expect([['batches_tenant_user_key', 'batches_tenant_user_key_state'].includes(index!), more]).toEqual([true, []]);
+      }
       expect(await listBatchesQuery(db, { tenant: 'me', userKey: 'nightly', limit: 51 })).toHaveLength(3);
+    } finally {
+      await db.destroy();
+      await database.drop();
+    }
+  });
+
+  it('when a tenant lists the few batches of a userKey, or of a parent, in one state among thousands in another, then one index range of those is read', async () => {
+    const database = await backend.create();
+    const db = openDb(database.config);
+    try {
+      await migrateLatest(db);
+      await batchesOf(db, 'me', 'nightly', 3000, 'complete');
+      await batchesOf(db, 'me', 'nightly', 3, 'cancelled');
+      const [parent] = (await db('batches').select('id').where('tenant', 'me').limit(1)) as Array<{ id: string }>;
+      await batchesOf(db, 'me', null, 3000, 'complete', parent!.id);
+      await batchesOf(db, 'me', null, 3, 'cancelled', parent!.id);
+      await analyze(db);
+      const byKey = listBatchesQuery(db, { tenant: 'me', userKey: 'nightly', state: 'cancelled', limit: 51 });
+      expect(await indexesRead(db, byKey)).toEqual(['batches_tenant_user_key_state']);
+      expect(await byKey).toHaveLength(3);
+      const byParent = listBatchesQuery(db, { tenant: 'me', parentBatchId: parent!.id, state: 'cancelled', limit: 51 });
+      // The parent's tenant is checked by its key (the primary key) beside the children's range.
+      expect((await indexesRead(db, byParent)).filter((index) => !/pkey|PRIMARY|autoindex/i.test(index))).toEqual(['batches_parent_state']);
+      expect(await byParent).toHaveLength(3);
     } finally {
       await db.destroy();
       await database.drop();
