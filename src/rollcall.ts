@@ -187,6 +187,7 @@ function backgroundLoops(config: Config, deps: ServiceDeps, metrics: Metrics, po
   const dispatcher = new CallbackDispatcher(deps, deliveryOptions(config), postCallback ?? callbackPoster(deps.callbackTargets, config.CALLBACK_DNS_SERVERS));
   const delivering = new PeriodicTask('callbacks', config.CALLBACK_POLL_INTERVAL, () => dispatcher.startDue(), log);
   dispatcher.onSlotFreed = () => delivering.wake();
+  const parkingHeld = new PeriodicTask('held callbacks', config.CALLBACK_POLL_INTERVAL, () => dispatcher.parkHeld(), log);
   const childOutcomes = new ChildOutcomeDispatcher(deps);
   const ackingParents = new PeriodicTask('child outcomes', config.CALLBACK_POLL_INTERVAL, () => childOutcomes.deliverDue(), log);
   let stopping = false;
@@ -216,6 +217,7 @@ function backgroundLoops(config: Config, deps: ServiceDeps, metrics: Metrics, po
     stopping = true;
     childOutcomes.stop();
     void delivering.stop();
+    void parkingHeld.stop();
   };
   const sweeping = new PeriodicTask(
     'sweeper',
@@ -237,6 +239,7 @@ function backgroundLoops(config: Config, deps: ServiceDeps, metrics: Metrics, po
     },
     start() {
       delivering.start();
+      parkingHeld.start();
       ackingParents.start();
       if (config.SWEEP_INTERVAL > 0) sweeping.start();
     },
@@ -244,7 +247,7 @@ function backgroundLoops(config: Config, deps: ServiceDeps, metrics: Metrics, po
     async stop() {
       beginStop();
       // The callbacks' grace runs beside the others' ends, not after them.
-      await Promise.all([delivering.stop().then(() => dispatcher.settle()), ackingParents.stop(), sweeping.stop()]);
+      await Promise.all([delivering.stop().then(() => dispatcher.settle()), parkingHeld.stop(), ackingParents.stop(), sweeping.stop()]);
     },
   };
 }

@@ -47,3 +47,25 @@ export function retryDelay(policy: BackoffPolicy, attempts: number, random: () =
 export function batchEventBody(event: string, tenant: string, batch: unknown, extra: Record<string, unknown> = {}): string {
   return JSON.stringify({ event, tenant, batch, ...extra });
 }
+
+/** When each kind of blocker of a held event is next tried, at the latest (none: nothing that waits). */
+export interface HeldBlockers {
+  firstFailure?: number;
+  children?: number;
+}
+
+/**
+ * Until when an event held back (its batch's batch.first_failure first, and for batch.completed its
+ * children's events first) can wait unread: the latest next attempt of its blockers that wait for a
+ * retry, rounded down to `grainMs` so that many held events share one write. Null, to leave it due,
+ * when that comes within `leaseMs` (a blocker due now or soon may be sent at any moment) or when no
+ * blocker waits (those left are being tried).
+ */
+export function heldUntil(event: string, blockers: HeldBlockers, now: number, leaseMs: number, grainMs: number): number | null {
+  const times = [blockers.firstFailure, event === 'batch.completed' ? blockers.children : undefined].filter((t): t is number => t !== undefined);
+  if (times.length === 0) return null;
+  const latest = Math.max(...times);
+  if (latest <= now + leaseMs) return null;
+  const until = latest - (latest % grainMs);
+  return until > now ? until : null;
+}

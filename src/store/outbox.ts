@@ -139,27 +139,107 @@ export interface Saturated {
  * (docs/scaling.md). The first check correlates on batch_id, which is.
  */
 function inOrder(q: Queryable, query: Knex.QueryBuilder, sharded: boolean): Knex.QueryBuilder {
+  return query.whereNot(heldBack(q, sharded));
+}
+
+/**
+ * The events inOrder keeps back: behind their batch's pending batch.first_failure, or a parent's
+ * batch.completed behind a child's pending event. Off Citus, each check is a subquery for one value
+ * (`(SELECT 1 … LIMIT 1) IS NOT NULL`), which the database runs per event it reads, by index, and
+ * stops at the first match. Written as `EXISTS`, PostgreSQL and MariaDB built the set of every
+ * pending first failure (a hash, a materialized table) on each read that had any due event to check:
+ * 100,000 first failures backing off at a receiver that is down made each read of due events take
+ * 98 ms on PostgreSQL and 164 ms on MariaDB, where it now takes 5 and 13 (docs/benchmarks.md).
+ * On Citus the checks stay as they were (scaling.md; not run here).
+ */
+function heldBack(q: Queryable, sharded: boolean) {
   const childEventPending = (children: Knex.QueryBuilder) =>
     children.from('batches as child').join('outbox as child_event', 'child_event.batch_id', 'child.id').where('child_event.status', 'pending');
-  return query
-    .whereNot((blocked) =>
-      blocked
-        .where('outbox.event', '<>', 'batch.first_failure')
-        .whereExists((earlier) =>
-          earlier
-            .select(q.raw('1'))
-            .from('outbox as earlier')
-            .whereRaw('earlier.batch_id = outbox.batch_id')
-            .where('earlier.status', 'pending')
-            .where('earlier.event', 'batch.first_failure'),
-        ),
+  const firstFailurePending = (earlier: Knex.QueryBuilder) =>
+    earlier
+      .select(q.raw('1'))
+      .from('outbox as earlier')
+      .whereRaw('earlier.batch_id = outbox.batch_id')
+      .where('earlier.status', 'pending')
+      .where('earlier.event', 'batch.first_failure');
+  const anyRow = (query: Knex.QueryBuilder) => q.raw('(?) is not null', [query.limit(1)]);
+  return (held: Knex.QueryBuilder) =>
+    held
+      .where((behindFirstFailure) => {
+        behindFirstFailure.where('outbox.event', '<>', 'batch.first_failure');
+        if (sharded) behindFirstFailure.whereExists(firstFailurePending);
+        else behindFirstFailure.where(anyRow(firstFailurePending(q.queryBuilder())));
+      })
+      .orWhere((behindChildren) => {
+        behindChildren.where('outbox.event', 'batch.completed');
+        if (sharded)
+          behindChildren.whereIn('outbox.batch_id', (parents) =>
+            childEventPending(parents.select('child.parent_batch_id')).whereNotNull('child.parent_batch_id'),
+          );
+        else behindChildren.where(anyRow(childEventPending(q.queryBuilder().select(q.raw('1'))).whereRaw('child.parent_batch_id = outbox.batch_id')));
+      });
+}
+
+/** A due event that inOrder keeps back, as parkHeld reads it. */
+export interface HeldEvent {
+  id: string;
+  batchId: string;
+  event: string;
+}
+
+/** Up to `limit` due pending events that inOrder keeps back, oldest due first (see parkEvents). */
+export async function dueHeldEvents(q: Queryable, now: number, limit: number, sharded: boolean): Promise<HeldEvent[]> {
+  const rows = (await q('outbox')
+    .select('id', 'batch_id', 'event')
+    .where('status', 'pending')
+    .where('next_attempt_at', '<=', now)
+    .where(heldBack(q, sharded))
+    .orderBy('next_attempt_at')
+    .limit(limit)) as Array<{ id: string; batch_id: string; event: string }>;
+  return rows.map((row) => ({ id: row.id, batchId: row.batch_id, event: row.event }));
+}
+
+/**
+ * What holds these batches' events back and is not being tried now (`claim` is NULL), by batch: the
+ * latest next attempt of its pending batch.first_failure, and of its children's pending events. Such
+ * an event cannot be delivered or given up before its next attempt, so a held event cannot go before
+ * the latest of these. Read by index: first failures by 0016's `(event, status, batch_id)`, children
+ * by `(parent_batch_id, …)` and their events by `batch_id`.
+ */
+export async function blockersNextAttempts(q: Queryable, batchIds: string[]): Promise<{ firstFailure: Map<string, number>; children: Map<string, number> }> {
+  const byBatch = (rows: Array<{ batch_id: string; at: unknown }>) => new Map(rows.map((row) => [row.batch_id, Number(row.at)]));
+  const firstFailure = (await q('outbox')
+    .select('batch_id', q.raw('max(next_attempt_at) as at'))
+    .where('event', 'batch.first_failure')
+    .where('status', 'pending')
+    .whereIn('batch_id', batchIds)
+    .whereNull('claim')
+    .groupBy('batch_id')) as Array<{ batch_id: string; at: unknown }>;
+  const children = (await q('batches as child')
+    .join('outbox as child_event', 'child_event.batch_id', 'child.id')
+    .select('child.parent_batch_id as batch_id', q.raw('max(child_event.next_attempt_at) as at'))
+    .whereIn('child.parent_batch_id', batchIds)
+    .where('child_event.status', 'pending')
+    .whereNull('child_event.claim')
+    .groupBy('child.parent_batch_id')) as Array<{ batch_id: string; at: unknown }>;
+  return { firstFailure: byBatch(firstFailure), children: byBatch(children) };
+}
+
+/**
+ * Moves held events' next attempt to `until`, if they are still due and pending (a claim meanwhile
+ * took them: leave them). Returns how many were moved.
+ */
+export async function parkEvents(q: Queryable, events: Array<Pick<HeldEvent, 'id' | 'batchId'>>, until: number, now: number): Promise<number> {
+  if (events.length === 0) return 0;
+  return q('outbox')
+    .whereIn('batch_id', [...new Set(events.map((e) => e.batchId))])
+    .whereIn(
+      'id',
+      events.map((e) => e.id),
     )
-    .whereNot((blocked) => {
-      blocked.where('outbox.event', 'batch.completed');
-      if (sharded)
-        blocked.whereIn('outbox.batch_id', (parents) => childEventPending(parents.select('child.parent_batch_id')).whereNotNull('child.parent_batch_id'));
-      else blocked.whereExists((children) => childEventPending(children.select(q.raw('1'))).whereRaw('child.parent_batch_id = outbox.batch_id'));
-    });
+    .where('status', 'pending')
+    .where('next_attempt_at', '<=', now)
+    .update({ next_attempt_at: until });
 }
 
 /**

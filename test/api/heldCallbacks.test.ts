@@ -1,0 +1,109 @@
+import { createRollcall } from '../../src/rollcall';
+import { backends } from '../helpers/backends';
+import { batchWith } from '../helpers/batches';
+import { Delivery, Receiver } from '../helpers/receiver';
+import { serve, startService, TestService } from '../helpers/service';
+
+const eventOf = (d: Delivery) => d.headers['x-rollcall-event'] as string;
+
+interface EventView {
+  event: string;
+  status: string;
+  nextAttemptAt: number;
+}
+
+/**
+ * An event held back behind another that backs off (its batch's first_failure, a child's event) waits
+ * for that one's next attempt, where operators see it, not due: left due, every read of due events
+ * walked past each such event again (CallbackDispatcher.parkHeld).
+ */
+describe.each(backends())('callbacks held back behind a retry (%s)', (_name, backend) => {
+  let svc: TestService;
+  let receiver: Receiver;
+  const LEASE_MS = 5_000 + 5_000; // CALLBACK_TIMEOUT + what the lease adds
+  beforeEach(async () => {
+    receiver = new Receiver();
+    await receiver.start();
+    svc = await startService(backend, { CALLBACK_BACKOFF_BASE: '30s', CALLBACK_BACKOFF_CAP: '10m', CALLBACK_MAX_AGE: '1h', CALLBACK_TIMEOUT: '5s' });
+  });
+  afterEach(async () => {
+    await svc.stop();
+    await receiver.stop();
+  });
+
+  const eventsOf = async (batchId: string): Promise<Record<string, EventView>> => {
+    const events = (await svc.api.get(`/v1/batches/${batchId}/events`)).body.events as Array<{ event: string; status: string; nextAttemptAt: string }>;
+    return Object.fromEntries(events.map((e) => [e.event, { ...e, nextAttemptAt: Date.parse(e.nextAttemptAt) }]));
+  };
+
+  /** A completed batch whose first_failure was refused once: its batch.completed waits behind it. */
+  async function completedBehindRefusedFirstFailure() {
+    receiver.script = [500];
+    const { id, ids } = await batchWith(svc.client, 2, { callbackUrl: receiver.url });
+    await svc.api.post('/v1/acks').send({ ids: [ids[0]], outcome: 'failed', error: 'e' });
+    await svc.api.post('/v1/acks').send({ ids: [ids[1]] });
+    expect(await svc.rollcall.dispatcher.deliverDue()).toBe(1);
+    return id;
+  }
+
+  it('when batch.completed waits behind a first_failure that backs off, then it waits for that retry, and goes right after it', async () => {
+    const id = await completedBehindRefusedFirstFailure();
+    const retryAt = (await eventsOf(id))['batch.first_failure']!.nextAttemptAt;
+    expect(retryAt).toBeGreaterThan(svc.clock.now + LEASE_MS); // 15 to 30 s away
+
+    expect(await svc.rollcall.dispatcher.parkHeld()).toBe(1);
+    const held = (await eventsOf(id))['batch.completed']!;
+    expect(held).toMatchObject({ status: 'pending' });
+    expect(held.nextAttemptAt).toBeLessThanOrEqual(retryAt);
+    expect(held.nextAttemptAt).toBeGreaterThan(retryAt - 5_000);
+    expect(await svc.rollcall.dispatcher.parkHeld()).toBe(0); // no longer due
+
+    svc.clock.now = held.nextAttemptAt;
+    expect(await svc.rollcall.dispatcher.deliverDue()).toBe(0); // the first_failure is not due yet
+    svc.clock.now = retryAt;
+    expect(await svc.rollcall.dispatcher.deliverDue()).toBe(2);
+    expect(receiver.deliveries.map(eventOf)).toEqual(['batch.first_failure', 'batch.first_failure', 'batch.completed']);
+  });
+
+  it('when the first_failure is retried within a lease, or is being sent, then batch.completed stays due', async () => {
+    const id = await completedBehindRefusedFirstFailure();
+    const retryAt = (await eventsOf(id))['batch.first_failure']!.nextAttemptAt;
+    svc.clock.now = retryAt - LEASE_MS; // the retry is a lease away: it may be sent any moment from now on
+    expect(await svc.rollcall.dispatcher.parkHeld()).toBe(0);
+    expect((await eventsOf(id))['batch.completed']!.nextAttemptAt).toBeLessThanOrEqual(svc.clock.now);
+
+    // Claimed by a replica whose CALLBACK_TIMEOUT, and so its lease, is longer than this one's.
+    svc.clock.now = retryAt;
+    receiver.script = ['hang'];
+    const patient = await serve(await createRollcall({ ...svc.database.config, CALLBACK_TIMEOUT: 60_000 }, { now: () => svc.clock.now }));
+    try {
+      expect(await patient.rollcall.dispatcher.startDue()).toBe(1);
+      await receiver.waitFor(2);
+      expect(await svc.rollcall.dispatcher.parkHeld()).toBe(0);
+      expect((await eventsOf(id))['batch.completed']!.nextAttemptAt).toBeLessThanOrEqual(svc.clock.now);
+    } finally {
+      await patient.stop();
+    }
+  });
+
+  it('when a parent completes while a child’s batch.completed backs off, then the parent’s waits for that retry', async () => {
+    const parent = await batchWith(svc.client, 1, { callbackUrl: receiver.url });
+    const child = await batchWith(svc.client, 1, { callbackUrl: receiver.url, parentItem: parent.ids[0] });
+    receiver.script = [500];
+    await svc.api.post('/v1/acks').send({ ids: child.ids });
+    await svc.rollcall.childOutcomes.deliverDue(); // the child's outcome acks the parent's item
+    expect((await svc.api.get(`/v1/batches/${parent.id}`)).body).toMatchObject({ state: 'complete' });
+    expect(await svc.rollcall.dispatcher.deliverDue()).toBe(1); // the child's, refused
+    const retryAt = (await eventsOf(child.id))['batch.completed']!.nextAttemptAt;
+
+    expect(await svc.rollcall.dispatcher.parkHeld()).toBe(1);
+    const held = (await eventsOf(parent.id))['batch.completed']!;
+    expect(held.nextAttemptAt).toBeLessThanOrEqual(retryAt);
+    expect(held.nextAttemptAt).toBeGreaterThan(retryAt - 5_000);
+
+    svc.clock.now = retryAt;
+    expect(await svc.rollcall.dispatcher.deliverDue()).toBe(2);
+    const bodies = receiver.deliveries.map((d) => JSON.parse(d.body) as { batch: { id: string } });
+    expect(bodies.map((b) => b.batch.id)).toEqual([child.id, child.id, parent.id]);
+  });
+});
