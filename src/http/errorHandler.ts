@@ -4,6 +4,7 @@ import type { ErrorRequestHandler, Request, Response } from 'express';
 
 import { HELD_BATCHES_HEADER } from '../contract/vocabulary';
 import { LockHeldError, RollcallError, toError } from '../domain/errors';
+import { LogEvery } from '../domain/logEvery';
 import { countAsCutByServer } from './httpMetrics';
 
 interface ErrorBody {
@@ -56,20 +57,15 @@ const HELD_BATCHES_NAMED = 100;
 /**
  * Logs a refusal (a 429 with its limit at info, a 503 with its error at warn) at most once a second
  * per tenant and code, the rest at debug: a tenant past a limit, or every caller while the database is away, may
- * be refused thousands of times a second. `logged`: when each was last logged.
+ * be refused thousands of times a second.
  */
-function logRefusal(logged: Map<string, number>, req: Request, status: 429 | 503, code: string, error: Error): void {
+function logRefusal(logged: LogEvery, req: Request, status: 429 | 503, code: string, error: Error): void {
   const tenant = req.caller?.tenant;
-  const key = `${status}\u0000${code}\u0000${tenant}`;
-  const now = performance.now();
-  const due = (logged.get(key) ?? -Infinity) + REFUSAL_LOG_EVERY_MS <= now;
-  if (due) {
-    if (logged.size >= 10_000) logged.clear(); // tenants are bounded by API_TOKENS; a bound all the same
-    logged.set(key, now);
-  }
-  const level = !due ? 'debug' : status === 503 ? 'warn' : 'info';
-  if (status === 503) req.log[level]({ err: error, code, tenant }, 'request answered 503');
-  else req.log[level]({ code, tenant, reason: error.message }, 'request answered 429');
+  const quieted = logged.due(`${status}\u0000${code}\u0000${tenant}`, performance.now());
+  const level = quieted === null ? 'debug' : status === 503 ? 'warn' : 'info';
+  const counted = quieted ? { quieted } : {};
+  if (status === 503) req.log[level]({ err: error, code, tenant, ...counted }, 'request answered 503');
+  else req.log[level]({ code, tenant, reason: error.message, ...counted }, 'request answered 429');
 }
 
 /**
@@ -78,7 +74,7 @@ function logRefusal(logged: Map<string, number>, req: Request, status: 429 | 503
  * whose message says nothing of the internals. One per app.
  */
 export function errorHandler(): ErrorRequestHandler {
-  const refusalsLogged = new Map<string, number>();
+  const refusalsLogged = new LogEvery(REFUSAL_LOG_EVERY_MS);
   return (caught, req, res, _next) => {
     const error = toError(caught);
     if (res.headersSent) {

@@ -3,6 +3,7 @@ import { setMaxListeners } from 'node:events';
 
 import { BackoffPolicy, heldUntil, retryDelay, signBody, standardWebhookSignature } from '../domain/delivery';
 import { Claimant, heldToFairShare, loadOf, pickFairly, saturated, ShareLimits } from '../domain/fairShare';
+import { LogEvery } from '../domain/logEvery';
 import { onCitus, Queryable } from '../store/db';
 import {
   blockersNextAttempts,
@@ -59,6 +60,8 @@ const HELD_READS_PER_PASS = 10;
  * the lease always ends in the future.
  */
 const PARK_GRAIN_MS = 5_000;
+/** A tenant's failed attempts are warned of at most once in this (logQuietly). */
+const FAILURE_LOG_EVERY_MS = 1_000;
 
 /**
  * An AbortController whose signal any number of POSTs may listen to: each request under way adds a
@@ -88,6 +91,8 @@ export class CallbackDispatcher {
   private readonly steppedAside = new Set<string>();
   /** Aborted by settle(): cuts off the POSTs still under way at shutdown. */
   private readonly stopping = unlimitedAbortController();
+  /** Failed attempts' warnings: one a second per tenant and kind (logQuietly). */
+  private readonly failuresLogged = new LogEvery(FAILURE_LOG_EVERY_MS);
   /** Called when a delivery ends and its slot is free again (the background loop claims more). */
   onSlotFreed: () => void = () => undefined;
 
@@ -270,7 +275,7 @@ export class CallbackDispatcher {
       // A poster that throws (an embedder's own, or node refusing the stored URL) is a failed
       // attempt: its rejection went unhandled and ended the process. Its words stay in the log, as
       // lastError names no more than the four outcomes (a tenant reads it).
-      this.deps.log.warn({ err: caught, eventId: event.id, batchId: event.batchId }, 'sending a callback threw; the attempt counts as failed');
+      this.logQuietly('threw', event, { err: caught, eventId: event.id, batchId: event.batchId }, 'sending a callback threw; the attempt counts as failed');
       error = 'connection failed';
     } finally {
       // The outcome's write holds a slot again: a slow database does not let writes pile up.
@@ -316,7 +321,7 @@ export class CallbackDispatcher {
         // ran, gets the whole CALLBACK_MAX_AGE of retries once it may be sent.
         const firstAttemptAt = event.firstAttemptAt ?? event.createdAt;
         const giveUp = now - firstAttemptAt >= this.options.maxAgeMs;
-        this.deps.log.warn({ ...at, attempts: event.attempts, error, giveUp }, 'callback delivery failed');
+        this.logQuietly(giveUp ? 'dead' : 'failed', event, { ...at, attempts: event.attempts, error, giveUp }, 'callback delivery failed');
         // The last try comes when CALLBACK_MAX_AGE ends, not a whole backoff later: a
         // CALLBACK_BACKOFF_CAP past it kept the event pending, and its batch, that much longer.
         const next = Math.min(now + retryDelay(this.options.backoff, event.attempts), firstAttemptAt + this.options.maxAgeMs);
@@ -328,6 +333,17 @@ export class CallbackDispatcher {
       this.deps.log.warn({ err: caught, ...at }, 'callback outcome not recorded; the event will be retried');
     }
     return 'unrecorded';
+  }
+
+  /**
+   * A warning about one tenant's callbacks, at most one a second per tenant and kind (LogEvery), the
+   * rest at debug: a tenant whose receiver is down fails an attempt for each of its events, and a line
+   * for each (a hundred a second for 100,000 events at the longest backoff) buried the log.
+   */
+  private logQuietly(kind: string, event: OutboxEvent, fields: Record<string, unknown>, message: string): void {
+    const quieted = this.failuresLogged.due(`${kind}\u0000${event.tenant}`, performance.now());
+    if (quieted === null) this.deps.log.debug(fields, message);
+    else this.deps.log.warn({ ...fields, tenant: event.tenant, ...(quieted > 0 ? { quieted } : {}) }, message);
   }
 
   /** The contract's headers, and the same event id, the attempt's time and a signature as Standard Webhooks names them. */

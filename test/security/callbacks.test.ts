@@ -1,4 +1,9 @@
+import { Writable } from 'node:stream';
+
+import pino from 'pino';
+
 import { verifySignature } from '../../src/domain/delivery';
+import { RollcallOptions } from '../../src/rollcall';
 import { PostCallback } from '../../src/service/postCallback';
 import { Backend, backends } from '../helpers/backends';
 import { batchWith } from '../helpers/batches';
@@ -28,12 +33,7 @@ async function receiverOn(host: string, hangs = false): Promise<Receiver> {
 }
 
 /** A service of these tenants whose callbacks may go to any loopback address, looked for every 100 ms. */
-function serviceOfTenants(
-  backend: Backend,
-  tokens: object[],
-  env: Record<string, string>,
-  options: { postCallback?: PostCallback } = {},
-): Promise<TestService> {
+function serviceOfTenants(backend: Backend, tokens: object[], env: Record<string, string>, options: Omit<RollcallOptions, 'now'> = {}): Promise<TestService> {
   return startService(backend, { API_TOKENS: JSON.stringify(tokens), CALLBACK_ALLOW_HOSTS: '127.0.0.0/8', CALLBACK_POLL_INTERVAL: '100ms', ...env }, options);
 }
 
@@ -309,6 +309,38 @@ describe.each(backends())('callbacks of several tenants to one receiving host (%
       expect([shared.deliveries.length, other.deliveries.length]).toEqual([3, 3]);
     } finally {
       await other.stop();
+    }
+  });
+});
+
+describe.each(backends())('the log of tenants’ failing callbacks (%s)', (_name, backend) => {
+  it('when a tenant’s receiver refuses every callback, then the log warns once a second per tenant, with how many it quieted, and each event still keeps its error', async () => {
+    const lines: Array<{ level: number; msg: string; tenant?: string; quieted?: number }> = [];
+    const log = pino({ level: 'debug' }, new Writable({ write: (chunk, _enc, done) => (lines.push(JSON.parse(String(chunk))), done()) }));
+    const refusing = await receiverOn('127.0.0.2');
+    refusing.fallback = 500;
+    const svc = await serviceOfTenants(backend, TOKENS, {}, { log });
+    try {
+      for (let i = 0; i < 12; i++) await completedWithCallback(svc, tokenA, refusing.url);
+      for (let i = 0; i < 2; i++) await completedWithCallback(svc, tokenB, refusing.url);
+      expect(await svc.rollcall.dispatcher.deliverDue()).toBe(14);
+      const failed = lines.filter((line) => line.msg === 'callback delivery failed');
+      const warned = failed.filter((line) => line.level === 40);
+      expect(failed).toHaveLength(14);
+      expect(new Set(warned.map((line) => line.tenant))).toEqual(new Set(['a', 'b']));
+      expect(warned.length).toBeLessThanOrEqual(4); // one per tenant, unless the attempts spanned a second
+      const [kept] = (await svc.rollcall.db('outbox').where('last_error', 'http 500').count({ n: '*' })) as Array<{ n: number | string }>;
+      expect(Number(kept?.n)).toBe(14);
+
+      // A second round, a second later: each tenant's warning says how many went to debug meanwhile.
+      await new Promise((resolve) => setTimeout(resolve, 1_000));
+      svc.clock.now += 60_000;
+      await svc.rollcall.dispatcher.deliverDue();
+      const quieted = lines.filter((line) => line.msg === 'callback delivery failed' && line.level === 40 && line.tenant === 'a').at(-1)?.quieted;
+      expect(quieted).toBeGreaterThanOrEqual(8);
+    } finally {
+      await svc.stop();
+      await refusing.stop();
     }
   });
 });
