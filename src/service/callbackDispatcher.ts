@@ -10,10 +10,11 @@ import {
   claimEvents,
   DueEvent,
   dueEvents,
-  dueHeldEvents,
+  dueEventsOfKind,
   HeldEvent,
   markDelivered,
   markFailed,
+  MAY_BE_HELD,
   OutboxEvent,
   parkEvents,
   releaseClaim,
@@ -91,6 +92,8 @@ export class CallbackDispatcher {
   private readonly steppedAside = new Set<string>();
   /** Aborted by settle(): cuts off the POSTs still under way at shutdown. */
   private readonly stopping = unlimitedAbortController();
+  /** Where parkHeld's next page of each kind starts (null: from the oldest due). */
+  private readonly heldFrom = new Map<string, HeldEvent | null>();
   /** Failed attempts' warnings: one a second per tenant and kind (logQuietly). */
   private readonly failuresLogged = new LogEvery(FAILURE_LOG_EVERY_MS);
   /** Called when a delivery ends and its slot is free again (the background loop claims more). */
@@ -194,29 +197,30 @@ export class CallbackDispatcher {
    * behind a child's event, that backs off at a receiver that is down cannot go before then. Left
    * due, each read of due events walked past every one of them again, oldest first: 100,000 such
    * events (a tenant's batches, each with one failure and a dead callback URL) made each read take
-   * 1.2 s on MariaDB and 160 ms on PostgreSQL and SQLite, several reads a second, for every tenant's
-   * callbacks (docs/benchmarks.md). Returns how many were moved.
+   * 1.2 s on MariaDB and 100–160 ms on PostgreSQL and SQLite, several reads a second, for every
+   * tenant's callbacks (docs/benchmarks.md). A pass reads up to HELD_READS_PER_PASS pages of each
+   * kind, from where the last pass ended (`heldFrom`), so events that cannot wait yet (their blocker
+   * is being tried, or is due) never hide those behind them. Returns how many were moved.
    */
   async parkHeld(): Promise<number> {
-    const leaseMs = this.options.timeoutMs + LEASE_BEYOND_TIMEOUT_MS;
-    const sharded = await onCitus(this.deps.db);
     let parked = 0;
-    for (let read = 0; read < HELD_READS_PER_PASS; read++) {
-      const now = this.deps.now();
-      const held = await dueHeldEvents(this.deps.db, now, HELD_PER_READ, sharded);
-      if (held.length === 0) break;
-      const byTime = await this.heldByTime(held, now, leaseMs);
-      let moved = 0;
-      for (const [until, events] of byTime) moved += await parkEvents(this.deps.db, events, until, now);
-      parked += moved;
-      // Fewer than a read's worth, or none of them could wait (their blockers are being tried): no more now.
-      if (held.length < HELD_PER_READ || moved === 0) break;
+    for (const kind of MAY_BE_HELD) {
+      for (let read = 0; read < HELD_READS_PER_PASS; read++) {
+        const now = this.deps.now();
+        const page = await dueEventsOfKind(this.deps.db, kind, now, this.heldFrom.get(kind) ?? null, HELD_PER_READ);
+        // A short page is the range's end: the next pass starts again from the oldest due.
+        this.heldFrom.set(kind, page.length < HELD_PER_READ ? null : page[page.length - 1]!);
+        for (const [until, events] of await this.heldByTime(page, now)) parked += await parkEvents(this.deps.db, events, until, now);
+        if (page.length < HELD_PER_READ) break;
+      }
     }
     return parked;
   }
 
   /** The held events that can wait, by the time they can wait to (heldUntil), from their blockers' next attempts. */
-  private async heldByTime(held: HeldEvent[], now: number, leaseMs: number): Promise<Map<number, HeldEvent[]>> {
+  private async heldByTime(held: HeldEvent[], now: number): Promise<Map<number, HeldEvent[]>> {
+    if (held.length === 0) return new Map();
+    const leaseMs = this.options.timeoutMs + LEASE_BEYOND_TIMEOUT_MS;
     const blockers = await blockersNextAttempts(this.deps.db, [...new Set(held.map((e) => e.batchId))]);
     const byTime = new Map<number, HeldEvent[]>();
     for (const event of held) {

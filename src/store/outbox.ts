@@ -125,9 +125,11 @@ export interface Saturated {
 /**
  * Keeps events that may be sent now: a batch's batch.first_failure goes before its terminal event
  * (batch.completed / batch.cancelled), and a parent's batch.completed only after every event of its
- * children was delivered or given up. Neither blocker can appear after the event it blocks (both are
- * written earlier, or in the same transaction), so this plain, unlocked read can only be too careful
- * for a moment, never wrong.
+ * children was delivered or given up. Blockers are written before the event they block, or in the
+ * same transaction, but for one case: a child made for a parent item just as a worker acked that item
+ * itself, when the parent may complete before the child exists; the child's events then hold the
+ * parent's from their writing on, and what was sent already was sent. This plain, unlocked read can
+ * otherwise only be too careful for a moment, never wrong.
  *
  * The children's check asks, for each parent's batch.completed read, whether one of its children
  * has an event pending (by index: the children by `(parent_batch_id, id)`, their events by
@@ -180,23 +182,46 @@ function heldBack(q: Queryable, sharded: boolean) {
       });
 }
 
-/** A due event that inOrder keeps back, as parkHeld reads it. */
+/** A due event that may be held back (a batch.completed or batch.cancelled), as parkHeld reads it. */
 export interface HeldEvent {
   id: string;
   batchId: string;
   event: string;
+  nextAttemptAt: number;
 }
 
-/** Up to `limit` due pending events that inOrder keeps back, oldest due first (see parkEvents). */
-export async function dueHeldEvents(q: Queryable, now: number, limit: number, sharded: boolean): Promise<HeldEvent[]> {
-  const rows = (await q('outbox')
-    .select('id', 'batch_id', 'event')
+/** The events inOrder may keep back: a batch's first failure goes first, and is never held itself. */
+export const MAY_BE_HELD = ['batch.completed', 'batch.cancelled'] as const;
+
+/**
+ * Up to `limit` due pending events of this kind, from just past `after` (the last one read) in
+ * `(next_attempt_at, id)` order: one range of 0023's `(status, event, next_attempt_at, id)`, each
+ * row read once a round however many are held or not. Which of them are held, parkHeld asks of
+ * their blockers.
+ */
+export async function dueEventsOfKind(
+  q: Queryable,
+  event: (typeof MAY_BE_HELD)[number],
+  now: number,
+  after: Pick<HeldEvent, 'nextAttemptAt' | 'id'> | null,
+  limit: number,
+): Promise<HeldEvent[]> {
+  let query = q('outbox')
+    .select('id', 'batch_id', 'event', 'next_attempt_at')
     .where('status', 'pending')
-    .where('next_attempt_at', '<=', now)
-    .where(heldBack(q, sharded))
-    .orderBy('next_attempt_at')
-    .limit(limit)) as Array<{ id: string; batch_id: string; event: string }>;
-  return rows.map((row) => ({ id: row.id, batchId: row.batch_id, event: row.event }));
+    .where('event', event)
+    .where('next_attempt_at', '<=', now);
+  if (after)
+    query = query
+      .where('next_attempt_at', '>=', after.nextAttemptAt)
+      .where((past) => past.where('next_attempt_at', '>', after.nextAttemptAt).orWhere('id', '>', after.id));
+  const rows = (await query.orderBy('next_attempt_at').orderBy('id').limit(limit)) as Array<{
+    id: string;
+    batch_id: string;
+    event: string;
+    next_attempt_at: number | string;
+  }>;
+  return rows.map((row) => ({ id: row.id, batchId: row.batch_id, event: row.event, nextAttemptAt: Number(row.next_attempt_at) }));
 }
 
 /**
@@ -338,4 +363,18 @@ export async function markFailed(db: Db, event: EventKey, claim: string, error: 
 /** Every event of a batch, oldest first (for operators). */
 export async function listEventsOfBatch(q: Queryable, batchId: string): Promise<OutboxEvent[]> {
   return ((await q('outbox').where('batch_id', batchId).orderBy('created_at').orderBy('id')) as OutboxRow[]).map(fromRow);
+}
+
+/**
+ * Makes a parent's batch.completed due now if it waits for a retry of a child's event that is no
+ * longer there (the child was deleted): one never tried (`attempts` 0) and not claimed that is not
+ * due is one parkHeld moved. Left as it was, it went at the time it was moved to, up to
+ * CALLBACK_BACKOFF_CAP later. Returns how many.
+ */
+export async function freeParentsHeldEvent(q: Queryable, parentBatchId: string, now: number): Promise<number> {
+  return q('outbox')
+    .where({ batch_id: parentBatchId, event: 'batch.completed', status: 'pending', attempts: 0 })
+    .whereNull('claim')
+    .where('next_attempt_at', '>', now)
+    .update({ next_attempt_at: now });
 }

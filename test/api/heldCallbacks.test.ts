@@ -58,7 +58,7 @@ describe.each(backends())('callbacks held back behind a retry (%s)', (_name, bac
     expect(held.nextAttemptAt).toBeGreaterThan(retryAt - 5_000);
     expect(await svc.rollcall.dispatcher.parkHeld()).toBe(0); // no longer due
 
-    svc.clock.now = held.nextAttemptAt;
+    svc.clock.now = Math.min(held.nextAttemptAt, retryAt - 1);
     expect(await svc.rollcall.dispatcher.deliverDue()).toBe(0); // the first_failure is not due yet
     svc.clock.now = retryAt;
     expect(await svc.rollcall.dispatcher.deliverDue()).toBe(2);
@@ -105,5 +105,50 @@ describe.each(backends())('callbacks held back behind a retry (%s)', (_name, bac
     expect(await svc.rollcall.dispatcher.deliverDue()).toBe(2);
     const bodies = receiver.deliveries.map((d) => JSON.parse(d.body) as { batch: { id: string } });
     expect(bodies.map((b) => b.batch.id)).toEqual([child.id, child.id, parent.id]);
+  });
+
+  it('when the child whose retry a parent’s batch.completed waits for is deleted, then the parent’s goes at once', async () => {
+    const parent = await batchWith(svc.client, 1, { callbackUrl: receiver.url });
+    const child = await batchWith(svc.client, 1, { callbackUrl: receiver.url, parentItem: parent.ids[0] });
+    receiver.script = [500];
+    await svc.api.post('/v1/acks').send({ ids: child.ids });
+    await svc.rollcall.childOutcomes.deliverDue();
+    expect(await svc.rollcall.dispatcher.deliverDue()).toBe(1);
+    expect(await svc.rollcall.dispatcher.parkHeld()).toBe(1);
+
+    expect((await svc.api.delete(`/v1/batches/${child.id}`)).status).toBe(204);
+    expect((await eventsOf(parent.id))['batch.completed']!.nextAttemptAt).toBeLessThanOrEqual(svc.clock.now);
+    expect(await svc.rollcall.dispatcher.deliverDue()).toBe(1);
+    expect(JSON.parse(receiver.deliveries.at(-1)!.body)).toMatchObject({ event: 'batch.completed', batch: { id: parent.id } });
+  });
+
+  it('when many older held events cannot wait yet (their first failures are due), then one behind them that can is still moved', async () => {
+    const id = await completedBehindRefusedFirstFailure();
+    // 600 older batches, each a batch.completed behind a first_failure due now (waiting for a slot):
+    // more than a page of parkHeld's reads, none of which can be moved.
+    const stuck = Array.from({ length: 600 }, (_, i) => {
+      const batchId = `00000000-0000-4000-8000-${String(i).padStart(12, '0')}`;
+      const row = { batch_id: batchId, tenant: '', host: 'nowhere.example', url: 'http://nowhere.example/', payload: '{}', status: 'pending', created_at: 0 };
+      return [
+        {
+          ...row,
+          id: `10000000-0000-4000-8000-${String(i).padStart(12, '0')}`,
+          event: 'batch.first_failure',
+          attempts: 1,
+          next_attempt_at: svc.clock.now - 10_000,
+        },
+        {
+          ...row,
+          id: `20000000-0000-4000-8000-${String(i).padStart(12, '0')}`,
+          event: 'batch.completed',
+          attempts: 0,
+          next_attempt_at: svc.clock.now - 20_000,
+        },
+      ];
+    }).flat();
+    for (let at = 0; at < stuck.length; at += 100) await svc.rollcall.db('outbox').insert(stuck.slice(at, at + 100));
+
+    expect(await svc.rollcall.dispatcher.parkHeld()).toBe(1);
+    expect((await eventsOf(id))['batch.completed']!.nextAttemptAt).toBeGreaterThan(svc.clock.now);
   });
 });
