@@ -137,6 +137,7 @@ export const configSchema = z.object({
   COMPLETED_RETENTION: duration('7d', 0, AGE_MAX_MS),
   SWEEP_INTERVAL: duration('60s', 0),
   SWEEP_CHUNK: int(1, 100_000).default(1000),
+  SWEEP_CHUNK_ROWS: int(1, 10_000_000).default(20_000),
   FAILURE_REASONS_PER_BATCH: int(0, 100_000).default(1000),
   CALLBACK_SECRET: z.string().min(16, 'must be at least 16 characters').optional(),
   CALLBACK_TIMEOUT: duration('10s', 100),

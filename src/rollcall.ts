@@ -201,6 +201,7 @@ function backgroundLoops(config: Config, deps: ServiceDeps, metrics: Metrics, po
       openBatchTtlMs: config.OPEN_BATCH_TTL,
       completedRetentionMs: config.COMPLETED_RETENTION,
       chunk: config.SWEEP_CHUNK,
+      chunkRows: config.SWEEP_CHUNK_ROWS,
       stopped: () => stopping,
       removed: (chunk) => {
         metrics.sweptBatches.inc(chunk.batchesRemoved);

@@ -168,6 +168,26 @@ async function hasPendingEvent(trx: Knex.Transaction, id: string): Promise<boole
  */
 const IDS_PER_STATEMENT = 1000;
 
+/**
+ * The rows a removal of each of these batches deletes beside the batch's own, by id: its groups and
+ * its stored failure reasons (the two that grow with the batch; its events, add records and links
+ * are a few rows). Two counts per slice, each by an index that leads with batch_id.
+ */
+export async function rowsToRemove(trx: Knex.Transaction, batchIds: string[]): Promise<Map<string, number>> {
+  const rows = new Map(batchIds.map((id) => [id, 0]));
+  for (let at = 0; at < batchIds.length; at += IDS_PER_STATEMENT) {
+    const slice = batchIds.slice(at, at + IDS_PER_STATEMENT);
+    for (const table of ['item_groups', 'failure_reasons']) {
+      const counts = (await trx(table).select('batch_id').count({ n: '*' }).whereIn('batch_id', slice).groupBy('batch_id')) as Array<{
+        batch_id: string;
+        n: unknown;
+      }>;
+      for (const { batch_id: id, n } of counts) rows.set(id, (rows.get(id) ?? 0) + Number(n));
+    }
+  }
+  return rows;
+}
+
 /** Deletes the batches (rows this transaction holds) with their groups; returns the group count. */
 export async function deleteBatchesWithGroups(trx: Knex.Transaction, batchIds: string[]): Promise<number> {
   let groups = 0;

@@ -107,6 +107,25 @@ describe.each(backends())('sweeping stale batches (%s)', (_name, backend) => {
     expect(await sweep()).toEqual({ batchesRemoved: 3, groupsRemoved: 3 });
   });
 
+  it('when due batches hold more group and failure-reason rows than SWEEP_CHUNK_ROWS, then each chunk takes as many as fit (a larger one alone), and the sweep removes them all', async () => {
+    const idle = [await open(20_000), await open(1), await open(1)]; // 3 groups, 1, 1
+    const failed = await batchWith(svc.client, 3); // 1 group and, once failed, 3 stored reasons
+    await svc.api.post('/v1/acks').send({ ids: failed.ids, outcome: 'failed', error: 'out of memory' });
+    svc.clock.now += 8 * DAY;
+    const chunks: Array<{ batchesRemoved: number; groupsRemoved: number }> = [];
+    const options = { openBatchTtlMs: 7 * DAY, completedRetentionMs: DAY, chunk: 10, chunkRows: 3 };
+    expect(await sweepOnce(svc.rollcall.deps, { ...options, removed: (chunk) => chunks.push(chunk) })).toEqual({ batchesRemoved: 4, groupsRemoved: 6 });
+    for (const chunk of chunks) if (chunk.batchesRemoved > 1) expect(chunk.groupsRemoved).toBeLessThanOrEqual(3);
+    expect(chunks.filter((chunk) => chunk.batchesRemoved > 0).length).toBeGreaterThanOrEqual(3); // 3 + 1 + 1 rows, then 4 alone
+    for (const { id } of [...idle, failed]) expect(await exists(id)).toBe(false);
+    expect(
+      await svc.rollcall
+        .db('failure_reasons')
+        .count({ n: '*' })
+        .then(([row]) => Number(row?.n)),
+    ).toBe(0);
+  });
+
   it('when an ack touched an old batch, then its clock starts again', async () => {
     const { id, ids } = await open(2);
     svc.clock.now += 6 * DAY;
