@@ -258,12 +258,17 @@ function joined(a: Sent, b: Sent): Sent {
 
 /** Of `ids`, those of the batches a `503` named held, and the others; all `held` when it named none. */
 function byHeldBatch(ids: string[], error: unknown): { held: string[]; free: string[] } {
-  if (!(error instanceof RollcallApiError && error.status === 503 && error.heldBatchIds.length > 0)) return { held: ids, free: [] };
+  if (!namesHeldBatches(error)) return { held: ids, free: [] };
   const heldBatches = new Set(error.heldBatchIds);
   const held: string[] = [];
   const free: string[] = [];
   for (const id of ids) (heldBatches.has(id.slice(0, BATCH_ID_LENGTH).toLowerCase()) ? held : free).push(id);
   return { held, free };
+}
+
+/** Whether the error is a `503` that names batches held by another connection. */
+function namesHeldBatches(error: unknown): error is RollcallApiError {
+  return error instanceof RollcallApiError && error.status === 503 && error.heldBatchIds.length > 0;
 }
 
 /**
@@ -272,8 +277,9 @@ function byHeldBatch(ids: string[], error: unknown): { held: string[]; free: str
  *
  * A call goes out on the next turn of the event loop while fewer than MAX_CALLS_IN_FLIGHT are out
  * (acks of the same turn travel together), else when an earlier call returns, or when its first ack
- * has waited `maxDelayMs`, or when it is full. So a worker alone gets its answer in one round trip,
- * and a busy one sends calls of many IDs.
+ * has waited `maxDelayMs` (unless a call out is being sent again: rollcall is away or busy), or when
+ * it is full. So a worker alone gets its answer in one round trip, a busy one sends calls of many
+ * IDs, and through an outage the acks gather into a call per outcome, not one per `maxDelayMs`.
  */
 export class AckCoalescer {
   private readonly pending = new Map<string, Pending>();
@@ -287,6 +293,14 @@ export class AckCoalescer {
   /** When `maxChars` was last learnt (performance.now()). */
   private maxCharsLearntAt = 0;
   private inFlight = 0;
+  /**
+   * Calls out that have been sent again (a transient failure: rollcall away, a `503`). While there are
+   * any, a call's `maxDelayMs` does not send it: it waits for a call out to end, or to fill. Before, a
+   * worker of 500 slots through an outage sent a call per 10 ms in which a job ended, each sent again
+   * every 2–3 s on its own (~200 calls a second from one process), and all of them together once
+   * rollcall was back: the most calls when the service is weakest (a review).
+   */
+  private resending = 0;
   /** How many calls were begun. */
   private calls = 0;
   /** What is being sent, each with the number of the call it belongs to (a part split off for a held batch: its call's). */
@@ -328,7 +342,9 @@ export class AckCoalescer {
       entry = pendingCall(++this.calls, outcome, reason);
       this.pending.set(key, entry);
       const first = entry;
-      first.timer = setTimeout(() => this.send(key, first), this.settings.maxDelayMs);
+      first.timer = setTimeout(() => {
+        if (this.resending === 0) this.send(key, first);
+      }, this.settings.maxDelayMs);
       if (this.inFlight < MAX_CALLS_IN_FLIGHT) setImmediate(() => this.send(key, first));
     }
     entry.ids.push(itemId);
@@ -486,6 +502,7 @@ export class AckCoalescer {
     const { options, until } = sending;
     try {
       const heldSince = performance.now();
+      let resent = false;
       const send = async () => {
         try {
           return await this.client.ack(ids, options);
@@ -494,15 +511,28 @@ export class AckCoalescer {
           throw held.length > 0 && free.length > 0 ? new SplitForHeld(held, free) : error;
         }
       };
-      const { rejected } = await withRetries(send, this.settings.retry, {
-        until,
-        retryable: (error) => !(error instanceof SplitForHeld) && isTransient(error),
-        onRetry: (error) => this.warnDelayed(error, heldSince),
-        // A worker stopped during an outage (`worker.close(true)`, a closed AMQP connection) must
-        // be able to end: its held jobs stall and its messages go back to the queue, to run again.
-        // Acks that must not be dropped so hold the process themselves (keepingProcessAlive).
-        keepsProcessAlive: false,
-      });
+      let answer: Awaited<ReturnType<RollcallClient['ack']>>;
+      try {
+        answer = await withRetries(send, this.settings.retry, {
+          until,
+          retryable: (error) => !(error instanceof SplitForHeld) && isTransient(error),
+          onRetry: (error) => {
+            // Not for batches held by another connection: the acks of other batches must go on meanwhile.
+            if (!resent && !namesHeldBatches(error)) {
+              this.resending += 1;
+              resent = true;
+            }
+            this.warnDelayed(error, heldSince);
+          },
+          // A worker stopped during an outage (`worker.close(true)`, a closed AMQP connection) must
+          // be able to end: its held jobs stall and its messages go back to the queue, to run again.
+          // Acks that must not be dropped so hold the process themselves (keepingProcessAlive).
+          keepsProcessAlive: false,
+        });
+      } finally {
+        if (resent) this.resending -= 1;
+      }
+      const { rejected } = answer;
       return { refusals: rejected, largestTaken: chars, tooLarge: false };
     } catch (error) {
       if (!(error instanceof RollcallApiError && error.status === 413)) throw error;

@@ -31,6 +31,12 @@ export interface FailureWatchOptions<DataType, ResultType, NameType extends stri
 /** How far back a watch's start looks for failures whose ack may have been lost, by default. */
 const RECOVER_FAILED_WITHIN_MS = 15 * 60_000;
 
+/** The pause before failures whose ack could not be sent are sent again (or `retryForMs`, when shorter). */
+const UNRECORDED_PAUSE_MS = 30_000;
+
+/** The most such failures a watch keeps to send again (each holds its Job). */
+const UNRECORDED_KEPT = 10_000;
+
 /** The most failures one start acks again (the newest). */
 const RECOVERY_LIMIT = 10_000;
 
@@ -128,7 +134,8 @@ function isWatchable(worker: object): worker is WatchableWorker {
  * next watch starts: each looks back `recoverFailedWithinMs` and acks the queue's failures of that
  * time again (recorded ones count as duplicates). What it cannot record is reported on the
  * Worker's `error` event (code `failure_unrecorded`), or as a process warning when it has no
- * listener: rollcall refused it, or could not be reached after the retries, or the job has no item
+ * listener: rollcall refused it, or could not be reached after the retries (sent again every 30 s,
+ * or `retryForMs` when shorter, while the watch runs), or the job has no item
  * ID where the watch's `itemIdOf` looks (give it the processor's; the first such job only).
  */
 // eslint-disable-next-line @typescript-eslint/no-explicit-any -- the same defaults as BullMQ's own Job<DataType, ResultType>
@@ -140,6 +147,7 @@ export function watchFailedJobs<DataType = any, ResultType = any, NameType exten
   const watching = WATCHES.get(worker);
   if (watching) return watching;
   const acks = sharedCoalescer(client, options);
+  const stopping = new AbortController();
   const itemIdOf = synchronousItemIdOf((options.itemIdOf ?? defaultItemIdOf) as (job: Job) => string | undefined);
   const report = (message: string, cause?: unknown): void => {
     const error = new RollcallIntegrationError('failure_unrecorded', message, { cause });
@@ -174,15 +182,33 @@ export function watchFailedJobs<DataType = any, ResultType = any, NameType exten
   };
   /** Whether a job without an item ID was reported: once a watch, as a Worker may also run jobs outside rollcall. */
   let reportedNoItemId = false;
-  const record = (job: Job, error: Error): void => {
-    // BullMQ sets `finishedOn` only when it moves the job to failed; a job it retries has none.
-    if (typeof job.finishedOn !== 'number') return;
-    // A sandboxed run marks its own copy of the job, not this one: its rejected success is told by its reason.
-    if (ANSWERED_RUNS.has(job) || notForTheWatch(job)) return;
+  /**
+   * Failures whose ack could not be sent (rollcall out of reach past `retryForMs`), by run, with
+   * their reasons: sent again after a pause while the watch runs, until rollcall takes them. Before,
+   * one outage longer than `retryForMs` twice over left their items pending for good unless a
+   * Worker started again within `recoverFailedWithinMs` (a review): the batch never completed.
+   */
+  const unrecorded = new Map<Job, string>();
+  let pause: NodeJS.Timeout | undefined;
+  const pauseMs = Math.max(100, Math.min(UNRECORDED_PAUSE_MS, options.retryForMs ?? UNRECORDED_PAUSE_MS));
+  const sendAgainLater = (job: Job, reason: string): boolean => {
+    if (stopping.signal.aborted || (unrecorded.size >= UNRECORDED_KEPT && !unrecorded.has(job))) return false;
+    unrecorded.set(job, reason);
+    // Not keeping the process alive: a Worker closed and left to end goes; its next watch looks back.
+    pause ??= setTimeout(() => {
+      pause = undefined;
+      const again = [...unrecorded];
+      unrecorded.clear();
+      for (const [run, why] of again) send(run, why, false);
+    }, pauseMs).unref();
+    return true;
+  };
+  /** Acks a run's failure, reporting what it cannot record (`first`: only when first tried, not each time it is sent again). */
+  const send = (job: Job, reason: string, first: boolean): void => {
     // The process stays until this is answered: the job will not run again, and a process left to
     // end after `worker.close()` would otherwise drop it in a pause between tries (its item pending
     // until a watch's look-back, if one comes).
-    keepingProcessAlive(ackFailure(job, failureMessageOf(error))).then(
+    keepingProcessAlive(ackFailure(job, reason)).then(
       ({ itemId, rejected }) => {
         // Most likely the processor reads its item IDs elsewhere (its own itemIdOf) than this watch does.
         if (itemId === undefined) {
@@ -193,8 +219,21 @@ export function watchFailedJobs<DataType = any, ResultType = any, NameType exten
           reportedNoItemId = true;
         } else if (rejected !== null && rejected !== 'batch_cancelled') report(`rollcall rejected the failure of job ${job.id} (item ${itemId}): ${rejected}`);
       },
-      (thrown: unknown) => report(`the failure watch could not record the failure of job ${job.id}: ${asError(thrown).message}`, thrown),
+      (thrown: unknown) => {
+        const kept = sendAgainLater(job, reason);
+        if (first) {
+          const then = kept ? `; it is sent again every ${pauseMs < 1000 ? `${pauseMs} ms` : `${Math.round(pauseMs / 1000)} s`} while the watch runs` : '';
+          report(`the failure watch could not record the failure of job ${job.id}: ${asError(thrown).message}${then}`, thrown);
+        }
+      },
     );
+  };
+  const record = (job: Job, error: Error): void => {
+    // BullMQ sets `finishedOn` only when it moves the job to failed; a job it retries has none.
+    if (typeof job.finishedOn !== 'number') return;
+    // A sandboxed run marks its own copy of the job, not this one: its rejected success is told by its reason.
+    if (ANSWERED_RUNS.has(job) || notForTheWatch(job)) return;
+    send(job, failureMessageOf(error), true);
   };
   // BullMQ calls this inside its own failure handling, after the job was moved: whatever goes wrong
   // here (a user's `itemIdOf` that throws) is reported, never thrown back into BullMQ.
@@ -203,7 +242,6 @@ export function watchFailedJobs<DataType = any, ResultType = any, NameType exten
   };
   worker.on('failed', onFailed);
   const within = options.recoverFailedWithinMs ?? RECOVER_FAILED_WITHIN_MS;
-  const stopping = new AbortController();
   const recovery =
     within > 0
       ? recoverFailures(worker, Date.now() - within, stopping.signal, (job) => recordAgain(job)).then(
@@ -223,6 +261,7 @@ export function watchFailedJobs<DataType = any, ResultType = any, NameType exten
   const stop = async (): Promise<void> => {
     worker.off('failed', onFailed);
     stopping.abort();
+    clearTimeout(pause);
     await recovery;
     await acks.drain();
   };

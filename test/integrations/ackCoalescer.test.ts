@@ -37,6 +37,32 @@ describe('the ack coalescer of the queue integrations, against a real service', 
     expect(tally.completions.get(id)).toBe(1);
   });
 
+  it('when rollcall is away while acks keep coming, then they gather into a few calls, not one per maxDelayMs each sent again on its own', async () => {
+    const { id, ids } = await batchWith(svc.client, 60);
+    const send = httpSend();
+    let away = true;
+    const calls = new Set<string>(); // distinct calls, by the IDs they carry
+    const client = new RollcallClient({
+      baseUrl: svc.url,
+      fetch: (url, request) => {
+        if (!url.endsWith('/v1/acks')) return send(url, request);
+        calls.add(String(request.body));
+        if (away) return Promise.resolve(new Response('{"error":{"code":"unavailable","message":"away"}}', { status: 503 }));
+        return send(url, request);
+      },
+    });
+    const acks = new AckCoalescer(client, { maxDelayMs: 10 });
+    const answers: Array<Promise<unknown>> = [];
+    for (const itemId of ids) {
+      answers.push(acks.ack(itemId, 'succeeded'));
+      await realSleep(20); // a job ends every 20 ms, twice maxDelayMs
+    }
+    away = false;
+    expect(await Promise.all(answers)).toEqual(ids.map(() => null));
+    expect(calls.size).toBeLessThanOrEqual(4); // the first, sent again; the rest gathered (was 60: one a job)
+    expect(await svc.client.status(id)).toMatchObject({ state: 'complete', succeeded: 60 });
+  });
+
   it('when outcomes, reasons and an unknown item arrive together, then each gets its own answer', async () => {
     const { id, ids } = await batchWith(svc.client, 4);
     const acks = new AckCoalescer(new RollcallClient({ baseUrl: svc.url }));

@@ -722,6 +722,41 @@ describeWith(redisUrl).each(backends())('rollcall/bullmq on a real Redis and a r
     ]);
   });
 
+  it('when rollcall stays away past the failure watch’s own tries too, then the watch sends the acks again until rollcall takes them, and the batch completes', async () => {
+    const queue = newQueue();
+    const batch = await produce(queue, 2, { attempts: 1 });
+    const send = httpSend();
+    let refusing = true;
+    const outage = new RollcallClient({
+      baseUrl: svc.url,
+      fetch: (url, request) => {
+        if (refusing && url.endsWith('/v1/acks')) return Promise.resolve(new Response('{"error":{"code":"unavailable","message":"away"}}', { status: 503 }));
+        return send(url, request);
+      },
+    });
+    const worker = new Worker<TestJobData>(
+      queue.name,
+      rollcallProcessor<TestJobData, string>(outage, async () => 'done', { retryForMs: 300 }),
+      {
+        connection,
+        prefix,
+        concurrency: 2,
+      },
+    );
+    const unrecorded: Error[] = [];
+    worker.on('error', (error) => {
+      if ((error as { code?: string }).code === 'failure_unrecorded') unrecorded.push(error);
+    });
+    workers.push(worker);
+    await until(() => unrecorded.length >= 2, 15_000); // the processor's tries, then the watch's, spent
+    expect(unrecorded[0]!.message).toMatch(/could not record the failure of job .+; it is sent again every 300 ms while the watch runs$/);
+    await realSleep(1_000); // sent again, still refused
+    expect(await client.status(batch.id)).toMatchObject({ state: 'sealed', pending: 2 });
+    refusing = false;
+    expect(await client.waitForCompletion(batch.id, { timeoutMs: 15_000 })).toMatchObject({ state: 'complete', succeeded: 2, failed: 0 });
+    expect(unrecorded).toHaveLength(2); // reported once each, not at every try
+  });
+
   it('when a handler throws UnrecoverableError while rollcall is out of reach, then BullMQ still does not run the job again', async () => {
     const queue = newQueue();
     await produce(queue, 2, { attempts: 3 });
