@@ -1,4 +1,5 @@
 import { backends } from '../helpers/backends';
+import { batchWith } from '../helpers/batches';
 import { startService, TestService } from '../helpers/service';
 
 describe.each(backends())('adding items and sealing (%s)', (_name, backend) => {
@@ -141,6 +142,28 @@ describe.each(backends())('adding items and sealing (%s)', (_name, backend) => {
     const again = await svc.api.delete(`/v1/batches/${id}`);
     expect(again.status).toBe(404);
     expect(again.body.error.code).toBe('batch_not_found');
+  });
+
+  it('when a batch with an add record, a failure reason, a callback event and a child is deleted, then none of its rows is left', async () => {
+    const { id } = await batchWith(svc.client, 0, { callbackUrl: 'http://127.0.0.1:9/callback', sealed: false });
+    const group = (await svc.api.post(`/v1/batches/${id}/items`).set('Idempotency-Key', 'k').send({ count: 3 })).body.groups[0].id as string;
+    await svc.api.post(`/v1/batches/${id}/seal`);
+    const parent = { id, ids: [0, 1, 2].map((index) => `${id}:${group}:${index}`) };
+    await svc.api.post('/v1/acks').send({ ids: [parent.ids[0]], outcome: 'failed', error: 'disk full' });
+    const child = await batchWith(svc.client, 1, { parentItem: parent.ids[1] });
+    const rowsOf = async () => {
+      const count = async (table: string, column: string) => Number((await svc.rollcall.db(table).where(column, parent.id).count({ n: '*' }))[0]!.n);
+      return {
+        add_requests: await count('add_requests', 'batch_id'),
+        failure_reasons: await count('failure_reasons', 'batch_id'),
+        outbox: await count('outbox', 'batch_id'),
+        child_links: await count('child_links', 'parent_batch_id'),
+      };
+    };
+    expect(await rowsOf()).toEqual({ add_requests: 1, failure_reasons: 1, outbox: 1, child_links: 1 });
+    expect((await svc.api.delete(`/v1/batches/${parent.id}`)).status).toBe(204);
+    expect(await rowsOf()).toEqual({ add_requests: 0, failure_reasons: 0, outbox: 0, child_links: 0 });
+    expect((await svc.api.get(`/v1/batches/${child.id}`)).body).toMatchObject({ parentItem: parent.ids[1] }); // not cascaded
   });
 });
 
