@@ -1,6 +1,6 @@
 import { UnavailableError } from '../domain/errors';
 import { Db, queryTimeoutOf, unlessTheDatabaseFreezes, withoutQueryTimeout } from '../store/db';
-import { deleteBatchesWithGroups, lockDueBatches, rowsToRemove, sweepShapeOf } from '../store/removeBatches';
+import { deleteBatchesWithGroups, lockDueBatches, sweepShapeOf } from '../store/removeBatches';
 import { inTransaction } from '../store/transaction';
 import { ServiceDeps } from './deps';
 
@@ -11,7 +11,7 @@ export interface SweepOptions {
   completedRetentionMs: number;
   /** Batches removed per transaction, so acks are never blocked for long. */
   chunk: number;
-  /** Of those, as many as hold this many group and failure-reason rows together (one at least; default all). */
+  /** Of those, as many as hold this many group and failure-reason rows together (one at least; default no bound): lockDueBatches. */
   chunkRows?: number;
   /** A sweep ends once it has passed over this many candidates (default MAX_PASSED_OVER). */
   maxPassedOver?: number;
@@ -102,10 +102,8 @@ async function sweepChunks(deps: ServiceDeps, db: Db, options: SweepOptions): Pr
     const now = deps.now();
     const cutoffs = { idleBefore: now - options.openBatchTtlMs, completedBefore: now - options.completedRetentionMs };
     const chunk = await inTransaction(db, deps.tx, async (trx) => {
-      const due = await lockDueBatches(trx, cutoffs, options.chunk, passedOver, shape);
-      // Those past the rows' bound stay due, neither removed nor passed over: the next chunk takes them.
-      const locked = options.chunkRows === undefined ? due.locked : withinRows(due.locked, await rowsToRemove(trx, due.locked), options.chunkRows);
-      return { locked, passedOver: due.passedOver, groups: await deleteBatchesWithGroups(trx, locked) };
+      const due = await lockDueBatches(trx, cutoffs, options.chunk, passedOver, shape, options.chunkRows);
+      return { ...due, groups: await deleteBatchesWithGroups(trx, due.locked) };
     });
     total.batchesRemoved += chunk.locked.length;
     total.groupsRemoved += chunk.groups;
@@ -124,22 +122,4 @@ async function sweepChunks(deps: ServiceDeps, db: Db, options: SweepOptions): Pr
       return total;
     }
   }
-}
-
-/**
- * The first of `ids` whose rows (`rows`) add up to `most` at most, and always the first: a chunk of
- * SWEEP_CHUNK large batches (1,000 batches of 10,000,000 items: 1.2M group rows, GBs of row images)
- * was one transaction, past what Galera certifies (wsrep_max_ws_size) and minutes of undo, binary log
- * and replica lag elsewhere; cut off, it was rolled back and the next sweep chose the same batches,
- * so retention stopped for good (a review).
- */
-export function withinRows(ids: string[], rows: ReadonlyMap<string, number>, most: number): string[] {
-  let total = 0;
-  let count = 0;
-  for (const id of ids) {
-    total += rows.get(id) ?? 0;
-    if (count > 0 && total > most) break;
-    count += 1;
-  }
-  return ids.slice(0, count);
 }

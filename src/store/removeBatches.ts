@@ -132,7 +132,13 @@ export interface DueChunk {
  * takes no range locks that would make acks of batches that are not due wait; one statement per
  * batch, because on Citus a locking read must stay on one shard. Last, a batch with a callback event
  * still pending is left out (a locking read: events are written under the batch row lock, which
- * this transaction now holds).
+ * this transaction now holds). It stops once the batches taken hold `rowBudget` group and
+ * failure-reason rows (SWEEP_CHUNK_ROWS; one batch at least), counted as each is locked: a chunk of
+ * SWEEP_CHUNK large batches (1,000 of 10,000,000 items: 1.2M group rows, GBs of row images) was one
+ * transaction, past what Galera certifies (wsrep_max_ws_size) and minutes of undo, binary log and
+ * replica lag elsewhere; cut off, it was rolled back and the next sweep chose the same batches, so
+ * retention stopped for good (a review). The batch that went past the bound stays locked until the
+ * commit, neither taken nor passed over: the next chunk takes it.
  */
 export async function lockDueBatches(
   trx: Knex.Transaction,
@@ -140,16 +146,25 @@ export async function lockDueBatches(
   limit: number,
   passedOver: ReadonlySet<string>,
   shape: SweepShape,
+  rowBudget = Infinity,
 ): Promise<DueChunk> {
   const chunk: DueChunk = { locked: [], passedOver: [] };
   const idle: string[] = [];
+  let rows = 0;
   for (const id of await dueCandidates(trx, cutoffs, limit, passedOver, shape.sharded)) {
     const [row] = (await forUpdateSkipLocked(trx, isDue(trx('batches').select('id', 'state').where('id', id), cutoffs))) as Array<{ state: string }>;
-    if (row === undefined || (await hasPendingEvent(trx, id))) chunk.passedOver.push(id);
+    if (row === undefined || (await hasPendingEvent(trx, id))) {
+      chunk.passedOver.push(id);
+      continue;
+    }
+    // Past the rows' bound (one batch at least): this one stays due, for the next chunk, and no more are locked.
+    const taken = chunk.locked.length + idle.length;
+    if (rowBudget !== Infinity && (rows += await rowsOfBatch(trx, id, rowBudget - rows)) > rowBudget && taken > 0) break;
     // Only an idle parent waits for its children: a complete or cancelled one takes no outcome (an
     // ack of its item is a duplicate or refused), so it goes when its retention ends.
-    else if (LIVE.includes(row.state)) idle.push(id);
+    if (LIVE.includes(row.state)) idle.push(id);
     else chunk.locked.push(id);
+    if (rows >= rowBudget) break;
   }
   const waiting = await awaitingChildren(trx, idle);
   for (const id of idle) (waiting.has(id) ? chunk.passedOver : chunk.locked).push(id);
@@ -169,21 +184,21 @@ async function hasPendingEvent(trx: Knex.Transaction, id: string): Promise<boole
 const IDS_PER_STATEMENT = 1000;
 
 /**
- * The rows a removal of each of these batches deletes beside the batch's own, by id: its groups and
- * its stored failure reasons (the two that grow with the batch; its events, add records and links
- * are a few rows). Two counts per slice, each by an index that leads with batch_id.
+ * The rows a removal of batch `id` deletes beside its own, counted up to `atMost` + 1: its groups and
+ * its stored failure reasons (the two that grow with a batch; its events, add records and links are
+ * a few rows). Each count stops there (a `LIMIT` under it), so a batch of a million group rows is not
+ * read to be counted. By the indexes that lead with batch_id.
  */
-export async function rowsToRemove(trx: Knex.Transaction, batchIds: string[]): Promise<Map<string, number>> {
-  const rows = new Map(batchIds.map((id) => [id, 0]));
-  for (let at = 0; at < batchIds.length; at += IDS_PER_STATEMENT) {
-    const slice = batchIds.slice(at, at + IDS_PER_STATEMENT);
-    for (const table of ['item_groups', 'failure_reasons']) {
-      const counts = (await trx(table).select('batch_id').count({ n: '*' }).whereIn('batch_id', slice).groupBy('batch_id')) as Array<{
-        batch_id: string;
-        n: unknown;
-      }>;
-      for (const { batch_id: id, n } of counts) rows.set(id, (rows.get(id) ?? 0) + Number(n));
-    }
+async function rowsOfBatch(trx: Knex.Transaction, id: string, atMost: number): Promise<number> {
+  let rows = 0;
+  for (const table of ['item_groups', 'failure_reasons']) {
+    if (rows > atMost) break;
+    const some = trx(table)
+      .select(trx.raw('1'))
+      .where('batch_id', id)
+      .limit(Math.max(0, atMost - rows) + 1);
+    const [counted] = (await trx.count({ n: '*' }).from(some.as('some'))) as Array<{ n: unknown }>;
+    rows += Number(counted?.n ?? 0);
   }
   return rows;
 }
