@@ -208,9 +208,10 @@ export class CallbackDispatcher {
       for (let read = 0; read < HELD_READS_PER_PASS; read++) {
         const now = this.deps.now();
         const page = await dueEventsOfKind(this.deps.db, kind, now, this.heldFrom.get(kind) ?? null, HELD_PER_READ);
-        // A short page is the range's end: the next pass starts again from the oldest due.
-        this.heldFrom.set(kind, page.length < HELD_PER_READ ? null : page[page.length - 1]!);
         for (const [until, events] of await this.heldByTime(page, now)) parked += await parkEvents(this.deps.db, events, until, now);
+        // Once the page is done (a pass that failed reads it again). A short page is the range's end:
+        // the next pass starts again from the oldest due.
+        this.heldFrom.set(kind, page.length < HELD_PER_READ ? null : page[page.length - 1]!);
         if (page.length < HELD_PER_READ) break;
       }
     }
