@@ -204,6 +204,8 @@ interface Pending {
   resolve(rejections: Rejections): void;
   reject(error: unknown): void;
   timer: NodeJS.Timeout | null;
+  /** When its first ack was made (performance.now()): `retryForMs` counts from here, not from the sending. */
+  openedAt: number;
 }
 
 function pendingCall(call: number, outcome: ItemOutcome, error: string | undefined): Pending {
@@ -213,7 +215,7 @@ function pendingCall(call: number, outcome: ItemOutcome, error: string | undefin
     resolve = res;
     reject = rej;
   });
-  return { call, outcome, error, ids: [], chars: 0, answer, resolve, reject, timer: null };
+  return { call, outcome, error, ids: [], chars: 0, answer, resolve, reject, timer: null, openedAt: performance.now() };
 }
 
 /** What an ID adds to a call's JSON body, in characters: itself, its quotes and a comma. */
@@ -432,7 +434,9 @@ export class AckCoalescer {
   private async call(entry: Pending): Promise<void> {
     try {
       const options: AckOptions = entry.error === undefined ? { outcome: entry.outcome } : { outcome: entry.outcome, error: entry.error };
-      const sending: Sending = { options, until: performance.now() + this.settings.retryForMs, call: entry.call };
+      // From the first ack's making: acks that waited for a call out being sent again (an outage)
+      // are held `retryForMs` in all, not that long again once their own call goes (a review).
+      const sending: Sending = { options, until: entry.openedAt + this.settings.retryForMs, call: entry.call };
       const answered = await this.acked(entry.ids, entry.chars, sending);
       const { largestTaken, tooLarge } = answered.sent;
       // Refused for its size (not for one ID too large alone): later calls keep to what was taken.

@@ -9,6 +9,7 @@ import { Job, Queue, type QueueOptions } from 'bullmq';
 
 import type { RollcallClient } from '../client';
 import { unlessAborted } from '../client/abortable';
+import { isTransient } from '../client/retry';
 import { AckCoalescingOptions, ItemOutcome, keepingProcessAlive, Rejected, sharedCoalescer } from './ackCoalescer';
 import { FailedSet, recentFailuresOf } from './bullmqRecentFailures';
 import { asError, failureMessageOf, RollcallIntegrationError, warn } from './errors';
@@ -34,13 +35,21 @@ const RECOVER_FAILED_WITHIN_MS = 15 * 60_000;
 /** The pause before failures whose ack could not be sent are sent again (or `retryForMs`, when shorter). */
 const UNRECORDED_PAUSE_MS = 30_000;
 
-/** The most such failures a watch keeps to send again (each holds its Job). */
+/** The most such failures a watch keeps to send again. */
 const UNRECORDED_KEPT = 10_000;
 
 /** The most failures one start acks again (the newest). */
 const RECOVERY_LIMIT = 10_000;
 
 type FailedListener = (job: Job | undefined, error: Error) => void;
+
+/** A failure's ack as the watch sends it (kept, not the Job, while it waits to be sent again). */
+interface FailureAck {
+  jobId: string | undefined;
+  itemId: string;
+  outcome: ItemOutcome;
+  reason: string;
+}
 
 /** What the watch needs of a Worker (BullMQ's, 5 or 6): its `failed` event, and its `error` event to report on. */
 export interface WatchableWorker {
@@ -134,8 +143,8 @@ function isWatchable(worker: object): worker is WatchableWorker {
  * next watch starts: each looks back `recoverFailedWithinMs` and acks the queue's failures of that
  * time again (recorded ones count as duplicates). What it cannot record is reported on the
  * Worker's `error` event (code `failure_unrecorded`), or as a process warning when it has no
- * listener: rollcall refused it, or could not be reached after the retries (sent again every 30 s,
- * or `retryForMs` when shorter, while the watch runs), or the job has no item
+ * listener: rollcall refused it, or could not be reached after the retries (sent again after a
+ * pause while the watch runs, and once more at its stop), or the job has no item
  * ID where the watch's `itemIdOf` looks (give it the processor's; the first such job only).
  */
 // eslint-disable-next-line @typescript-eslint/no-explicit-any -- the same defaults as BullMQ's own Job<DataType, ResultType>
@@ -159,72 +168,72 @@ export function watchFailedJobs<DataType = any, ResultType = any, NameType exten
       warn(error);
     }
   };
-  /** Acks job's item `failed` (or `succeeded`, outcomeOf): what rollcall answered, or why it could not be asked. */
-  const ackFailure = async (job: Job, reason: string): Promise<{ itemId?: string; rejected: Rejected }> => {
+  /** What acking a run's failure sends: its item `failed` with the reason, or `succeeded` (outcomeOf); none without an item ID. Throws what itemIdOf throws. */
+  const ackOf = (job: Job, reason: string): FailureAck | undefined => {
     const itemId = itemIdOf(job);
-    if (typeof itemId !== 'string' || !itemId) return { rejected: null };
-    const outcome = outcomeOf(job);
-    return { itemId, rejected: await (outcome === 'succeeded' ? acks.ack(itemId, outcome) : acks.ack(itemId, outcome, reason)) };
+    return typeof itemId === 'string' && itemId ? { jobId: job.id, itemId, outcome: outcomeOf(job), reason } : undefined;
   };
+  const sendAck = (ack: FailureAck): Promise<Rejected> =>
+    ack.outcome === 'succeeded' ? acks.ack(ack.itemId, 'succeeded') : acks.ack(ack.itemId, 'failed', ack.reason);
   /**
    * Acks again a failure of the past; passed over: a job whose itemIdOf throws (reported when it
    * failed), and one whose item is not the watch's (a success rollcall rejected, an item handed to a child).
    */
   const recordAgain = (job: Job): Promise<unknown> => {
     if (notForTheWatch(job)) return Promise.resolve();
+    let ack: FailureAck | undefined;
     try {
-      itemIdOf(job);
+      ack = ackOf(job, job.failedReason);
     } catch {
       return Promise.resolve();
     }
     // Held as `record`'s acks are: the look-back's connection may be the user's, closed before it ends.
-    return keepingProcessAlive(ackFailure(job, job.failedReason));
+    return ack ? keepingProcessAlive(sendAck(ack)) : Promise.resolve();
   };
   /** Whether a job without an item ID was reported: once a watch, as a Worker may also run jobs outside rollcall. */
   let reportedNoItemId = false;
   /**
-   * Failures whose ack could not be sent (rollcall out of reach past `retryForMs`), by run, with
-   * their reasons: sent again after a pause while the watch runs, until rollcall takes them. Before,
-   * one outage longer than `retryForMs` twice over left their items pending for good unless a
-   * Worker started again within `recoverFailedWithinMs` (a review): the batch never completed.
+   * Failures whose ack could not be sent (rollcall out of reach past `retryForMs`), by job: sent
+   * again after a pause while the watch runs, until rollcall takes them, and once more when it
+   * stops. Before, one outage longer than `retryForMs` twice over left their items pending for good
+   * unless a Worker started again within `recoverFailedWithinMs` (a review): the batch never
+   * completed. Only transient failures: a `4xx` (a token refused) would be refused again.
    */
-  const unrecorded = new Map<Job, string>();
+  const unrecorded = new Map<string, FailureAck>();
   let pause: NodeJS.Timeout | undefined;
   const pauseMs = Math.max(100, Math.min(UNRECORDED_PAUSE_MS, options.retryForMs ?? UNRECORDED_PAUSE_MS));
-  const sendAgainLater = (job: Job, reason: string): boolean => {
-    if (stopping.signal.aborted || (unrecorded.size >= UNRECORDED_KEPT && !unrecorded.has(job))) return false;
-    unrecorded.set(job, reason);
+  const sendAgainLater = (ack: FailureAck): boolean => {
+    const key = `${ack.jobId}\u0000${ack.itemId}`;
+    if (stopping.signal.aborted || (unrecorded.size >= UNRECORDED_KEPT && !unrecorded.has(key))) return false;
+    unrecorded.set(key, ack);
     // Not keeping the process alive: a Worker closed and left to end goes; its next watch looks back.
     pause ??= setTimeout(() => {
       pause = undefined;
-      const again = [...unrecorded];
+      const again = [...unrecorded.values()];
       unrecorded.clear();
-      for (const [run, why] of again) send(run, why, false);
+      for (const each of again) send(each, false);
     }, pauseMs).unref();
     return true;
   };
-  /** Acks a run's failure, reporting what it cannot record (`first`: only when first tried, not each time it is sent again). */
-  const send = (job: Job, reason: string, first: boolean): void => {
+  /** Acks a run's failure, reporting what it cannot record: at its first try, and when it is given up after that. */
+  const send = (ack: FailureAck, first: boolean): void => {
     // The process stays until this is answered: the job will not run again, and a process left to
     // end after `worker.close()` would otherwise drop it in a pause between tries (its item pending
     // until a watch's look-back, if one comes).
-    keepingProcessAlive(ackFailure(job, reason)).then(
-      ({ itemId, rejected }) => {
-        // Most likely the processor reads its item IDs elsewhere (its own itemIdOf) than this watch does.
-        if (itemId === undefined) {
-          if (!reportedNoItemId)
-            report(
-              `job ${job.id} failed for good, and the failure watch found no rollcall item ID in it (does it read them as the processor does?); later such jobs are not reported`,
-            );
-          reportedNoItemId = true;
-        } else if (rejected !== null && rejected !== 'batch_cancelled') report(`rollcall rejected the failure of job ${job.id} (item ${itemId}): ${rejected}`);
+    keepingProcessAlive(sendAck(ack)).then(
+      (rejected) => {
+        if (rejected !== null && rejected !== 'batch_cancelled') report(`rollcall rejected the failure of job ${ack.jobId} (item ${ack.itemId}): ${rejected}`);
       },
       (thrown: unknown) => {
-        const kept = sendAgainLater(job, reason);
-        if (first) {
-          const then = kept ? `; it is sent again every ${pauseMs < 1000 ? `${pauseMs} ms` : `${Math.round(pauseMs / 1000)} s`} while the watch runs` : '';
-          report(`the failure watch could not record the failure of job ${job.id}: ${asError(thrown).message}${then}`, thrown);
-        }
+        const kept = isTransient(thrown) && sendAgainLater(ack);
+        const why = asError(thrown).message;
+        if (first)
+          report(
+            `the failure watch could not record the failure of job ${ack.jobId}: ${why}${kept ? '; it is sent again after a pause while the watch runs' : ''}`,
+            thrown,
+          );
+        else if (!kept)
+          report(`the failure of job ${ack.jobId} (item ${ack.itemId}) was not recorded before the failure watch stopped, or kept no more: ${why}`, thrown);
       },
     );
   };
@@ -233,7 +242,19 @@ export function watchFailedJobs<DataType = any, ResultType = any, NameType exten
     if (typeof job.finishedOn !== 'number') return;
     // A sandboxed run marks its own copy of the job, not this one: its rejected success is told by its reason.
     if (ANSWERED_RUNS.has(job) || notForTheWatch(job)) return;
-    send(job, failureMessageOf(error), true);
+    let ack: FailureAck | undefined;
+    try {
+      ack = ackOf(job, failureMessageOf(error));
+    } catch (thrown) {
+      return report(`the failure watch could not record the failure of job ${job.id}: ${asError(thrown).message}`, thrown);
+    }
+    // Most likely the processor reads its item IDs elsewhere (its own itemIdOf) than this watch does.
+    if (ack) return send(ack, true);
+    if (!reportedNoItemId)
+      report(
+        `job ${job.id} failed for good, and the failure watch found no rollcall item ID in it (does it read them as the processor does?); later such jobs are not reported`,
+      );
+    reportedNoItemId = true;
   };
   // BullMQ calls this inside its own failure handling, after the job was moved: whatever goes wrong
   // here (a user's `itemIdOf` that throws) is reported, never thrown back into BullMQ.
@@ -262,6 +283,10 @@ export function watchFailedJobs<DataType = any, ResultType = any, NameType exten
     worker.off('failed', onFailed);
     stopping.abort();
     clearTimeout(pause);
+    // Those waiting for their next try go once more: what still fails is reported, not dropped unsaid.
+    const left = [...unrecorded.values()];
+    unrecorded.clear();
+    for (const ack of left) send(ack, false);
     await recovery;
     await acks.drain();
   };

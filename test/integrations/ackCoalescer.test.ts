@@ -63,6 +63,28 @@ describe('the ack coalescer of the queue integrations, against a real service', 
     expect(await svc.client.status(id)).toMatchObject({ state: 'complete', succeeded: 60 });
   });
 
+  it('when acks wait through an outage for the call out to end, then each is held retryForMs from its making, not that long again once its own call goes', async () => {
+    const { ids } = await batchWith(svc.client, 2);
+    const send = httpSend();
+    const client = new RollcallClient({
+      baseUrl: svc.url,
+      fetch: (url, request) =>
+        url.endsWith('/v1/acks') ? Promise.resolve(new Response('{"error":{"code":"unavailable","message":"away"}}', { status: 503 })) : send(url, request),
+    });
+    const acks = new AckCoalescer(client, { maxDelayMs: 10, retryForMs: 1_500 });
+    const given = (ack: Promise<unknown>) =>
+      ack.then(
+        () => Infinity,
+        () => performance.now(),
+      );
+    const first = given(acks.ack(ids[0]!, 'succeeded'));
+    await realSleep(500);
+    const madeAt = performance.now();
+    const second = given(acks.ack(ids[1]!, 'succeeded')); // waits for the first's call, out and being sent again
+    expect(await first).toBeLessThan(Infinity);
+    expect((await second) - madeAt).toBeLessThan(1_500 + 700); // was about 1,000 + 1,500: its own call's retryForMs began late
+  });
+
   it('when outcomes, reasons and an unknown item arrive together, then each gets its own answer', async () => {
     const { id, ids } = await batchWith(svc.client, 4);
     const acks = new AckCoalescer(new RollcallClient({ baseUrl: svc.url }));
