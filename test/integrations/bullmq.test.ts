@@ -691,29 +691,43 @@ describeWith(redisUrl).each(backends())('rollcall/bullmq on a real Redis and a r
     ]);
   });
 
-  it('when a job succeeds on its last attempt but rollcall does not take its ack in time, then BullMQ fails the job and the failure watch records the item succeeded', async () => {
-    const queue = newQueue();
-    const batch = await produce(queue, 1, { attempts: 1 });
+  /** A client whose acks rollcall answers `503` while `refusing` (an outage the test ends); its other calls go through. */
+  function acksRefusedWhile(): { client: RollcallClient; refusing: boolean } {
     const send = httpSend();
-    let refusing = true;
-    const outage = new RollcallClient({
-      baseUrl: svc.url,
-      fetch: (url, request) => {
-        if (refusing && url.endsWith('/v1/acks')) return Promise.resolve(new Response('{"error":{"code":"unavailable","message":"away"}}', { status: 503 }));
-        return send(url, request);
-      },
-    });
-    const worker = new Worker<TestJobData>(
+    const outage = {
+      refusing: true,
+      client: new RollcallClient({
+        baseUrl: svc.url,
+        fetch: (url, request) => {
+          if (outage.refusing && url.endsWith('/v1/acks'))
+            return Promise.resolve(new Response('{"error":{"code":"unavailable","message":"away"}}', { status: 503 }));
+          return send(url, request);
+        },
+      }),
+    };
+    return outage;
+  }
+
+  /** A Worker whose jobs all succeed, acking through `through` with a short retryForMs. */
+  function succeedingWorker(queue: Queue, through: RollcallClient, options: { autorun?: boolean } = {}): Worker<TestJobData> {
+    return new Worker<TestJobData>(
       queue.name,
-      rollcallProcessor<TestJobData, string>(outage, async () => 'done', { retryForMs: 300 }),
+      rollcallProcessor<TestJobData, string>(through, async () => 'done', { retryForMs: 300 }),
       {
         connection,
         prefix,
         concurrency: 2,
-        autorun: false,
+        ...options,
       },
     );
-    worker.on('failed', () => (refusing = false)); // before the processor's watch, which it starts on its first job
+  }
+
+  it('when a job succeeds on its last attempt but rollcall does not take its ack in time, then BullMQ fails the job and the failure watch records the item succeeded', async () => {
+    const queue = newQueue();
+    const batch = await produce(queue, 1, { attempts: 1 });
+    const outage = acksRefusedWhile();
+    const worker = succeedingWorker(queue, outage.client, { autorun: false });
+    worker.on('failed', () => (outage.refusing = false)); // before the processor's watch, which it starts on its first job
     workers.push(worker);
     void worker.run();
     expect(await client.waitForCompletion(batch.id, { timeoutMs: 15_000 })).toMatchObject({ state: 'complete', succeeded: 1, failed: 0 });
@@ -725,24 +739,8 @@ describeWith(redisUrl).each(backends())('rollcall/bullmq on a real Redis and a r
   it('when rollcall stays away past the failure watch’s own tries too, then the watch sends the acks again until rollcall takes them, and the batch completes', async () => {
     const queue = newQueue();
     const batch = await produce(queue, 2, { attempts: 1 });
-    const send = httpSend();
-    let refusing = true;
-    const outage = new RollcallClient({
-      baseUrl: svc.url,
-      fetch: (url, request) => {
-        if (refusing && url.endsWith('/v1/acks')) return Promise.resolve(new Response('{"error":{"code":"unavailable","message":"away"}}', { status: 503 }));
-        return send(url, request);
-      },
-    });
-    const worker = new Worker<TestJobData>(
-      queue.name,
-      rollcallProcessor<TestJobData, string>(outage, async () => 'done', { retryForMs: 300 }),
-      {
-        connection,
-        prefix,
-        concurrency: 2,
-      },
-    );
+    const outage = acksRefusedWhile();
+    const worker = succeedingWorker(queue, outage.client);
     const unrecorded: Error[] = [];
     worker.on('error', (error) => {
       if ((error as { code?: string }).code === 'failure_unrecorded') unrecorded.push(error);
@@ -752,7 +750,7 @@ describeWith(redisUrl).each(backends())('rollcall/bullmq on a real Redis and a r
     expect(unrecorded[0]!.message).toMatch(/could not record the failure of job .+; it is sent again after a pause while the watch runs$/);
     await realSleep(1_000); // sent again, still refused
     expect(await client.status(batch.id)).toMatchObject({ state: 'sealed', pending: 2 });
-    refusing = false;
+    outage.refusing = false;
     expect(await client.waitForCompletion(batch.id, { timeoutMs: 15_000 })).toMatchObject({ state: 'complete', succeeded: 2, failed: 0 });
     expect(unrecorded).toHaveLength(2); // reported once each, not at every try
   });
