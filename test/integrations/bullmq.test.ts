@@ -691,16 +691,19 @@ describeWith(redisUrl).each(backends())('rollcall/bullmq on a real Redis and a r
     ]);
   });
 
-  /** A client whose acks rollcall answers `503` while `refusing` (an outage the test ends); its other calls go through. */
-  function acksRefusedWhile(): { client: RollcallClient; refusing: boolean } {
+  /**
+   * A client whose acks rollcall answers `503` while `refusing` (an outage the test ends), or `401`
+   * (a token refused) when asked; its other calls go through.
+   */
+  function acksRefusedWhile(status: 503 | 401 = 503): { client: RollcallClient; refusing: boolean } {
     const send = httpSend();
+    const code = status === 503 ? 'unavailable' : 'unauthorized';
     const outage = {
       refusing: true,
       client: new RollcallClient({
         baseUrl: svc.url,
         fetch: (url, request) => {
-          if (outage.refusing && url.endsWith('/v1/acks'))
-            return Promise.resolve(new Response('{"error":{"code":"unavailable","message":"away"}}', { status: 503 }));
+          if (outage.refusing && url.endsWith('/v1/acks')) return Promise.resolve(new Response(`{"error":{"code":"${code}","message":"away"}}`, { status }));
           return send(url, request);
         },
       }),
@@ -753,6 +756,72 @@ describeWith(redisUrl).each(backends())('rollcall/bullmq on a real Redis and a r
     outage.refusing = false;
     expect(await client.waitForCompletion(batch.id, { timeoutMs: 15_000 })).toMatchObject({ state: 'complete', succeeded: 2, failed: 0 });
     expect(unrecorded).toHaveLength(2); // reported once each, not at every try
+  });
+
+  /** The `failure_unrecorded` reports of `worker`'s failure watch, as they come; `then` runs on each. */
+  function unrecordedReports(worker: { on(event: 'error', listener: (error: Error) => void): unknown }, then?: (error: Error) => void): Error[] {
+    const reports: Error[] = [];
+    worker.on('error', (error) => {
+      if ((error as { code?: string }).code !== 'failure_unrecorded') return;
+      reports.push(error);
+      then?.(error);
+    });
+    return reports;
+  }
+
+  it('when the failure watch is stopped while failures wait to be sent again, then it sends them once more at its stop, and the batch completes', async () => {
+    const queue = newQueue();
+    const batch = await produce(queue, 1, { attempts: 1 });
+    const outage = acksRefusedWhile();
+    const worker = succeedingWorker(queue, outage.client);
+    workers.push(worker);
+    let stopped: Promise<void> | undefined;
+    // Stopped in the turn its first try is given up, well before the pause after which it would send again.
+    unrecordedReports(worker, () => {
+      outage.refusing = false;
+      stopped ??= watchFailedJobs(outage.client, worker)();
+    });
+    await until(() => stopped !== undefined, 15_000);
+    await stopped;
+    expect(await client.status(batch.id)).toMatchObject({ state: 'complete', succeeded: 1, pending: 0 });
+  });
+
+  it('when rollcall refuses the failure watch’s acks with a 401, then they are not sent again after the pause: a token refused would be refused again', async () => {
+    const queue = newQueue();
+    const batch = await produce(queue, 1, { attempts: 1 });
+    const refused = acksRefusedWhile(401);
+    const worker = succeedingWorker(queue, refused.client);
+    workers.push(worker);
+    const reports = unrecordedReports(worker);
+    await until(() => reports.length >= 1, 15_000);
+    expect(reports[0]!.message).toMatch(/could not record the failure of job [^;]+$/); // not "sent again after a pause"
+    refused.refusing = false;
+    await realSleep(1_500); // five pauses of 300 ms
+    expect(await client.status(batch.id)).toMatchObject({ state: 'sealed', pending: 1 });
+    expect(reports).toHaveLength(1);
+  });
+
+  it('when more than 10,000 failures wait to be sent again, then the watch keeps 10,000, says which it does not keep, and sends the kept ones once rollcall is back', async () => {
+    const count = 10_001;
+    const ids: string[] = [];
+    const batch = await openBatch(client, { count, enqueue: async (chunk) => void ids.push(...chunk) });
+    const outage = acksRefusedWhile();
+    // BullMQ's `failed` events for jobs it failed for good, without running 10,001 real jobs.
+    const worker = new EventEmitter() as EventEmitter & { name?: string };
+    const reports = unrecordedReports(worker);
+    const stop = watchFailedJobs(outage.client, worker, { retryForMs: 300, recoverFailedWithinMs: 0 });
+    try {
+      ids.forEach((id, n) => worker.emit('failed', { id: String(n), finishedOn: Date.now(), data: { rollcallItemId: id } }, new Error('boom')));
+      await until(() => reports.length >= count, 30_000);
+      const kept = reports.filter((report) => report.message.endsWith('it is sent again after a pause while the watch runs'));
+      expect(kept).toHaveLength(10_000);
+      outage.refusing = false;
+      await until(async () => (await client.status(batch.id)).failed === 10_000, 30_000);
+      await realSleep(1_000); // a pause more: nothing else is sent
+      expect(await client.status(batch.id)).toMatchObject({ state: 'sealed', failed: 10_000, pending: 1 });
+    } finally {
+      await stop();
+    }
   });
 
   it('when a handler throws UnrecoverableError while rollcall is out of reach, then BullMQ still does not run the job again', async () => {
