@@ -19,6 +19,7 @@ import {
   parkEvents,
   releaseClaim,
   Saturated,
+  unparkEvents,
 } from '../store/outbox';
 import { inTransaction } from '../store/transaction';
 import { DeliveryResult, ServiceDeps } from './deps';
@@ -208,7 +209,7 @@ export class CallbackDispatcher {
       for (let read = 0; read < HELD_READS_PER_PASS; read++) {
         const now = this.deps.now();
         const page = await dueEventsOfKind(this.deps.db, kind, now, this.heldFrom.get(kind) ?? null, HELD_PER_READ);
-        for (const [until, events] of await this.heldByTime(page, now)) parked += await parkEvents(this.deps.db, events, until, now);
+        for (const [until, events] of await this.heldByTime(page, now)) parked += await this.park(events, until, now);
         // Once the page is done (a pass that failed reads it again). A short page is the range's end:
         // the next pass starts again from the oldest due.
         this.heldFrom.set(kind, page.length < HELD_PER_READ ? null : page[page.length - 1]!);
@@ -216,6 +217,22 @@ export class CallbackDispatcher {
       }
     }
     return parked;
+  }
+
+  /**
+   * Moves held events to `until`, then reads their blockers again and gives back, due now, those
+   * whose blocker has gone or moved earlier since the read that chose `until`: a child deleted in
+   * between (whose delete frees only events already parked, freeHeldEventsUpFrom) left its parent's
+   * batch.completed parked behind nothing, up to CALLBACK_BACKOFF_CAP. A change after this second
+   * read finds the event parked, and its own step frees it. Returns how many stay moved.
+   */
+  private async park(events: HeldEvent[], until: number, now: number): Promise<number> {
+    const moved = await parkEvents(this.deps.db, events, until, now);
+    if (moved === 0) return 0;
+    const stillHeld = new Set<HeldEvent>();
+    for (const [later, held] of await this.heldByTime(events, now)) if (later >= until) held.forEach((event) => stillHeld.add(event));
+    const unheld = events.filter((event) => !stillHeld.has(event));
+    return moved - (await unparkEvents(this.deps.db, unheld, until, now));
   }
 
   /** The held events that can wait, by the time they can wait to (heldUntil), from their blockers' next attempts. */

@@ -268,6 +268,24 @@ export async function parkEvents(q: Queryable, events: Array<Pick<HeldEvent, 'id
 }
 
 /**
+ * Makes events parked at `until` due at `now` again, unless claimed since: parkHeld's undo for those
+ * whose blocker went (or moved earlier) between its read and the park. Returns how many.
+ */
+export async function unparkEvents(q: Queryable, events: Array<Pick<HeldEvent, 'id' | 'batchId'>>, until: number, now: number): Promise<number> {
+  if (events.length === 0) return 0;
+  return q('outbox')
+    .whereIn('batch_id', [...new Set(events.map((e) => e.batchId))])
+    .whereIn(
+      'id',
+      events.map((e) => e.id),
+    )
+    .where('status', 'pending')
+    .whereNull('claim')
+    .where('next_attempt_at', until)
+    .update({ next_attempt_at: now });
+}
+
+/**
  * Up to `limit` due pending events that may be sent now (inOrder), oldest due first, leaving out
  * saturated tenants, hosts and tenants on a host (so hundreds of events waiting on one receiver, or
  * one tenant's on a shared host, never hide another's), as index ranges (`outsideAll`, `outside`; the indexes of 0017).
@@ -365,16 +383,30 @@ export async function listEventsOfBatch(q: Queryable, batchId: string): Promise<
   return ((await q('outbox').where('batch_id', batchId).orderBy('created_at').orderBy('id')) as OutboxRow[]).map(fromRow);
 }
 
+/** Ancestors freeHeldEventsUpFrom walks through at most: far deeper than any family seen. */
+const MAX_FREED_LEVELS = 64;
+
 /**
  * Makes a parent's batch.completed due now if it waits for a retry of a child's event that is no
  * longer there (the child was deleted): one never tried (`attempts` 0) and not claimed that is not
  * due is one parkHeld moved. Left as it was, it went at the time it was moved to, up to
- * CALLBACK_BACKOFF_CAP later. Returns how many.
+ * CALLBACK_BACKOFF_CAP later. Then the same for that parent's parent, and so on while a level had
+ * one to free: a grandparent's event waited for the parent's, which had waited for the child's (a
+ * level whose event was not waiting holds nobody above it back). Returns how many.
  */
-export async function freeParentsHeldEvent(q: Queryable, parentBatchId: string, now: number): Promise<number> {
-  return q('outbox')
-    .where({ batch_id: parentBatchId, event: 'batch.completed', status: 'pending', attempts: 0 })
-    .whereNull('claim')
-    .where('next_attempt_at', '>', now)
-    .update({ next_attempt_at: now });
+export async function freeHeldEventsUpFrom(q: Queryable, parentBatchId: string, now: number): Promise<number> {
+  let freed = 0;
+  let parent: string | null = parentBatchId;
+  for (let level = 0; parent !== null && level < MAX_FREED_LEVELS; level++) {
+    const n: number = await q('outbox')
+      .where({ batch_id: parent, event: 'batch.completed', status: 'pending', attempts: 0 })
+      .whereNull('claim')
+      .where('next_attempt_at', '>', now)
+      .update({ next_attempt_at: now });
+    if (n === 0) break;
+    freed += n;
+    const row = (await q('batches').select('parent_batch_id').where('id', parent).first()) as { parent_batch_id: string | null } | undefined;
+    parent = row?.parent_batch_id ?? null;
+  }
+  return freed;
 }

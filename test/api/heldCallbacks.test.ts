@@ -108,12 +108,7 @@ describe.each(backends())('callbacks held back behind a retry (%s)', (_name, bac
   });
 
   it('when the child whose retry a parent’s batch.completed waits for is deleted, then the parent’s goes at once', async () => {
-    const parent = await batchWith(svc.client, 1, { callbackUrl: receiver.url });
-    const child = await batchWith(svc.client, 1, { callbackUrl: receiver.url, parentItem: parent.ids[0] });
-    receiver.script = [500];
-    await svc.api.post('/v1/acks').send({ ids: child.ids });
-    await svc.rollcall.childOutcomes.deliverDue();
-    expect(await svc.rollcall.dispatcher.deliverDue()).toBe(1);
+    const { parent, child } = await parentBehindRefusedChild();
     expect(await svc.rollcall.dispatcher.parkHeld()).toBe(1);
 
     expect((await svc.api.delete(`/v1/batches/${child.id}`)).status).toBe(204);
@@ -122,11 +117,65 @@ describe.each(backends())('callbacks held back behind a retry (%s)', (_name, bac
     expect(JSON.parse(receiver.deliveries.at(-1)!.body)).toMatchObject({ event: 'batch.completed', batch: { id: parent.id } });
   });
 
-  it('when many older held events cannot wait yet (their first failures are due), then one behind them that can is still moved', async () => {
-    const id = await completedBehindRefusedFirstFailure();
-    // 600 older batches, each a batch.completed behind a first_failure due now (waiting for a slot):
-    // more than a page of parkHeld's reads, none of which can be moved.
-    const stuck = Array.from({ length: 600 }, (_, i) => {
+  /** A parent whose child's batch.completed was refused once: the parent's waits behind it. */
+  async function parentBehindRefusedChild() {
+    const parent = await batchWith(svc.client, 1, { callbackUrl: receiver.url });
+    const child = await batchWith(svc.client, 1, { callbackUrl: receiver.url, parentItem: parent.ids[0] });
+    receiver.script = [500];
+    await svc.api.post('/v1/acks').send({ ids: child.ids });
+    await svc.rollcall.childOutcomes.deliverDue();
+    expect(await svc.rollcall.dispatcher.deliverDue()).toBe(1);
+    return { parent, child };
+  }
+
+  it('when a grandchild whose retry its parent’s and grandparent’s batch.completed wait for is deleted, then both go at once', async () => {
+    const grandparent = await batchWith(svc.client, 1, { callbackUrl: receiver.url });
+    const parent = await batchWith(svc.client, 1, { callbackUrl: receiver.url, parentItem: grandparent.ids[0] });
+    const child = await batchWith(svc.client, 1, { callbackUrl: receiver.url, parentItem: parent.ids[0] });
+    receiver.script = [500];
+    await svc.api.post('/v1/acks').send({ ids: child.ids });
+    await svc.rollcall.childOutcomes.deliverDue(); // the child's outcome completes the parent, whose outcome completes the grandparent
+    await svc.rollcall.childOutcomes.deliverDue();
+    expect((await svc.api.get(`/v1/batches/${grandparent.id}`)).body).toMatchObject({ state: 'complete' });
+    expect(await svc.rollcall.dispatcher.deliverDue()).toBe(1); // the child's, refused
+    expect(await svc.rollcall.dispatcher.parkHeld()).toBe(1); // the parent's, behind the child's retry
+    expect(await svc.rollcall.dispatcher.parkHeld()).toBe(1); // the grandparent's, behind the parent's
+    expect((await eventsOf(grandparent.id))['batch.completed']!.nextAttemptAt).toBeGreaterThan(svc.clock.now);
+
+    expect((await svc.api.delete(`/v1/batches/${child.id}`)).status).toBe(204);
+    for (const { id } of [parent, grandparent]) expect((await eventsOf(id))['batch.completed']!.nextAttemptAt).toBeLessThanOrEqual(svc.clock.now);
+    expect(await svc.rollcall.dispatcher.deliverDue()).toBe(2);
+    const bodies = receiver.deliveries.slice(-2).map((d) => JSON.parse(d.body) as { batch: { id: string } });
+    expect(bodies.map((b) => b.batch.id)).toEqual([parent.id, grandparent.id]);
+  });
+
+  it('when the child is deleted after the pass read its retry but before it moved the parent’s batch.completed, then that event is still due at once', async () => {
+    const { parent, child } = await parentBehindRefusedChild();
+    // The delete lands between the pass's read of the child's retry and its move of the parent's event.
+    const dispatcher = svc.rollcall.dispatcher as unknown as { heldByTime: (...args: unknown[]) => Promise<unknown> };
+    const read = dispatcher.heldByTime.bind(dispatcher);
+    let deleted = false;
+    dispatcher.heldByTime = async (...args: unknown[]) => {
+      const byTime = await read(...args);
+      if (!deleted) {
+        deleted = true;
+        expect((await svc.api.delete(`/v1/batches/${child.id}`)).status).toBe(204);
+      }
+      return byTime;
+    };
+    expect(await svc.rollcall.dispatcher.parkHeld()).toBe(0);
+    expect(deleted).toBe(true);
+    expect((await eventsOf(parent.id))['batch.completed']!.nextAttemptAt).toBeLessThanOrEqual(svc.clock.now);
+    expect(await svc.rollcall.dispatcher.deliverDue()).toBe(1);
+    expect(JSON.parse(receiver.deliveries.at(-1)!.body)).toMatchObject({ event: 'batch.completed', batch: { id: parent.id } });
+  });
+
+  /**
+   * `count` batches' rows written straight into the outbox, each a batch.completed due 20 s ago behind
+   * a first_failure whose next attempt is `firstFailureAt`.
+   */
+  async function heldRows(count: number, firstFailureAt: number): Promise<void> {
+    const rows = Array.from({ length: count }, (_, i) => {
       const batchId = `00000000-0000-4000-8000-${String(i).padStart(12, '0')}`;
       const row = { batch_id: batchId, tenant: '', host: 'nowhere.example', url: 'http://nowhere.example/', payload: '{}', status: 'pending', created_at: 0 };
       return [
@@ -135,7 +184,7 @@ describe.each(backends())('callbacks held back behind a retry (%s)', (_name, bac
           id: `10000000-0000-4000-8000-${String(i).padStart(12, '0')}`,
           event: 'batch.first_failure',
           attempts: 1,
-          next_attempt_at: svc.clock.now - 10_000,
+          next_attempt_at: firstFailureAt,
         },
         {
           ...row,
@@ -146,9 +195,29 @@ describe.each(backends())('callbacks held back behind a retry (%s)', (_name, bac
         },
       ];
     }).flat();
-    for (let at = 0; at < stuck.length; at += 100) await svc.rollcall.db('outbox').insert(stuck.slice(at, at + 100));
+    for (let at = 0; at < rows.length; at += 100) await svc.rollcall.db('outbox').insert(rows.slice(at, at + 100));
+  }
 
+  it('when many older held events cannot wait yet (their first failures are due), then one behind them that can is still moved', async () => {
+    const id = await completedBehindRefusedFirstFailure();
+    // 600 older batches, each a batch.completed behind a first_failure due now (waiting for a slot):
+    // more than a page of parkHeld's reads, none of which can be moved.
+    await heldRows(600, svc.clock.now - 10_000);
     expect(await svc.rollcall.dispatcher.parkHeld()).toBe(1);
     expect((await eventsOf(id))['batch.completed']!.nextAttemptAt).toBeGreaterThan(svc.clock.now);
+  });
+
+  it('when two replicas move the same held events at once, then each is moved once, to its first failure’s retry', async () => {
+    const retryAt = svc.clock.now + 600_000 + 2_345;
+    await heldRows(1_200, retryAt);
+    const other = await serve(await createRollcall(svc.database.config, { now: () => svc.clock.now }));
+    try {
+      const moved = await Promise.all([svc.rollcall.dispatcher.parkHeld(), other.rollcall.dispatcher.parkHeld()]);
+      expect(moved[0] + moved[1]).toBe(1_200);
+    } finally {
+      await other.stop();
+    }
+    const completed = await svc.rollcall.db('outbox').where('event', 'batch.completed').select('next_attempt_at');
+    expect(new Set(completed.map((row: { next_attempt_at: unknown }) => Number(row.next_attempt_at)))).toEqual(new Set([retryAt - (retryAt % 5_000)]));
   });
 });
