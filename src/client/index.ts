@@ -3,6 +3,8 @@
  * No dependencies beyond Node's own http module.
  */
 
+import { createHmac } from 'node:crypto';
+
 import type { AckResult, BatchView as Batch, ItemStatus, Rejection, Whoami } from '../contract/responses';
 import { toExactText } from '../contract/text';
 import { type BatchOutcome, type BatchState, HELD_BATCHES_HEADER, MAX_ACK_IDS } from '../contract/vocabulary';
@@ -200,6 +202,18 @@ export class RollcallClient {
       throw new RangeError(`timeoutMs must be a positive number of milliseconds (or Infinity for no limit), not ${options.timeoutMs}`);
     this.baseUrl = options.baseUrl.replace(/\/+$/, '');
     this.send = options.fetch ?? httpSend();
+  }
+
+  /**
+   * A mark of `text` that only a holder of this client's token can make (an HMAC-SHA256 keyed by the
+   * token, base64url): rollcall/amqp marks with it the copy of a message whose work is done, so that
+   * a publisher without the token cannot pass work off as done. Without a token anyone can make it,
+   * as anyone can then ack.
+   */
+  markOf(text: string): string {
+    return createHmac('sha256', this.options.token ?? '')
+      .update(text)
+      .digest('base64url');
   }
 
   /** Opens a batch; with `parentItem` (an item ID of another batch) it is a child standing for that item. */

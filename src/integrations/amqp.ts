@@ -7,6 +7,7 @@ import type { ConsumeMessage } from 'amqplib';
 
 import type { RollcallClient } from '../client';
 import { AckCoalescingOptions, sharedCoalescer } from './ackCoalescer';
+import { doneCopiesOf } from './amqpDoneCopies';
 import { AckingChannel, headerOf, MessageHandling, MessageHandlingOptions, RollcallConsumeCallback } from './amqpMessages';
 import { CancelCheckOptions, sharedCancelledBatches } from './cancelledBatches';
 import { isHandedToChild } from './childBatch';
@@ -15,6 +16,7 @@ import { sharedTokenCheck } from './tokenCheck';
 
 /** The consumer for dead letters: records the items of messages RabbitMQ gave up on. */
 export { rollcallDeadLetterConsumer, type RollcallDeadLetterOptions } from './amqpDeadLetters';
+export { DONE_HEADER } from './amqpDoneCopies';
 export { type AckingChannel, ITEM_ID_HEADER, type RollcallConsumeCallback } from './amqpMessages';
 /** What the integrations throw or report, with a stable `code`: `instanceof` it to tell them. */
 export { type IntegrationErrorCode, RollcallIntegrationError } from './errors';
@@ -92,13 +94,22 @@ export function rollcallConsumer(
   options: RollcallConsumerOptions = {},
 ): RollcallConsumeCallback {
   const maxDeliveries = maxDeliveriesOf(options);
-  const messages = new MessageHandling(channel, sharedCoalescer(client, options), sharedCancelledBatches(client, options), sharedTokenCheck(client), options);
+  const copies = doneCopiesOf(client, channel, options.queue);
+  const messages = new MessageHandling(
+    channel,
+    sharedCoalescer(client, options),
+    sharedCancelledBatches(client, options),
+    sharedTokenCheck(client),
+    options,
+    copies,
+  );
   return messages.callback(async (message) => {
     const itemId = messages.itemIdOrDrop(message);
     if (itemId === undefined || messages.ackedAsKnownCancelled(message, itemId)) return;
     // The token before asking about a cancel: a batch cancelled while its message was held is then still noticed.
     if ((await messages.returnedForRefusedToken(message)) || (await messages.ackedAsCancelled(message, itemId))) return;
     if (messages.closed) return; // RabbitMQ has it back: another consumer runs it
+    if (messages.isDone(message, itemId)) return messages.record(message, itemId, 'succeeded'); // its work was done: see options.queue
     let returned: unknown;
     try {
       returned = await handler(message);

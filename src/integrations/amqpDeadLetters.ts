@@ -7,6 +7,7 @@ import type { ConsumeMessage } from 'amqplib';
 
 import type { RollcallClient } from '../client';
 import { AckCoalescingOptions, sharedCoalescer } from './ackCoalescer';
+import { doneCopiesOf } from './amqpDoneCopies';
 import { AckingChannel, headerOf, MessageHandling, MessageHandlingOptions, RollcallConsumeCallback, textHeaderOf, textOfHeaderValue } from './amqpMessages';
 import { sharedCancelledBatches } from './cancelledBatches';
 import { sharedTokenCheck } from './tokenCheck';
@@ -83,13 +84,16 @@ function reasonsOf(options: RollcallDeadLetterOptions): ReadonlySet<string> {
 export function rollcallDeadLetterConsumer(client: RollcallClient, channel: AckingChannel, options: RollcallDeadLetterOptions = {}): RollcallConsumeCallback {
   // No cancel check before each ack, as rollcallConsumer makes to skip a handler: there is no
   // handler here, and rollcall answers a cancelled batch's ack with batch_cancelled.
-  const messages = new MessageHandling(channel, sharedCoalescer(client, options), sharedCancelledBatches(client), sharedTokenCheck(client), options);
+  const copies = doneCopiesOf(client, channel, options.queue);
+  const messages = new MessageHandling(channel, sharedCoalescer(client, options), sharedCancelledBatches(client), sharedTokenCheck(client), options, copies);
   const reasons = reasonsOf(options);
   return messages.callback(async (message) => {
     const death = lastDeathOf(message);
     if (death.reason === undefined || !reasons.has(death.reason)) return messages.settle(message, 'drop');
     const itemId = messages.itemIdOrDrop(message);
     if (itemId === undefined || (await messages.returnedForRefusedToken(message))) return;
+    // A done copy that expired or was pushed out (options.queue of the work queue's consumers): its work was done.
+    if (messages.isDone(message, itemId)) return messages.record(message, itemId, 'succeeded');
     // The worker's own error says more than that RabbitMQ gave up on a message redelivered after it.
     if (await settledAlready(client, itemId)) return messages.settle(message, 'ack');
     const from = death.queue === undefined ? '' : ` from queue ${death.queue}`;

@@ -9,10 +9,11 @@ import type { ConsumeMessage } from 'amqplib';
 import { unlessAborted } from '../client/abortable';
 import { isTransient } from '../client/retry';
 import { AckCoalescer, ItemOutcome, keepingProcessAlive, Rejected } from './ackCoalescer';
+import type { DoneCopies } from './amqpDoneCopies';
 import { CancelledBatches } from './cancelledBatches';
 import { asError, RollcallIntegrationError } from './errors';
 import { synchronousItemIdOf } from './itemIdOf';
-import { TokenCheck } from './tokenCheck';
+import { refusesToken, TokenCheck } from './tokenCheck';
 
 /** The header that carries a message's item ID (set by the producer). */
 export const ITEM_ID_HEADER = 'x-rollcall-item-id';
@@ -82,6 +83,19 @@ export interface MessageHandlingOptions {
    * or its promise rejects with, is ignored: the message is settled all the same.
    */
   onError?: (error: Error, message: ConsumeMessage) => void;
+  /**
+   * The queue this callback consumes, on a channel with publisher confirms
+   * (`connection.createConfirmChannel()`). With it, a message whose handler succeeded but whose ack
+   * rollcall did not take (out of reach past `retryForMs`, or refusing the token) is not returned:
+   * a copy marked done (header `x-rollcall-done`, made with the client's token) is published to this
+   * queue, and the message acked once the broker confirms the copy. Whoever takes the copy only
+   * tells rollcall, without running the handler again, and the copy starts with no deliveries.
+   * Without it, such a message is returned with `nack`, which before RabbitMQ 4.3 counts a delivery:
+   * a long outage takes it past the queue's `x-delivery-limit`, and rollcallDeadLetterConsumer then
+   * records the done work as failed. A copy that no queue takes (a misnamed queue) or that the broker
+   * refuses is reported (`copy_failed`), and the message is returned as without this option.
+   */
+  queue?: string;
   /**
    * Called when RabbitMQ cancels the consumer (its queue was deleted, or the queue's node went away
    * for good): no more messages will come to this callback, and amqplib says so only by calling it
@@ -184,6 +198,7 @@ export class MessageHandling {
     private readonly cancelled: CancelledBatches,
     private readonly tokens: TokenCheck,
     private readonly options: MessageHandlingOptions,
+    private readonly doneCopies: DoneCopies,
   ) {
     this.itemIdOf = options.itemIdOf ? synchronousItemIdOf(options.itemIdOf) : defaultItemIdOf;
     // A held message must not run once RabbitMQ has taken it back (for another consumer to run).
@@ -228,6 +243,29 @@ export class MessageHandling {
     this.report(new RollcallIntegrationError('missing_item_id', `message ${message.fields.deliveryTag} has no ${ITEM_ID_HEADER} header`), message);
     this.settle(message, 'drop');
     return undefined;
+  }
+
+  /** Whether the message is a copy of one whose work is done (`options.queue`, here or in another consumer with the token): then rollcall is only told. */
+  isDone(message: ConsumeMessage, itemId: string): boolean {
+    return this.doneCopies.isDone(message, itemId);
+  }
+
+  /** Whether the message was replaced by a copy marked done, and acked: false when there is no `options.queue`, or the copy failed (reported). */
+  private async replacedByDoneCopy(message: ConsumeMessage, itemId: string): Promise<boolean> {
+    if (!this.doneCopies.publishing || this.closed) return false;
+    try {
+      await this.doneCopies.publish(message, itemId);
+    } catch (error) {
+      this.report(
+        new RollcallIntegrationError('copy_failed', `the done copy of message ${message.fields.deliveryTag} was not kept: ${asError(error).message}`, {
+          cause: error,
+        }),
+        message,
+      );
+      return false;
+    }
+    this.settle(message, 'ack');
+    return true;
   }
 
   /** Whether the process already knows the item's batch is cancelled (asking nothing): then the message is acked. */
@@ -323,6 +361,9 @@ export class MessageHandling {
     } catch (ackError) {
       this.tokens.learn(ackError); // the messages after this one wait for rollcall's word on the token
       this.report(asError(ackError), message);
+      // Done work is kept as done, not returned to count a delivery (and to be done again): see `options.queue`.
+      const keepDone = outcome === 'succeeded' && (isTransient(ackError) || refusesToken(ackError));
+      if (keepDone && (await this.replacedByDoneCopy(message, itemId))) return;
       return this.settle(message, isTransient(ackError) ? 'requeue' : 'retry');
     }
     if (rejected === null || rejected === 'batch_cancelled') {

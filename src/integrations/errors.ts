@@ -14,6 +14,8 @@ export type IntegrationErrorCode =
    * messages held meanwhile: a process warning, at most one a minute, not a failure.
    */
   | 'ack_delayed'
+  /** rollcall/amqp could not publish the done copy of a message (`options.queue`): the message is returned instead. */
+  | 'copy_failed'
   /** rollcall/amqp could not ack or return a message (the channel's ack, nack or reject threw, not for a closed channel): it stays unacked until its channel closes. */
   | 'settle_failed'
   /**

@@ -74,3 +74,23 @@ export function swappingToken(baseUrl: string, tokenNow: () => string): { client
   });
   return { client, seen };
 }
+
+/**
+ * A client whose acks rollcall answers `503` while `refusing` (an outage the test ends), or `401`
+ * (a token refused) when asked; its other calls go through.
+ */
+export function acksRefusedWhile(baseUrl: string, status: 503 | 401 = 503): { client: RollcallClient; refusing: boolean } {
+  const send = httpSend();
+  const code = status === 503 ? 'unavailable' : 'unauthorized';
+  const outage: { client: RollcallClient; refusing: boolean } = {
+    refusing: true,
+    client: new RollcallClient({
+      baseUrl,
+      fetch: (url, request) =>
+        outage.refusing && url.endsWith('/v1/acks')
+          ? Promise.resolve(new Response(`{"error":{"code":"${code}","message":"away"}}`, { status }))
+          : send(url, request),
+    }),
+  };
+  return outage;
+}

@@ -21,7 +21,7 @@ import { handedToChild, rollcallProcessor, SUCCESS_UNRECORDED, watchFailedJobs }
 import { openBatch } from '../../src/integrations/producer';
 import { backends, describeEachOrSkip, serverBackends } from '../helpers/backends';
 import { describeWith, redisConnection, redisUrl } from '../helpers/brokers';
-import { AckTally, countingFetch, swappingToken } from '../helpers/countingFetch';
+import { acksRefusedWhile, AckTally, countingFetch, swappingToken } from '../helpers/countingFetch';
 import { realSleep, until } from '../helpers/realTime';
 import { holdBatchRow, serviceWithRowHolder } from '../helpers/rowLocks';
 import { startService, TestService } from '../helpers/service';
@@ -691,26 +691,6 @@ describeWith(redisUrl).each(backends())('rollcall/bullmq on a real Redis and a r
     ]);
   });
 
-  /**
-   * A client whose acks rollcall answers `503` while `refusing` (an outage the test ends), or `401`
-   * (a token refused) when asked; its other calls go through.
-   */
-  function acksRefusedWhile(status: 503 | 401 = 503): { client: RollcallClient; refusing: boolean } {
-    const send = httpSend();
-    const code = status === 503 ? 'unavailable' : 'unauthorized';
-    const outage = {
-      refusing: true,
-      client: new RollcallClient({
-        baseUrl: svc.url,
-        fetch: (url, request) => {
-          if (outage.refusing && url.endsWith('/v1/acks')) return Promise.resolve(new Response(`{"error":{"code":"${code}","message":"away"}}`, { status }));
-          return send(url, request);
-        },
-      }),
-    };
-    return outage;
-  }
-
   /** A Worker whose jobs all succeed, acking through `through` with a short retryForMs. */
   function succeedingWorker(queue: Queue, through: RollcallClient, options: { autorun?: boolean } = {}): Worker<TestJobData> {
     return new Worker<TestJobData>(
@@ -728,7 +708,7 @@ describeWith(redisUrl).each(backends())('rollcall/bullmq on a real Redis and a r
   it('when a job succeeds on its last attempt but rollcall does not take its ack in time, then BullMQ fails the job and the failure watch records the item succeeded', async () => {
     const queue = newQueue();
     const batch = await produce(queue, 1, { attempts: 1 });
-    const outage = acksRefusedWhile();
+    const outage = acksRefusedWhile(svc.url);
     const worker = succeedingWorker(queue, outage.client, { autorun: false });
     worker.on('failed', () => (outage.refusing = false)); // before the processor's watch, which it starts on its first job
     workers.push(worker);
@@ -742,7 +722,7 @@ describeWith(redisUrl).each(backends())('rollcall/bullmq on a real Redis and a r
   it('when rollcall stays away past the failure watch’s own tries too, then the watch sends the acks again until rollcall takes them, and the batch completes', async () => {
     const queue = newQueue();
     const batch = await produce(queue, 2, { attempts: 1 });
-    const outage = acksRefusedWhile();
+    const outage = acksRefusedWhile(svc.url);
     const worker = succeedingWorker(queue, outage.client);
     const unrecorded: Error[] = [];
     worker.on('error', (error) => {
@@ -772,7 +752,7 @@ describeWith(redisUrl).each(backends())('rollcall/bullmq on a real Redis and a r
   it('when the failure watch is stopped while failures wait to be sent again, then it sends them once more at its stop, and the batch completes', async () => {
     const queue = newQueue();
     const batch = await produce(queue, 1, { attempts: 1 });
-    const outage = acksRefusedWhile();
+    const outage = acksRefusedWhile(svc.url);
     const worker = succeedingWorker(queue, outage.client);
     workers.push(worker);
     let stopped: Promise<void> | undefined;
@@ -789,7 +769,7 @@ describeWith(redisUrl).each(backends())('rollcall/bullmq on a real Redis and a r
   it('when rollcall refuses the failure watch’s acks with a 401, then they are not sent again after the pause: a token refused would be refused again', async () => {
     const queue = newQueue();
     const batch = await produce(queue, 1, { attempts: 1 });
-    const refused = acksRefusedWhile(401);
+    const refused = acksRefusedWhile(svc.url, 401);
     const worker = succeedingWorker(queue, refused.client);
     workers.push(worker);
     const reports = unrecordedReports(worker);
@@ -805,7 +785,7 @@ describeWith(redisUrl).each(backends())('rollcall/bullmq on a real Redis and a r
     const count = 10_001;
     const ids: string[] = [];
     const batch = await openBatch(client, { count, enqueue: async (chunk) => void ids.push(...chunk) });
-    const outage = acksRefusedWhile();
+    const outage = acksRefusedWhile(svc.url);
     // BullMQ's `failed` events for jobs it failed for good, without running 10,001 real jobs.
     const worker = new EventEmitter() as EventEmitter & { name?: string };
     const reports = unrecordedReports(worker);
