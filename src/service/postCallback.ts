@@ -68,6 +68,14 @@ export function callbackPoster(policy: CallbackTargetPolicy, dnsServers: readonl
       const host = hostnameOf(url);
       if (net.isIP(host) !== 0 && !policy.allows(host, host)) return resolve(REFUSED);
       let timedOut = false;
+      // Settled once, by whichever ends the attempt first: each handler below may not come at all.
+      let settled = false;
+      const settle = (outcome: string | null) => {
+        if (settled) return;
+        settled = true;
+        clearTimeout(timer);
+        resolve(outcome);
+      };
       const transport = url.protocol === 'https:' ? https : http;
       const req = transport.request(url, {
         method: 'POST',
@@ -76,21 +84,27 @@ export function callbackPoster(policy: CallbackTargetPolicy, dnsServers: readonl
         lookup: checkedLookup(policy, host, resolveFor(host)) as unknown as net.LookupFunction,
         signal: stopping,
       });
+      // The timer settles by itself too: on a request already destroyed (below) `destroy` does nothing.
       const timer = setTimeout(() => {
         timedOut = true;
         req.destroy();
+        settle('timeout');
       }, timeoutMs);
       req.on('response', (res) => {
-        clearTimeout(timer);
         res.resume();
         req.destroy();
         const status = res.statusCode ?? 0;
-        resolve(status >= 200 && status < 300 ? null : `http ${status}`);
+        settle(status >= 200 && status < 300 ? null : `http ${status}`);
       });
-      req.on('error', (error) => {
-        clearTimeout(timer);
-        resolve(error instanceof RefusedTargetError ? REFUSED : timedOut ? 'timeout' : 'connection failed');
+      // A 101 to another protocol comes as `upgrade`, never as `response`; without this listener Node
+      // destroyed the socket and emitted neither `response` nor `error`, and the attempt never ended.
+      req.on('upgrade', (res, socket) => {
+        socket.destroy();
+        settle(`http ${res.statusCode ?? 101}`);
       });
+      req.on('error', (error) => settle(error instanceof RefusedTargetError ? REFUSED : timedOut ? 'timeout' : 'connection failed'));
+      // Whatever else ends the request without either: the attempt failed.
+      req.on('close', () => settle(timedOut ? 'timeout' : 'connection failed'));
       req.end(body);
     });
 }

@@ -256,6 +256,17 @@ describe.each(backends())('completion callbacks (%s)', (_name, backend) => {
     expect(event.lastError).toBe('connection failed');
   });
 
+  it('when the receiver answers 101 Switching Protocols (to another protocol), then the attempt fails as http 101 and is retried, not left under way for ever', async () => {
+    receiver.script = ['upgrade'];
+    const id = await completeBatchWithCallback();
+    expect(await svc.rollcall.dispatcher.deliverDue()).toBe(1); // before: never returned
+    const [event] = (await svc.api.get(`/v1/batches/${id}/events`)).body.events;
+    expect(event).toMatchObject({ status: 'pending', attempts: 1, lastError: 'http 101' });
+    svc.clock.now += 1000;
+    expect(await svc.rollcall.dispatcher.deliverDue()).toBe(1);
+    expect((await svc.api.get(`/v1/batches/${id}/events`)).body.events[0]).toMatchObject({ status: 'delivered', attempts: 2 });
+  });
+
   it('when the receiver does not answer in time, then the attempt fails as timed out and is retried', async () => {
     const slow = await startService(backend, { CALLBACK_TIMEOUT: '300ms', CALLBACK_BACKOFF_BASE: '1s' });
     try {

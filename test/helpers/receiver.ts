@@ -13,8 +13,11 @@ export interface Delivery {
 export class Receiver {
   readonly deliveries: Delivery[] = [];
   private server: http.Server | null = null;
-  /** Statuses to answer, in order; when empty, `fallback`. `'hang'` never answers; `{ status, delayMs }` answers late. */
-  script: Array<number | 'hang' | { status: number; delayMs: number }> = [];
+  /**
+   * Statuses to answer, in order; when empty, `fallback`. `'hang'` never answers; `{ status, delayMs }`
+   * answers late; `'upgrade'` answers `101 Switching Protocols` to another protocol, and keeps the socket.
+   */
+  script: Array<number | 'hang' | 'upgrade' | { status: number; delayMs: number }> = [];
   fallback: number | 'hang' = 200;
   /** Decides the answer from what arrived, before `script` and `fallback` (undefined: leave it to them). */
   answerFor: ((delivery: Delivery) => number | 'hang' | undefined) | null = null;
@@ -33,7 +36,10 @@ export class Receiver {
           res.writeHead(code).end();
         };
         if (typeof status === 'object') setTimeout(() => answer(status.status), status.delayMs);
-        else if (status !== 'hang') answer(status);
+        else if (status === 'upgrade') {
+          delivery.answered = { status: 101, at: Date.now() };
+          res.socket?.write('HTTP/1.1 101 Switching Protocols\r\nUpgrade: rollcall-test\r\nConnection: upgrade\r\n\r\n');
+        } else if (status !== 'hang') answer(status);
       });
     });
     await new Promise<void>((resolve) => this.server!.listen(port, host, resolve));
