@@ -15,15 +15,16 @@ function tooLarge(count: number, atLeast = false): PayloadTooLargeError {
 }
 
 /**
- * The elements of the body's arrays, before any is validated: each names at least one item, so a
- * call past MAX_ACK_IDS is refused without validating (a 2 MB body holds a million of them).
+ * The elements of the body's arrays, both of them, before any is validated: each names at least one
+ * item, so a call past MAX_ACK_IDS is refused without validating (a 2 MB body holds a million of
+ * them). Both, since a body may carry both (which the schemas refuse, but only after reading each
+ * element): `"ids": []` beside a million `groups` entries skipped the count.
  */
 function elementsIn(body: unknown): number {
   if (typeof body !== 'object' || body === null) return 0;
   const { ids, groups } = body as { ids?: unknown; groups?: unknown };
-  if (Array.isArray(ids)) return ids.length;
-  if (!Array.isArray(groups)) return 0;
-  let n = 0;
+  let n = Array.isArray(ids) ? ids.length : 0;
+  if (!Array.isArray(groups)) return n;
   for (const entry of groups as unknown[]) {
     const indexes = typeof entry === 'object' && entry !== null ? (entry as { indexes?: unknown }).indexes : undefined;
     n += Array.isArray(indexes) ? Math.max(1, indexes.length) : 1;
@@ -40,7 +41,7 @@ function withError(call: AckCall, error: string | undefined): AckCall {
 function callFromBody(body: unknown, tenant: string): AckCall {
   const elements = elementsIn(body);
   // A compact range names more than one item: its count is then only a floor.
-  if (elements > MAX_ACK_IDS) throw tooLarge(elements, !Array.isArray((body as { ids?: unknown }).ids));
+  if (elements > MAX_ACK_IDS) throw tooLarge(elements, Array.isArray((body as { groups?: unknown }).groups));
   if (typeof body === 'object' && body !== null && 'groups' in body) {
     const compact = parse(compactAckBody, body, 'body');
     const count = compactSize(compact.groups);
