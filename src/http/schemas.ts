@@ -12,52 +12,55 @@ export const MAX_ADD_COUNT = 10_000_000;
 export const MAX_METADATA_DEPTH = 32;
 
 /**
- * Whether a parsed JSON value nests objects and arrays deeper than `limit`. Iterative: a body of a
- * few thousand levels would overflow the stack of any recursive walk (JSON.stringify included).
+ * The most values (objects, arrays, scalars) a JSON text of MAX_METADATA_BYTES can write: each
+ * takes at least a character and a separator. Past it the value is too large, whatever its shape.
  */
-export function nestsDeeperThan(value: unknown, limit: number): boolean {
-  const stack: Array<[unknown, number]> = [[value, 1]];
-  while (stack.length > 0) {
-    const [node, depth] = stack.pop() as [unknown, number];
-    if (typeof node !== 'object' || node === null) continue;
-    if (depth > limit) return true;
-    for (const child of Object.values(node)) stack.push([child, depth + 1]);
-  }
-  return false;
-}
+const MAX_METADATA_VALUES = MAX_METADATA_BYTES / 2 + 1;
+
+const TOO_LARGE = `must be at most ${MAX_METADATA_BYTES} bytes as JSON`;
 
 /**
- * Whether a parsed JSON value holds a number JSON text can write but a double cannot hold
- * (`1e400` parses as Infinity, which would be stored as null). Iterative, as nestsDeeperThan.
+ * What is wrong with parsed JSON as metadata, in one walk that stops at the first problem: nesting
+ * past MAX_METADATA_DEPTH, a number JSON text can write but a double cannot hold (`1e400` parses as
+ * Infinity, which would be stored as null), or more values than MAX_METADATA_BYTES can hold (counted
+ * as children are reached, so a 2 MB array of a million zeros costs a look at its length, not a walk
+ * of 150 ms). Iterative: a body of a few thousand levels would overflow the stack of any recursive
+ * walk (JSON.stringify included). Only a value that passes is serialised to measure its size.
  */
-export function holdsNonFiniteNumber(value: unknown): boolean {
-  const stack: unknown[] = [value];
+export function metadataProblem(value: unknown): string | null {
+  const stack: Array<[unknown, number]> = [[value, 1]];
+  let values = 1;
   while (stack.length > 0) {
-    const node = stack.pop();
-    if (typeof node === 'number' && !Number.isFinite(node)) return true;
-    if (typeof node === 'object' && node !== null) for (const child of Object.values(node)) stack.push(child);
+    const [node, depth] = stack.pop() as [unknown, number];
+    if (typeof node === 'number' && !Number.isFinite(node)) return 'numbers must fit a 64-bit double (1e400 does not)';
+    if (typeof node !== 'object' || node === null) continue;
+    if (depth > MAX_METADATA_DEPTH) return `must nest at most ${MAX_METADATA_DEPTH} levels deep`;
+    if (Array.isArray(node)) {
+      values += node.length;
+      if (values > MAX_METADATA_VALUES) return TOO_LARGE;
+      for (const child of node) stack.push([child, depth + 1]);
+    } else {
+      for (const key in node) {
+        if (++values > MAX_METADATA_VALUES) return TOO_LARGE;
+        stack.push([(node as Record<string, unknown>)[key], depth + 1]);
+      }
+    }
   }
-  return false;
+  return Buffer.byteLength(JSON.stringify(value)) > MAX_METADATA_BYTES ? TOO_LARGE : null;
 }
 
 const isJsonObject = (value: unknown): value is Record<string, unknown> => typeof value === 'object' && value !== null && !Array.isArray(value);
 
 /**
  * Any JSON object, kept as parsed: a record schema would copy it into a new object, where a
- * `"__proto__"` key sets the prototype instead of a property, and is silently lost.
- * Depth is checked before size: measuring the size serialises the value.
+ * `"__proto__"` key sets the prototype instead of a property, and is silently lost (metadataProblem).
  */
 const metadata = z
   .custom<Record<string, unknown>>(isJsonObject, 'must be a JSON object')
   .meta({ type: 'object' })
   .superRefine((value, ctx) => {
-    if (nestsDeeperThan(value, MAX_METADATA_DEPTH)) {
-      ctx.addIssue({ code: 'custom', message: `must nest at most ${MAX_METADATA_DEPTH} levels deep` });
-    } else if (holdsNonFiniteNumber(value)) {
-      ctx.addIssue({ code: 'custom', message: 'numbers must fit a 64-bit double (1e400 does not)' });
-    } else if (Buffer.byteLength(JSON.stringify(value)) > MAX_METADATA_BYTES) {
-      ctx.addIssue({ code: 'custom', message: `must be at most ${MAX_METADATA_BYTES} bytes as JSON` });
-    }
+    const problem = metadataProblem(value);
+    if (problem !== null) ctx.addIssue({ code: 'custom', message: problem });
   });
 
 /** A string the service stores or looks up: one every backend keeps exactly (contract/text.ts). */
