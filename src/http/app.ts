@@ -74,6 +74,10 @@ export function createApp(deps: AppDeps): Express {
   app.post('/v1/acks', ...everyRequest, ...apiRequest, ...ackHandlers(deps.submitAck));
   app.use(everyRequest);
   app.use('/v1', answersNotStored, apiRequest);
+  // No route takes OPTIONS (there is no CORS: cross-site calls are refused). Without this, each
+  // routes module's router answered it by itself, 200 text/plain with the methods it has, where
+  // every other method no route takes is a 404 in the error shape.
+  app.use((req, _res, next) => next(req.method === 'OPTIONS' ? new RouteNotFoundError(`no route for OPTIONS ${req.path}`) : undefined));
   app.use(batchRoutes(deps.service));
   app.use(itemRoutes(deps.service));
   app.use(whoamiRoutes());

@@ -156,6 +156,15 @@ describe.each(backends())('opening and reading batches (%s)', (_name, backend) =
     expect(res.body.error.code).toBe('not_found');
   });
 
+  it.each(['/v1/batches', '/v1/acks', '/healthz'])(
+    'when OPTIONS %s is asked (no route takes it), then 404 with the error shape, as any other method no route takes',
+    async (path) => {
+      const res = await svc.api.options(path);
+      expect([res.status, res.body.error?.code, res.headers.allow]).toEqual([404, 'not_found', undefined]);
+      expect(res.body.error.message).toBe(`no route for OPTIONS ${path}`);
+    },
+  );
+
   it('when the service runs, then /healthz and /readyz answer 200', async () => {
     expect((await svc.api.get('/healthz')).status).toBe(200);
     expect((await svc.api.get('/readyz')).status).toBe(200);
