@@ -107,6 +107,14 @@ function invalidDnsServer(entry: string): string | null {
   return `${entry} is not an IP address, ipv4:port or [ipv6]:port (port 1–65,535)`;
 }
 
+const MIN_BODY_LIMIT_BYTES = 1024;
+
+/** BODY_LIMIT in bytes, as body-parser reads it (units of 1,024). */
+function bodyBytes(limit: string): number {
+  const [, digits, unit] = /^(\d+)(b|kb|mb)$/i.exec(limit) ?? [];
+  return Number(digits) * ({ b: 1, kb: 1024, mb: 1024 * 1024 } as Record<string, number>)[(unit ?? 'b').toLowerCase()]!;
+}
+
 /** Every setting of the service, from the environment, validated once at boot. */
 export const configSchema = z.object({
   PORT: int(0, 65535).default(8080),
@@ -124,6 +132,8 @@ export const configSchema = z.object({
   BODY_LIMIT: z
     .string()
     .regex(/^\d+(b|kb|mb)$/i, 'must look like 512kb or 2mb')
+    // Below a kilobyte even an open's or a one-ID ack's body is refused: the service would start and answer 413 to nearly every call.
+    .refine((limit) => bodyBytes(limit) >= MIN_BODY_LIMIT_BYTES, `must be at least 1kb`)
     .default('2mb'),
   TX_RETRIES: int(0, 50).default(8),
   LOCK_TIMEOUT: duration('2s', 1),

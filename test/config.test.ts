@@ -80,6 +80,9 @@ describe('configuration', () => {
     ['DATABASE_URL', ''],
     ['DATABASE_URL', ' '],
     ['CALLBACK_SECRET', ''],
+    // Below a kilobyte nearly every call's body is refused (413): the service started, and did nothing.
+    ['BODY_LIMIT', '0b'],
+    ['BODY_LIMIT', '1023b'],
   ])('when %s is %s, then loading stops with a message naming the key', (key, value) => {
     expect(() => loadConfig({ [key]: value })).toThrow(ConfigError);
     expect(() => loadConfig({ [key]: value })).toThrow(new RegExp(key));

@@ -7,7 +7,18 @@ import { Client } from 'pg';
 
 import { freePorts } from './ports';
 
-const BIN = '/usr/lib/postgresql/15/bin';
+/**
+ * The newest PostgreSQL server installed from Debian's packages (its programs are not on PATH):
+ * the version differs from one Debian release to the next (15 on bookworm, 17 on trixie).
+ */
+function serverPrograms(): string {
+  const root = '/usr/lib/postgresql';
+  const versions = fs.existsSync(root) ? fs.readdirSync(root).filter((name) => /^\d+$/.test(name)) : [];
+  const bins = versions.sort((a, b) => Number(b) - Number(a)).map((version) => path.join(root, version, 'bin'));
+  return bins.find((bin) => fs.existsSync(path.join(bin, 'postgres')) && fs.existsSync(path.join(bin, 'initdb'))) ?? path.join(root, '15', 'bin');
+}
+
+const BIN = serverPrograms();
 
 export const privatePostgresAvailable = () => fs.existsSync(path.join(BIN, 'postgres')) && fs.existsSync(path.join(BIN, 'initdb'));
 
