@@ -11,11 +11,13 @@ import {
   DueEvent,
   dueEvents,
   dueEventsOfKind,
+  freeHeldEventsUpFrom,
   HeldEvent,
   markDelivered,
   markFailed,
   MAY_BE_HELD,
   OutboxEvent,
+  parentsOf,
   parkEvents,
   releaseClaim,
   Saturated,
@@ -224,7 +226,9 @@ export class CallbackDispatcher {
    * whose blocker has gone or moved earlier since the read that chose `until`: a child deleted in
    * between (whose delete frees only events already parked, freeHeldEventsUpFrom) left its parent's
    * batch.completed parked behind nothing, up to CALLBACK_BACKOFF_CAP. A change after this second
-   * read finds the event parked, and its own step frees it. Returns how many stay moved.
+   * read finds the event parked, and its own step frees it. An event given back frees its
+   * ancestors' too: another replica may have parked a grandparent's behind it meanwhile. Returns
+   * how many stay moved.
    */
   private async park(events: HeldEvent[], until: number, now: number): Promise<number> {
     const moved = await parkEvents(this.deps.db, events, until, now);
@@ -232,7 +236,10 @@ export class CallbackDispatcher {
     const stillHeld = new Set<HeldEvent>();
     for (const [later, held] of await this.heldByTime(events, now)) if (later >= until) held.forEach((event) => stillHeld.add(event));
     const unheld = events.filter((event) => !stillHeld.has(event));
-    return moved - (await unparkEvents(this.deps.db, unheld, until, now));
+    const givenBack = await unparkEvents(this.deps.db, unheld, until, now);
+    if (givenBack > 0)
+      for (const parent of await parentsOf(this.deps.db, [...new Set(unheld.map((e) => e.batchId))])) await freeHeldEventsUpFrom(this.deps.db, parent, now);
+    return moved - givenBack;
   }
 
   /** The held events that can wait, by the time they can wait to (heldUntil), from their blockers' next attempts. */

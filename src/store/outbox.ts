@@ -267,6 +267,13 @@ export async function parkEvents(q: Queryable, events: Array<Pick<HeldEvent, 'id
     .update({ next_attempt_at: until });
 }
 
+/** The parents of these batches (those that have one). */
+export async function parentsOf(q: Queryable, batchIds: string[]): Promise<string[]> {
+  if (batchIds.length === 0) return [];
+  const rows = (await q('batches').distinct('parent_batch_id').whereIn('id', batchIds).whereNotNull('parent_batch_id')) as Array<{ parent_batch_id: string }>;
+  return rows.map((row) => row.parent_batch_id);
+}
+
 /**
  * Makes events parked at `until` due at `now` again, unless claimed since: parkHeld's undo for those
  * whose blocker went (or moved earlier) between its read and the park. Returns how many.
@@ -388,9 +395,10 @@ const MAX_FREED_LEVELS = 64;
 
 /**
  * Makes a parent's batch.completed due now if it waits for a retry of a child's event that is no
- * longer there (the child was deleted): one never tried (`attempts` 0) and not claimed that is not
- * due is one parkHeld moved. Left as it was, it went at the time it was moved to, up to
- * CALLBACK_BACKOFF_CAP later. Then the same for that parent's parent, and so on while a level had
+ * longer there (the child was deleted): a pending one not claimed that is not due is one parkHeld
+ * moved, or one backing off after attempts of its own (a parent completed by hand before its child
+ * ended), which is then tried once early. Left as it was, it went at the time it was moved to, up
+ * to CALLBACK_BACKOFF_CAP later. Then the same for that parent's parent, and so on while a level had
  * one to free: a grandparent's event waited for the parent's, which had waited for the child's (a
  * level whose event was not waiting holds nobody above it back). Returns how many.
  */
@@ -399,7 +407,7 @@ export async function freeHeldEventsUpFrom(q: Queryable, parentBatchId: string, 
   let parent: string | null = parentBatchId;
   for (let level = 0; parent !== null && level < MAX_FREED_LEVELS; level++) {
     const n: number = await q('outbox')
-      .where({ batch_id: parent, event: 'batch.completed', status: 'pending', attempts: 0 })
+      .where({ batch_id: parent, event: 'batch.completed', status: 'pending' })
       .whereNull('claim')
       .where('next_attempt_at', '>', now)
       .update({ next_attempt_at: now });

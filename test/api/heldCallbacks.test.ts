@@ -9,6 +9,7 @@ const eventOf = (d: Delivery) => d.headers['x-rollcall-event'] as string;
 interface EventView {
   event: string;
   status: string;
+  attempts: number;
   nextAttemptAt: number;
 }
 
@@ -32,7 +33,12 @@ describe.each(backends())('callbacks held back behind a retry (%s)', (_name, bac
   });
 
   const eventsOf = async (batchId: string): Promise<Record<string, EventView>> => {
-    const events = (await svc.api.get(`/v1/batches/${batchId}/events`)).body.events as Array<{ event: string; status: string; nextAttemptAt: string }>;
+    const events = (await svc.api.get(`/v1/batches/${batchId}/events`)).body.events as Array<{
+      event: string;
+      status: string;
+      attempts: number;
+      nextAttemptAt: string;
+    }>;
     return Object.fromEntries(events.map((e) => [e.event, { ...e, nextAttemptAt: Date.parse(e.nextAttemptAt) }]));
   };
 
@@ -147,6 +153,60 @@ describe.each(backends())('callbacks held back behind a retry (%s)', (_name, bac
     expect(await svc.rollcall.dispatcher.deliverDue()).toBe(2);
     const bodies = receiver.deliveries.slice(-2).map((d) => JSON.parse(d.body) as { batch: { id: string } });
     expect(bodies.map((b) => b.batch.id)).toEqual([parent.id, grandparent.id]);
+  });
+
+  it('when a parent completed by hand has a batch.completed that failed, then waits behind its child’s retry, and the child is deleted, then it goes at once', async () => {
+    const parent = await batchWith(svc.client, 1, { callbackUrl: receiver.url });
+    const child = await batchWith(svc.client, 1, { callbackUrl: receiver.url, parentItem: parent.ids[0] });
+    receiver.fallback = 500;
+    await svc.api.post('/v1/acks').send({ ids: parent.ids }); // the child given up on
+    expect(await svc.rollcall.dispatcher.deliverDue()).toBe(1); // the parent's, refused: it backs off
+    await svc.api.post('/v1/acks').send({ ids: child.ids }); // the child ends after all
+    expect(await svc.rollcall.dispatcher.deliverDue()).toBe(1); // the child's, refused
+    // The child's retry far off (as after more refusals); the parent's own retry comes first.
+    await svc.rollcall
+      .db('outbox')
+      .where('batch_id', child.id)
+      .update({ next_attempt_at: svc.clock.now + 300_000 });
+    svc.clock.now = (await eventsOf(parent.id))['batch.completed']!.nextAttemptAt;
+    expect(await svc.rollcall.dispatcher.parkHeld()).toBe(1);
+    expect((await eventsOf(parent.id))['batch.completed']).toMatchObject({ attempts: 1 });
+
+    receiver.fallback = 200;
+    expect((await svc.api.delete(`/v1/batches/${child.id}`)).status).toBe(204);
+    expect((await eventsOf(parent.id))['batch.completed']!.nextAttemptAt).toBeLessThanOrEqual(svc.clock.now);
+    expect(await svc.rollcall.dispatcher.deliverDue()).toBe(1);
+  });
+
+  it('when a replica parks a grandparent’s event behind a parent’s that another then gives back (its child deleted meanwhile), then the grandparent’s is freed too', async () => {
+    const grandparent = await batchWith(svc.client, 1, { callbackUrl: receiver.url });
+    const parent = await batchWith(svc.client, 1, { callbackUrl: receiver.url, parentItem: grandparent.ids[0] });
+    const child = await batchWith(svc.client, 1, { callbackUrl: receiver.url, parentItem: parent.ids[0] });
+    receiver.script = [500];
+    await svc.api.post('/v1/acks').send({ ids: child.ids });
+    await svc.rollcall.childOutcomes.deliverDue();
+    await svc.rollcall.childOutcomes.deliverDue();
+    expect(await svc.rollcall.dispatcher.deliverDue()).toBe(1); // the child's, refused
+    const other = await serve(await createRollcall(svc.database.config, { now: () => svc.clock.now }));
+    try {
+      // This replica reads the child's retry; the child is deleted; it parks the parent's event; the
+      // other replica parks the grandparent's behind it; this one reads again and gives the parent's back.
+      const dispatcher = svc.rollcall.dispatcher as unknown as { heldByTime: (...args: unknown[]) => Promise<unknown> };
+      const read = dispatcher.heldByTime.bind(dispatcher);
+      let reads = 0;
+      dispatcher.heldByTime = async (...args: unknown[]) => {
+        reads += 1;
+        if (reads === 2) expect(await other.rollcall.dispatcher.parkHeld()).toBe(1);
+        const byTime = await read(...args);
+        if (reads === 1) expect((await svc.api.delete(`/v1/batches/${child.id}`)).status).toBe(204);
+        return byTime;
+      };
+      expect(await svc.rollcall.dispatcher.parkHeld()).toBe(0);
+      expect(reads).toBeGreaterThanOrEqual(2); // and one for batch.cancelled events
+    } finally {
+      await other.stop();
+    }
+    for (const { id } of [parent, grandparent]) expect((await eventsOf(id))['batch.completed']!.nextAttemptAt).toBeLessThanOrEqual(svc.clock.now);
   });
 
   it('when the child is deleted after the pass read its retry but before it moved the parent’s batch.completed, then that event is still due at once', async () => {
