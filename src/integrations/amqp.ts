@@ -94,7 +94,7 @@ export function rollcallConsumer(
   options: RollcallConsumerOptions = {},
 ): RollcallConsumeCallback {
   const maxDeliveries = maxDeliveriesOf(options);
-  const copies = doneCopiesOf(client, channel, options.queue);
+  const copies = doneCopiesOf(client, channel, options);
   const messages = new MessageHandling(
     channel,
     sharedCoalescer(client, options),

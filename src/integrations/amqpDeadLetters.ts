@@ -84,7 +84,7 @@ function reasonsOf(options: RollcallDeadLetterOptions): ReadonlySet<string> {
 export function rollcallDeadLetterConsumer(client: RollcallClient, channel: AckingChannel, options: RollcallDeadLetterOptions = {}): RollcallConsumeCallback {
   // No cancel check before each ack, as rollcallConsumer makes to skip a handler: there is no
   // handler here, and rollcall answers a cancelled batch's ack with batch_cancelled.
-  const copies = doneCopiesOf(client, channel, options.queue);
+  const copies = doneCopiesOf(client, channel, options);
   const messages = new MessageHandling(channel, sharedCoalescer(client, options), sharedCancelledBatches(client), sharedTokenCheck(client), options, copies);
   const reasons = reasonsOf(options);
   return messages.callback(async (message) => {

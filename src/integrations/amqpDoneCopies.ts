@@ -16,8 +16,31 @@ import { textHeaderOf } from './amqpMessages';
 /** The header of a copy whose work is done: the item's mark (RollcallClient.markOf), made with the consumer's token. */
 export const DONE_HEADER = 'x-rollcall-done';
 
-/** Headers RabbitMQ sets on a delivery, which a new message must not carry over. */
-const BROKER_HEADERS = ['x-delivery-count'];
+/**
+ * Headers a copy must not carry over: those the broker sets on a delivery or a dead letter (a new
+ * message has none of its own yet), and the sender-selected destinations `CC` and `BCC`, which
+ * would route the copy to other queues too (the copy goes to `options.queue` alone).
+ */
+const NOT_COPIED = [
+  'x-delivery-count',
+  'x-death',
+  'x-first-death-reason',
+  'x-first-death-queue',
+  'x-first-death-exchange',
+  'x-last-death-reason',
+  'x-last-death-queue',
+  'x-last-death-exchange',
+  'CC',
+  'BCC',
+];
+
+/**
+ * How long a copy's confirm is waited for. amqplib fails the confirms under way when the channel
+ * closes, but not every version every one of them (before 1.0.5 its close stopped at an entry of
+ * a publish made without a callback), and a broker under a resource alarm stops reading the
+ * connection: the message then goes back as without a copy, and `drain()` does not wait for ever.
+ */
+const COPY_CONFIRM_TIMEOUT_MS = 30_000;
 
 /**
  * The part of an amqplib ConfirmChannel a copy is published with: publisher confirms say the broker
@@ -92,7 +115,7 @@ export class DoneCopies {
     const { channel, queue } = this.target;
     const mark = doneMarkOf(this.client, itemId);
     const headers: Record<string, unknown> = { ...(message.properties.headers as Record<string, unknown> | undefined), [DONE_HEADER]: mark };
-    for (const name of BROKER_HEADERS) delete headers[name];
+    for (const name of NOT_COPIED) delete headers[name];
     // userId must name the publishing connection's user, which this one may not be; clusterId is not sent.
     // eslint-disable-next-line @typescript-eslint/no-unused-vars
     const { userId, clusterId, headers: _original, ...properties } = message.properties as ConsumeMessage['properties'] & { clusterId?: unknown };
@@ -107,8 +130,13 @@ export class DoneCopies {
       if (waiters.size === 0 && waiting.get(mark) === waiters) waiting.delete(mark);
     };
     return new Promise<void>((resolve, reject) => {
+      const unconfirmed = setTimeout(() => {
+        forget();
+        reject(new Error(`the broker did not confirm the copy within ${COPY_CONFIRM_TIMEOUT_MS / 1000} s`));
+      }, COPY_CONFIRM_TIMEOUT_MS).unref();
       try {
         channel.sendToQueue(queue, message.content, { ...(properties as Options.Publish), headers, mandatory: true }, (error) => {
+          clearTimeout(unconfirmed);
           forget();
           // The broker sends a copy's return before its confirm.
           if (error) reject(error instanceof Error ? error : new Error(`the broker refused the copy: ${String(error)}`));
@@ -116,6 +144,7 @@ export class DoneCopies {
           else resolve();
         });
       } catch (error) {
+        clearTimeout(unconfirmed);
         forget();
         reject(error);
       }
@@ -123,8 +152,13 @@ export class DoneCopies {
   }
 }
 
-/** The done copies of a consumer, publishing where `options.queue` asks: a channel without publisher confirms is then refused when the consumer is made. */
-export function doneCopiesOf(client: RollcallClient, channel: object, queue: string | undefined): DoneCopies {
+/**
+ * The done copies of a consumer, publishing where `options.queue` asks, on `options.copyChannel` or
+ * else the consumer's own: a channel without publisher confirms is then refused when the consumer is made.
+ */
+export function doneCopiesOf(client: RollcallClient, consuming: object, options: { queue?: string; copyChannel?: object }): DoneCopies {
+  const { queue } = options;
+  const channel = options.copyChannel ?? consuming;
   if (queue === undefined) return new DoneCopies(client);
   if (typeof queue !== 'string' || queue === '')
     throw new RangeError(`queue must be the name of the queue this consumer consumes, not ${JSON.stringify(queue)}`);

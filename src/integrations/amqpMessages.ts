@@ -9,11 +9,11 @@ import type { ConsumeMessage } from 'amqplib';
 import { unlessAborted } from '../client/abortable';
 import { isTransient } from '../client/retry';
 import { AckCoalescer, ItemOutcome, keepingProcessAlive, Rejected } from './ackCoalescer';
-import type { DoneCopies } from './amqpDoneCopies';
+import type { CopyingChannel, DoneCopies } from './amqpDoneCopies';
 import { CancelledBatches } from './cancelledBatches';
 import { asError, RollcallIntegrationError } from './errors';
 import { synchronousItemIdOf } from './itemIdOf';
-import { refusesToken, TokenCheck } from './tokenCheck';
+import { TokenCheck } from './tokenCheck';
 
 /** The header that carries a message's item ID (set by the producer). */
 export const ITEM_ID_HEADER = 'x-rollcall-item-id';
@@ -85,17 +85,24 @@ export interface MessageHandlingOptions {
   onError?: (error: Error, message: ConsumeMessage) => void;
   /**
    * The queue this callback consumes, on a channel with publisher confirms
-   * (`connection.createConfirmChannel()`). With it, a message whose handler succeeded but whose ack
-   * rollcall did not take (out of reach past `retryForMs`, or refusing the token) is not returned:
-   * a copy marked done (header `x-rollcall-done`, made with the client's token) is published to this
-   * queue, and the message acked once the broker confirms the copy. Whoever takes the copy only
-   * tells rollcall, without running the handler again, and the copy starts with no deliveries.
-   * Without it, such a message is returned with `nack`, which before RabbitMQ 4.3 counts a delivery:
-   * a long outage takes it past the queue's `x-delivery-limit`, and rollcallDeadLetterConsumer then
-   * records the done work as failed. A copy that no queue takes (a misnamed queue) or that the broker
-   * refuses is reported (`copy_failed`), and the message is returned as without this option.
+   * (`connection.createConfirmChannel()`: the consumer's own, or `copyChannel`). With it, a message
+   * whose handler succeeded but whose ack rollcall did not take (out of reach past `retryForMs`) is
+   * not returned: a copy marked done (header `x-rollcall-done`, made with the client's token) is
+   * published to this queue, and the message acked once the broker confirms the copy. Whoever takes
+   * the copy only tells rollcall, without running the handler again, and the copy starts with no
+   * deliveries. Without it, such a message is returned with `nack`, which before RabbitMQ 4.3 counts
+   * a delivery: a long outage takes it past the queue's `x-delivery-limit`, and
+   * rollcallDeadLetterConsumer then records the done work as failed. A copy that no queue takes (a
+   * misnamed queue), that the broker refuses or does not confirm within 30 s is reported
+   * (`copy_failed`), and the message is returned as without this option.
    */
   queue?: string;
+  /**
+   * The channel, with publisher confirms, that done copies (`queue`) are published on. Default: the
+   * consumer's own. RabbitMQ advises publishing on a connection of its own: under a memory or disk
+   * alarm the broker stops reading a connection that publishes, the consumer's acks with it.
+   */
+  copyChannel?: CopyingChannel;
   /**
    * Called when RabbitMQ cancels the consumer (its queue was deleted, or the queue's node went away
    * for good): no more messages will come to this callback, and amqplib says so only by calling it
@@ -361,9 +368,10 @@ export class MessageHandling {
     } catch (ackError) {
       this.tokens.learn(ackError); // the messages after this one wait for rollcall's word on the token
       this.report(asError(ackError), message);
-      // Done work is kept as done, not returned to count a delivery (and to be done again): see `options.queue`.
-      const keepDone = outcome === 'succeeded' && (isTransient(ackError) || refusesToken(ackError));
-      if (keepDone && (await this.replacedByDoneCopy(message, itemId))) return;
+      // Done work is kept as done through an outage, not returned to count a delivery (and to be done
+      // again): see `options.queue`. Not after a refusal: a copy refused again would be copied again,
+      // without end, where a counted return lets the queue's delivery limit end it.
+      if (outcome === 'succeeded' && isTransient(ackError) && (await this.replacedByDoneCopy(message, itemId))) return;
       return this.settle(message, isTransient(ackError) ? 'requeue' : 'retry');
     }
     if (rejected === null || rejected === 'batch_cancelled') {
