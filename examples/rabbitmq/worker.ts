@@ -7,6 +7,10 @@ import { client, work } from '../shared';
 async function main(): Promise<void> {
   const connection = await amqp.connect(process.env.AMQP_URL ?? 'amqp://guest:guest@127.0.0.1:5672');
   const channel = await connection.createChannel();
+  // Done copies (options.queue) go on a confirm channel of a connection of their own: a RabbitMQ
+  // under a memory or disk alarm stops reading connections that publish.
+  const copying = await amqp.connect(process.env.AMQP_URL ?? 'amqp://guest:guest@127.0.0.1:5672');
+  const copyChannel = await copying.createConfirmChannel();
   await channel.assertQueue('thumbnails', { durable: true, arguments: { 'x-queue-type': 'quorum', 'x-delivery-limit': 6 } });
   await channel.prefetch(50);
   const watching = new Set<string>();
@@ -29,6 +33,10 @@ async function main(): Promise<void> {
     },
     {
       maxDeliveries: 3,
+      // A success rollcall could not be told of (an outage past retryForMs) is kept as a done copy
+      // in this queue, not returned to count a delivery and run again.
+      queue: 'thumbnails',
+      copyChannel,
       onError: (error) => console.error(error.message),
       // The queue was deleted (or its node lost): nothing more will come; exit so a supervisor restarts us.
       onCancelled: () => {
@@ -45,6 +53,7 @@ async function main(): Promise<void> {
       await channel.cancel(consumerTag);
       await consume.drain();
       await connection.close();
+      await copying.close();
       process.exit(0);
     })().catch((error: unknown) => {
       console.error(error); // a channel already closed: its unsettled messages go back to the queue
