@@ -11,6 +11,8 @@ async function main(): Promise<void> {
   // under a memory or disk alarm stops reading connections that publish.
   const copying = await amqp.connect(process.env.AMQP_URL ?? 'amqp://guest:guest@127.0.0.1:5672');
   const copyChannel = await copying.createConfirmChannel();
+  // A lost connection is told on its `error` event, which would end the process unheard.
+  for (const emitter of [connection, copying, copyChannel]) emitter.on('error', (error: Error) => console.error(error.message));
   await channel.assertQueue('thumbnails', { durable: true, arguments: { 'x-queue-type': 'quorum', 'x-delivery-limit': 6 } });
   await channel.prefetch(50);
   const watching = new Set<string>();

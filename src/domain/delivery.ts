@@ -49,6 +49,14 @@ export function batchEventBody(event: string, tenant: string, batch: unknown, ex
 }
 
 /** When each kind of blocker of a held event is next tried, at the latest (none: nothing that waits). */
+/**
+ * Parked events' times are rounded down to this, so those behind one receiver share few writes, and
+ * a parked event is told from one backing off by its time (freeHeldEventsUpFrom). Below the shortest
+ * lease (CALLBACK_TIMEOUT's least, 100 ms, plus the lease's margin): a park past the lease always
+ * ends in the future.
+ */
+export const PARK_GRAIN_MS = 5_000;
+
 export interface HeldBlockers {
   firstFailure?: number;
   children?: number;

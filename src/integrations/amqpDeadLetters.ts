@@ -7,7 +7,7 @@ import type { ConsumeMessage } from 'amqplib';
 
 import type { RollcallClient } from '../client';
 import { AckCoalescingOptions, sharedCoalescer } from './ackCoalescer';
-import { doneCopiesOf } from './amqpDoneCopies';
+import { DONE_HEADER, doneCopiesOf } from './amqpDoneCopies';
 import { AckingChannel, headerOf, MessageHandling, MessageHandlingOptions, RollcallConsumeCallback, textHeaderOf, textOfHeaderValue } from './amqpMessages';
 import { sharedCancelledBatches } from './cancelledBatches';
 import { sharedTokenCheck } from './tokenCheck';
@@ -89,11 +89,15 @@ export function rollcallDeadLetterConsumer(client: RollcallClient, channel: Acki
   const reasons = reasonsOf(options);
   return messages.callback(async (message) => {
     const death = lastDeathOf(message);
-    if (death.reason === undefined || !reasons.has(death.reason)) return messages.settle(message, 'drop');
+    const recorded = death.reason !== undefined && reasons.has(death.reason);
+    // A done copy whatever its death says: one this consumer made itself (options.queue: its own
+    // queue) carries no death headers, as a new message has none.
+    if (!recorded && headerOf(message, DONE_HEADER) === undefined) return messages.settle(message, 'drop');
     const itemId = messages.itemIdOrDrop(message);
     if (itemId === undefined || (await messages.returnedForRefusedToken(message))) return;
     // A done copy that expired or was pushed out (options.queue of the work queue's consumers): its work was done.
     if (messages.isDone(message, itemId)) return messages.record(message, itemId, 'succeeded');
+    if (!recorded) return messages.settle(message, 'drop'); // a mark this token did not make
     // The worker's own error says more than that RabbitMQ gave up on a message redelivered after it.
     if (await settledAlready(client, itemId)) return messages.settle(message, 'ack');
     const from = death.queue === undefined ? '' : ` from queue ${death.queue}`;

@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { setMaxListeners } from 'node:events';
 
-import { BackoffPolicy, heldUntil, retryDelay, signBody, standardWebhookSignature } from '../domain/delivery';
+import { BackoffPolicy, heldUntil, PARK_GRAIN_MS, retryDelay, signBody, standardWebhookSignature } from '../domain/delivery';
 import { Claimant, heldToFairShare, loadOf, pickFairly, saturated, ShareLimits } from '../domain/fairShare';
 import { LogEvery } from '../domain/logEvery';
 import { onCitus, Queryable } from '../store/db';
@@ -58,12 +58,6 @@ const IN_FLIGHT_PER_SLOT = 4;
 /** Held events read at a time by parkHeld, and reads per pass at most. */
 const HELD_PER_READ = 500;
 const HELD_READS_PER_PASS = 10;
-/**
- * Parked events' times are rounded down to this, so those behind one receiver share few writes. Below
- * the shortest lease (CALLBACK_TIMEOUT's least, 100 ms, plus LEASE_BEYOND_TIMEOUT_MS): a park past
- * the lease always ends in the future.
- */
-const PARK_GRAIN_MS = 5_000;
 /** A tenant's failed attempts are warned of at most once in this (logQuietly). */
 const FAILURE_LOG_EVERY_MS = 1_000;
 
@@ -238,7 +232,8 @@ export class CallbackDispatcher {
     const unheld = events.filter((event) => !stillHeld.has(event));
     const givenBack = await unparkEvents(this.deps.db, unheld, until, now);
     if (givenBack > 0)
-      for (const parent of await parentsOf(this.deps.db, [...new Set(unheld.map((e) => e.batchId))])) await freeHeldEventsUpFrom(this.deps.db, parent, now);
+      for (const parent of await parentsOf(this.deps.db, [...new Set(unheld.map((e) => e.batchId))]))
+        await freeHeldEventsUpFrom(this.deps.db, parent, now, PARK_GRAIN_MS);
     return moved - givenBack;
   }
 

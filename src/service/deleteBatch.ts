@@ -1,4 +1,5 @@
 import { Caller } from '../domain/batch';
+import { PARK_GRAIN_MS } from '../domain/delivery';
 import { freeHeldEventsUpFrom } from '../store/outbox';
 import { deleteBatchesWithGroups } from '../store/removeBatches';
 import { ServiceDeps } from './deps';
@@ -17,7 +18,7 @@ export async function deleteBatch(deps: ServiceDeps, caller: Caller, batchId: st
   if (deleted.parentItem === null) return;
   const parentId = deleted.parentItem.slice(0, 36).toLowerCase();
   // The batch is gone whatever happens here: a failure leaves the parent's event to its time, and the DELETE answered 204.
-  await freeHeldEventsUpFrom(deps.db, parentId, deps.now()).catch((err: unknown) =>
+  await freeHeldEventsUpFrom(deps.db, parentId, deps.now(), PARK_GRAIN_MS).catch((err: unknown) =>
     deps.log.warn(
       { err, batchId: deleted.id, parentId },
       "a deleted child's parent batch.completed (or an ancestor's) was not made due now; it goes at its time",

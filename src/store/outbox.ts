@@ -395,14 +395,17 @@ const MAX_FREED_LEVELS = 64;
 
 /**
  * Makes a parent's batch.completed due now if it waits for a retry of a child's event that is no
- * longer there (the child was deleted): a pending one not claimed that is not due is one parkHeld
- * moved, or one backing off after attempts of its own (a parent completed by hand before its child
- * ended), which is then tried once early. Left as it was, it went at the time it was moved to, up
- * to CALLBACK_BACKOFF_CAP later. Then the same for that parent's parent, and so on while a level had
- * one to free: a grandparent's event waited for the parent's, which had waited for the child's (a
- * level whose event was not waiting holds nobody above it back). Returns how many.
+ * longer there (the child was deleted): a pending one not claimed that is not due, whose next
+ * attempt is on parkHeld's grain (`grainMs`), is one parkHeld moved, whether it was tried before or
+ * not (a parent completed by hand, its callback refused, then held behind its child). One backing
+ * off from its own failed attempt lands on the grain one time in `grainMs` and is then tried early
+ * once; others keep their backoff (before, each child deleted sent such an event again at once).
+ * Left as it was, a moved one went at the time it was moved to, up to CALLBACK_BACKOFF_CAP later.
+ * Then the same for that parent's parent, and so on while a level had one to free: a grandparent's
+ * event waited for the parent's, which had waited for the child's (a level whose event was not
+ * waiting holds nobody above it back). Returns how many.
  */
-export async function freeHeldEventsUpFrom(q: Queryable, parentBatchId: string, now: number): Promise<number> {
+export async function freeHeldEventsUpFrom(q: Queryable, parentBatchId: string, now: number, grainMs: number): Promise<number> {
   let freed = 0;
   let parent: string | null = parentBatchId;
   for (let level = 0; parent !== null && level < MAX_FREED_LEVELS; level++) {
@@ -410,6 +413,7 @@ export async function freeHeldEventsUpFrom(q: Queryable, parentBatchId: string, 
       .where({ batch_id: parent, event: 'batch.completed', status: 'pending' })
       .whereNull('claim')
       .where('next_attempt_at', '>', now)
+      .whereRaw('next_attempt_at % ? = 0', [grainMs])
       .update({ next_attempt_at: now });
     if (n === 0) break;
     freed += n;

@@ -178,6 +178,19 @@ describe.each(backends())('callbacks held back behind a retry (%s)', (_name, bac
     expect(await svc.rollcall.dispatcher.deliverDue()).toBe(1);
   });
 
+  it('when a parent’s batch.completed backs off from its own refused attempt and a child is deleted, then it keeps its backoff', async () => {
+    const parent = await batchWith(svc.client, 1, { callbackUrl: receiver.url });
+    const child = await batchWith(svc.client, 1, { callbackUrl: receiver.url, parentItem: parent.ids[0] });
+    receiver.fallback = 500;
+    await svc.api.post('/v1/acks').send({ ids: parent.ids }); // the child given up on
+    expect(await svc.rollcall.dispatcher.deliverDue()).toBe(1); // refused: it backs off
+    // Its retry off the parked events' 5-s grain, as a backoff's almost always is.
+    const retryAt = svc.clock.now - (svc.clock.now % 5_000) + 60_001;
+    await svc.rollcall.db('outbox').where('batch_id', parent.id).update({ next_attempt_at: retryAt });
+    expect((await svc.api.delete(`/v1/batches/${child.id}`)).status).toBe(204);
+    expect((await eventsOf(parent.id))['batch.completed']!.nextAttemptAt).toBe(retryAt); // before: due at once, at each child deleted
+  });
+
   it('when a replica parks a grandparent’s event behind a parent’s that another then gives back (its child deleted meanwhile), then the grandparent’s is freed too', async () => {
     const grandparent = await batchWith(svc.client, 1, { callbackUrl: receiver.url });
     const parent = await batchWith(svc.client, 1, { callbackUrl: receiver.url, parentItem: grandparent.ids[0] });

@@ -412,8 +412,10 @@ describeWith(amqpUrl).each(backends())('rollcall/amqp dead letters on a real Rab
     const t = await topology({});
     const batch = await produce(svc.client, t.work, 4);
     const refused = acksRefusedWhile(svc.url, 401);
-    // Refused once: a copy refused again would be copied again without end, where a counted return is ended by the delivery limit.
-    const runs = await throughAnOutage(t, batch, 1_000, { queue: t.work, onError: () => (refused.refusing = false) }, refused);
+    // Each success refused once (its ack's error told), in one call or several: a copy refused again
+    // would be copied again without end, where a counted return is ended by the delivery limit.
+    let told = 0;
+    const runs = await throughAnOutage(t, batch, 1_000, { queue: t.work, onError: () => (refused.refusing = ++told < 4) }, refused);
     expect(await svc.client.status(batch.id)).toMatchObject({ state: 'complete', succeeded: 4 });
     expect([...runs.values()]).toEqual([2, 2, 2, 2]);
   });
@@ -462,6 +464,34 @@ describeWith(amqpUrl).each(backends())('rollcall/amqp dead letters on a real Rab
     expect(await svc.client.waitForCompletion(batch.id, { timeoutMs: 15_000 })).toMatchObject({ state: 'complete', succeeded: 1, failed: 1 });
     expect(await svc.client.item(ids[0]!)).toMatchObject({ state: 'succeeded' });
     await stop();
+  });
+
+  it('when the dead-letter consumer has options.queue and rollcall is away past retryForMs, then its own done copies (no death headers) come back to it and are recorded succeeded', async () => {
+    const t = await topology({ 'x-message-ttl': 50 });
+    const ids: string[] = [];
+    const batch = await openBatch(svc.client, { count: 3, enqueue: async (chunk) => void ids.push(...chunk) });
+    ids.forEach((id, n) =>
+      admin.sendToQueue(t.work, Buffer.from(JSON.stringify({ n })), { headers: { 'x-rollcall-item-id': id, [DONE_HEADER]: doneMarkOf(svc.client, id) } }),
+    );
+    await admin.waitForConfirms();
+    await until(async () => (await count(t.recorded)) === 3, 10_000);
+    const outage = acksRefusedWhile(svc.url);
+    const channel = await connection.createConfirmChannel();
+    const errors: string[] = [];
+    const callback = rollcallDeadLetterConsumer(outage.client, channel, {
+      queue: t.recorded,
+      retryForMs: 200,
+      onError: (error) => errors.push((error as { code?: string }).code ?? error.message),
+    });
+    const { consumerTag } = await channel.consume(t.recorded, callback);
+    await realSleep(1_000); // copies made, taken back, copied again
+    outage.refusing = false;
+    expect(await svc.client.waitForCompletion(batch.id, { timeoutMs: 15_000 })).toMatchObject({ state: 'complete', succeeded: 3, failed: 0 });
+    await channel.cancel(consumerTag);
+    await callback.drain();
+    await channel.close();
+    expect(await count(t.parked)).toBe(0);
+    expect(errors).not.toContain('copy_failed');
   });
 
   it('when reasons is empty or not a list of names, then the consumer is refused when it is made', () => {
