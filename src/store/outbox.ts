@@ -256,15 +256,18 @@ export async function blockersNextAttempts(q: Queryable, batchIds: string[]): Pr
  */
 export async function parkEvents(q: Queryable, events: Array<Pick<HeldEvent, 'id' | 'batchId'>>, until: number, now: number): Promise<number> {
   if (events.length === 0) return 0;
+  return pendingOf(q, events).where('next_attempt_at', '<=', now).update({ next_attempt_at: until });
+}
+
+/** These pending events, named with their batches (Citus: each shard holds its own). */
+function pendingOf(q: Queryable, events: Array<Pick<HeldEvent, 'id' | 'batchId'>>): Knex.QueryBuilder {
   return q('outbox')
     .whereIn('batch_id', [...new Set(events.map((e) => e.batchId))])
     .whereIn(
       'id',
       events.map((e) => e.id),
     )
-    .where('status', 'pending')
-    .where('next_attempt_at', '<=', now)
-    .update({ next_attempt_at: until });
+    .where('status', 'pending');
 }
 
 /** The parents of these batches (those that have one). */
@@ -280,16 +283,7 @@ export async function parentsOf(q: Queryable, batchIds: string[]): Promise<strin
  */
 export async function unparkEvents(q: Queryable, events: Array<Pick<HeldEvent, 'id' | 'batchId'>>, until: number, now: number): Promise<number> {
   if (events.length === 0) return 0;
-  return q('outbox')
-    .whereIn('batch_id', [...new Set(events.map((e) => e.batchId))])
-    .whereIn(
-      'id',
-      events.map((e) => e.id),
-    )
-    .where('status', 'pending')
-    .whereNull('claim')
-    .where('next_attempt_at', until)
-    .update({ next_attempt_at: now });
+  return pendingOf(q, events).whereNull('claim').where('next_attempt_at', until).update({ next_attempt_at: now });
 }
 
 /**
