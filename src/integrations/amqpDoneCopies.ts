@@ -35,12 +35,15 @@ const NOT_COPIED = [
 ];
 
 /**
- * How long a copy's confirm is waited for. amqplib fails the confirms under way when the channel
+ * How long a copy's confirm is waited for by default (`copyConfirmTimeoutMs`). amqplib fails the confirms under way when the channel
  * closes, but not every version every one of them (before 1.0.5 its close stopped at an entry of
  * a publish made without a callback), and a broker under a resource alarm stops reading the
  * connection: the message then goes back as without a copy, and `drain()` does not wait for ever.
  */
 const COPY_CONFIRM_TIMEOUT_MS = 30_000;
+
+/** The longest `copyConfirmTimeoutMs` a timer takes (2^31 - 1 ms, about 24.8 days). */
+const MAX_TIMER_MS = 2 ** 31 - 1;
 
 /**
  * The part of an amqplib ConfirmChannel a copy is published with: publisher confirms say the broker
@@ -92,7 +95,7 @@ function sameText(a: string, b: string): boolean {
 export class DoneCopies {
   constructor(
     private readonly client: RollcallClient,
-    private readonly target?: { channel: CopyingChannel; queue: string },
+    private readonly target?: { channel: CopyingChannel; queue: string; confirmTimeoutMs: number },
   ) {}
 
   /** Whether copies are published (`options.queue` given). */
@@ -112,7 +115,7 @@ export class DoneCopies {
    */
   publish(message: ConsumeMessage, itemId: string): Promise<void> {
     if (!this.target) return Promise.reject(new Error('no options.queue to publish the copy to'));
-    const { channel, queue } = this.target;
+    const { channel, queue, confirmTimeoutMs } = this.target;
     const mark = doneMarkOf(this.client, itemId);
     const headers: Record<string, unknown> = { ...(message.properties.headers as Record<string, unknown> | undefined), [DONE_HEADER]: mark };
     for (const name of NOT_COPIED) delete headers[name];
@@ -132,8 +135,8 @@ export class DoneCopies {
     return new Promise<void>((resolve, reject) => {
       const unconfirmed = setTimeout(() => {
         forget();
-        reject(new Error(`the broker did not confirm the copy within ${COPY_CONFIRM_TIMEOUT_MS / 1000} s`));
-      }, COPY_CONFIRM_TIMEOUT_MS).unref();
+        reject(new Error(`the broker did not confirm the copy within ${confirmTimeoutMs / 1000} s`));
+      }, confirmTimeoutMs).unref();
       try {
         channel.sendToQueue(queue, message.content, { ...(properties as Options.Publish), headers, mandatory: true }, (error) => {
           clearTimeout(unconfirmed);
@@ -156,8 +159,15 @@ export class DoneCopies {
  * The done copies of a consumer, publishing where `options.queue` asks, on `options.copyChannel` or
  * else the consumer's own: a channel without publisher confirms is then refused when the consumer is made.
  */
-export function doneCopiesOf(client: RollcallClient, consuming: object, options: { queue?: string; copyChannel?: object }): DoneCopies {
-  const { queue } = options;
+export function doneCopiesOf(
+  client: RollcallClient,
+  consuming: object,
+  options: { queue?: string; copyChannel?: object; copyConfirmTimeoutMs?: number },
+): DoneCopies {
+  const { queue, copyConfirmTimeoutMs: confirmTimeoutMs = COPY_CONFIRM_TIMEOUT_MS } = options;
+  // A timer past 2^31 - 1 ms, or of NaN, fires at once: every copy would fail.
+  if (!(Number.isFinite(confirmTimeoutMs) && confirmTimeoutMs >= 1 && confirmTimeoutMs <= MAX_TIMER_MS))
+    throw new RangeError(`copyConfirmTimeoutMs must be a number of ms from 1 to ${MAX_TIMER_MS}, not ${String(confirmTimeoutMs)}`);
   const channel = options.copyChannel ?? consuming;
   if (queue === undefined) return new DoneCopies(client);
   if (typeof queue !== 'string' || queue === '')
@@ -166,5 +176,5 @@ export function doneCopiesOf(client: RollcallClient, consuming: object, options:
     throw new RangeError(
       'options.queue needs a channel with publisher confirms (amqplib: connection.createConfirmChannel()), to know a copy is kept before the original is acked',
     );
-  return new DoneCopies(client, { channel, queue });
+  return new DoneCopies(client, { channel, queue, confirmTimeoutMs });
 }

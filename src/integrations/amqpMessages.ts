@@ -93,8 +93,8 @@ export interface MessageHandlingOptions {
    * deliveries. Without it, such a message is returned with `nack`, which before RabbitMQ 4.3 counts
    * a delivery: a long outage takes it past the queue's `x-delivery-limit`, and
    * rollcallDeadLetterConsumer then records the done work as failed. A copy that no queue takes (a
-   * misnamed queue), that the broker refuses or does not confirm within 30 s is reported
-   * (`copy_failed`), and the message is returned as without this option.
+   * misnamed queue), that the broker refuses or does not confirm within `copyConfirmTimeoutMs` is
+   * reported (`copy_failed`), and the message is returned as without this option.
    */
   queue?: string;
   /**
@@ -103,6 +103,13 @@ export interface MessageHandlingOptions {
    * alarm the broker stops reading a connection that publishes, the consumer's acks with it.
    */
   copyChannel?: CopyingChannel;
+  /**
+   * How long a done copy's publisher confirm is waited for (ms; default 30,000). Past it the message
+   * is returned as without `queue`: a broker under a resource alarm stops reading the publishing
+   * connection, and its confirm may never come. A copy the broker took but confirmed late is then
+   * in the queue beside the returned message: the work runs again, and the item is still counted once.
+   */
+  copyConfirmTimeoutMs?: number;
   /**
    * Called when RabbitMQ cancels the consumer (its queue was deleted, or the queue's node went away
    * for good): no more messages will come to this callback, and amqplib says so only by calling it

@@ -11,6 +11,7 @@ import { amqpUrl, describeWith } from '../helpers/brokers';
 import { acksRefusedWhile, swappingToken } from '../helpers/countingFetch';
 import { realSleep, until } from '../helpers/realTime';
 import { startService, TestService } from '../helpers/service';
+import { TcpProxy } from '../helpers/tcpProxy';
 import { numberOf } from './fixtures/messages';
 
 /**
@@ -391,6 +392,50 @@ describeWith(amqpUrl).each(backends())('rollcall/amqp dead letters on a real Rab
       expect([...runs.values()]).toEqual([1, 1, 1, 1]);
     } finally {
       await publishing.close();
+    }
+  });
+
+  it('when the broker takes a done copy but does not confirm it within copyConfirmTimeoutMs, then onError says copy_failed, the message goes back, and every item is counted once, succeeded', async () => {
+    const t = await topology({});
+    const batch = await produce(svc.client, t.work, 4);
+    const broker = new URL(amqpUrl as string);
+    const proxy = new TcpProxy(broker.hostname, Number(broker.port || 5672));
+    await proxy.open();
+    const publishing = await amqp.connect(`amqp://guest:guest@127.0.0.1:${proxy.port}`);
+    publishing.on('error', () => undefined);
+    try {
+      const copyChannel = await publishing.createConfirmChannel();
+      copyChannel.on('error', () => undefined);
+      proxy.holdAnswers(); // the copies reach the broker; its confirms never come back
+      const errors: string[] = [];
+      const onError = (error: Error) => errors.push(`${(error as { code?: string }).code ?? ''}: ${error.message}`);
+      const runs = await throughAnOutage(t, batch, 1_000, { queue: t.work, copyChannel, copyConfirmTimeoutMs: 300, onError });
+      expect(errors).toContainEqual(expect.stringMatching(/^copy_failed: .*the broker did not confirm the copy within 0\.3 s/));
+      expect([...runs.values()].every((n) => n >= 2)).toBe(true); // returned, and run again
+      expect(await svc.client.status(batch.id)).toMatchObject({ state: 'complete', succeeded: 4, failed: 0 });
+      // Left in the queue: copies the broker kept but confirmed too late, and returned messages. Either
+      // may tell rollcall first; the other is a duplicate, and nothing counts twice.
+      const drain = await connection.createConfirmChannel();
+      const { consumerTag } = await drain.consume(
+        t.work,
+        rollcallConsumer(svc.client, drain, () => undefined, { queue: t.work }),
+      );
+      await until(async () => (await count(t.work)) === 0);
+      await drain.cancel(consumerTag);
+      await drain.close();
+      expect(await svc.client.status(batch.id)).toMatchObject({ succeeded: 4, failed: 0 });
+    } finally {
+      await proxy.cut();
+    }
+  });
+
+  it('when copyConfirmTimeoutMs is not a usable number of ms, then the consumer is refused when it is made', async () => {
+    const channel = await connection.createConfirmChannel();
+    try {
+      for (const copyConfirmTimeoutMs of [0, -1, NaN, Infinity, 2 ** 31])
+        expect(() => rollcallConsumer(svc.client, channel, () => undefined, { queue: 'work', copyConfirmTimeoutMs })).toThrow(/copyConfirmTimeoutMs must be/);
+    } finally {
+      await channel.close();
     }
   });
 
