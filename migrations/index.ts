@@ -23,6 +23,7 @@ import * as m0020 from './0020_index_batches_by_tenant_user_key';
 import * as m0021 from './0021_index_child_outcomes_by_tenant';
 import * as m0022 from './0022_index_batches_by_two_filters';
 import * as m0023 from './0023_index_outbox_terminal_due';
+import * as m0024 from './0024_index_batches_by_parent_and_user_key';
 
 export interface Migration {
   up(knex: Knex): Promise<void>;
@@ -57,4 +58,5 @@ export const migrations: ReadonlyArray<readonly [name: string, migration: Migrat
   ['0021_index_child_outcomes_by_tenant', m0021],
   ['0022_index_batches_by_two_filters', m0022],
   ['0023_index_outbox_terminal_due', m0023],
+  ['0024_index_batches_by_parent_and_user_key', m0024],
 ];

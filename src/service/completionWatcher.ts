@@ -118,6 +118,9 @@ export class CompletionWatcher {
     // batch unfinished) wakes this wait then, not at the next poll. Ids that are not UUIDs are not
     // listened for: the read answers them 404, and the poll's query must not carry them.
     const ending = isUuid(batchId) ? this.listen(batchId.toLowerCase()) : null;
+    // The timeout counts from the request, the first read included: a read slowed to DB_QUERY_TIMEOUT
+    // held a 60-s wait for 90 s.
+    const deadline = performance.now() + timeoutMs;
     try {
       const now = await getBatch(this.deps, caller, batchId);
       // A caller gone during that read is not waited for (its abort has fired: no listener would hear
@@ -125,7 +128,7 @@ export class CompletionWatcher {
       // asking again at once (waitForCompletion) would otherwise be held to its timeout.
       if (isFinished(now.state) || abandoned.aborted || this.released || !ending) return now;
       this.startPolling();
-      const completed = await ending.heard(timeoutMs, abandoned);
+      const completed = await ending.heard(Math.max(0, deadline - performance.now()), abandoned);
       ending.stop();
       if (completed) return toBatchView(completed);
       // A caller gone meanwhile reads nothing more: its place is free at once, and the answer goes nowhere.

@@ -233,7 +233,8 @@ export async function listBatches(q: Queryable, filter: BatchFilter): Promise<Ba
 /**
  * The statement of listBatches. Its indexes: (tenant, id); (tenant, state, id, total) with a state;
  * (tenant, user_key, id) with a userKey (0020); (parent_batch_id, id) with a parent; with a state
- * too, (tenant, user_key, state, id) and (parent_batch_id, state, id) (0022).
+ * too, (tenant, user_key, state, id) and (parent_batch_id, state, id) (0022); with a parent and a
+ * userKey, (parent_batch_id, user_key, id) (0024).
  */
 export function listBatchesQuery(q: Queryable, filter: BatchFilter): Knex.QueryBuilder {
   const query = q('batches').where('tenant', filter.tenant).orderBy('id', 'desc').limit(filter.limit);

@@ -81,4 +81,18 @@ describeEachOrSkip(serverBackends())('a wait whose batch ends during its first r
     const batch = (await res.json()) as { state: string };
     expect([res.status, batch.state, performance.now() - started < 10_000]).toEqual([200, 'complete', true]);
   });
+
+  it('when the wait’s first read is slow, then it is answered at its timeout from when it came, not a timeout after that read', async () => {
+    const { id } = await batchWith(svc.client, 2);
+    const readHeld = svc.proxy.freezeConnectionSending(id);
+    const started = performance.now();
+    const answer = fetch(`${svc.url}/v1/batches/${id}/wait?timeout=2`);
+    const letGo = await readHeld;
+    await new Promise((resolve) => setTimeout(resolve, 2_000)); // the read takes the whole timeout
+    await letGo();
+    const res = await answer;
+    const waited = performance.now() - started;
+    expect([res.status, ((await res.json()) as { state: string }).state]).toEqual([200, 'sealed']);
+    expect(waited).toBeLessThan(3_200); // it was 4 s: the timeout counted from the read's end
+  });
 });

@@ -97,4 +97,25 @@ describe.each(backends())('listing batches (%s)', (_name, backend) => {
       await database.drop();
     }
   });
+
+  it('when a tenant lists the few children of a parent with a userKey, among thousands of its children and of its batches with that key, then one index range of those is read', async () => {
+    const database = await backend.create();
+    const db = openDb(database.config);
+    try {
+      await migrateLatest(db);
+      await batchesOf(db, 'me', 'nightly', 3000);
+      const [parent] = (await db('batches').select('id').where('tenant', 'me').limit(1)) as Array<{ id: string }>;
+      await batchesOf(db, 'me', 'hourly', 3000, 'open', parent!.id);
+      await batchesOf(db, 'me', 'nightly', 3, 'open', parent!.id);
+      await analyze(db);
+      for (const state of [undefined, 'open' as const]) {
+        const query = listBatchesQuery(db, { tenant: 'me', parentBatchId: parent!.id, userKey: 'nightly', state, limit: 51 });
+        expect((await indexesRead(db, query)).filter((index) => !/pkey|PRIMARY|autoindex/i.test(index))).toEqual(['batches_parent_user_key']);
+        expect(await query).toHaveLength(3);
+      }
+    } finally {
+      await db.destroy();
+      await database.drop();
+    }
+  });
 });
