@@ -71,7 +71,7 @@ export async function createRollcall(config: Config, options: RollcallOptions = 
   const deps = serviceDeps(config, db, log, metrics, options.now ?? Date.now, completionListeners);
   const watcher = new CompletionWatcher(deps, config.WAIT_POLL_INTERVAL, waitLimits(config));
   metrics.countWaits(() => watcher.holding);
-  const loops = backgroundLoops(config, deps, metrics, options.postCallback);
+  const loops = backgroundLoops(config, deps, metrics, probes.db, options.postCallback);
   completionListeners.push((batches) => watcher.notify(batches), loops.onCompleted);
   // With several tenants, calls naming another tenant's batch leave its row alone (batchOwners.ts).
   const owners = tenantsOf(config) > 1 ? new BatchOwners(deps) : null;
@@ -182,7 +182,7 @@ function serviceDeps(config: Config, db: Db, log: Logger, metrics: Metrics, now:
 }
 
 /** The callback, child-outcome and sweeper loops, woken early by completions. */
-function backgroundLoops(config: Config, deps: ServiceDeps, metrics: Metrics, postCallback?: PostCallback) {
+function backgroundLoops(config: Config, deps: ServiceDeps, metrics: Metrics, probeDb: Db, postCallback?: PostCallback) {
   const { log } = deps;
   const dispatcher = new CallbackDispatcher(deps, deliveryOptions(config), postCallback ?? callbackPoster(deps.callbackTargets, config.CALLBACK_DNS_SERVERS));
   const delivering = new PeriodicTask('callbacks', config.CALLBACK_POLL_INTERVAL, () => dispatcher.startDue(), log);
@@ -203,6 +203,7 @@ function backgroundLoops(config: Config, deps: ServiceDeps, metrics: Metrics, po
       chunk: config.SWEEP_CHUNK,
       chunkRows: config.SWEEP_CHUNK_ROWS,
       stopped: () => stopping,
+      watchedThrough: probeDb,
       removed: (chunk) => {
         metrics.sweptBatches.inc(chunk.batchesRemoved);
         metrics.sweptGroups.inc(chunk.groupsRemoved);

@@ -3,6 +3,7 @@ import { Db, queryTimeoutOf, unlessTheDatabaseFreezes, withoutQueryTimeout } fro
 import { deleteBatchesWithGroups, lockDueBatches, sweepShapeOf } from '../store/removeBatches';
 import { inTransaction } from '../store/transaction';
 import { ServiceDeps } from './deps';
+import { reading } from './reading';
 
 export interface SweepOptions {
   /** Batches not complete with no add, seal or ack for this long are removed. */
@@ -22,6 +23,14 @@ export interface SweepOptions {
    * removed those (its result never comes, and the metrics missed them).
    */
   removed?: (chunk: SweepResult) => void;
+  /**
+   * Where the database is asked whether it still answers while the sweep runs (default: the
+   * service's pool): the readiness probe's pool. On the service's own pool a ping waited for a free
+   * connection, and a pool busy for DB_QUERY_TIMEOUT (acks queued behind a batch held elsewhere)
+   * was taken for a database that answered nothing: the sweep was given up, and none started for
+   * STUCK_SWEEP_LIMITS times that.
+   */
+  watchedThrough?: Db;
 }
 
 /** Candidates one sweep may pass over before it ends, leaving the rest to the next. */
@@ -63,7 +72,7 @@ function leaveRunning(deps: ServiceDeps, settled: Promise<void>): void {
 /**
  * Removes every batch due now, in chunks of `chunk` batches, each chunk its own short transaction.
  * Replicas sweeping at once skip each other's rows (SKIP LOCKED), so no work is done twice; each
- * goes on until it finds nothing left that it can lock. Its statements have no DB_QUERY_TIMEOUT: a
+ * goes on until it finds nothing left that it can lock, or has passed over MAX_PASSED_OVER candidates. Its statements have no DB_QUERY_TIMEOUT: a
  * chunk's delete is as long as its batches are large (1.5M group rows took 4–5 s), and one cut off
  * at the limit was rolled back and chosen again at every sweep, so nothing was ever removed. A
  * database that answers nothing at all for DB_QUERY_TIMEOUT still ends it for its caller
@@ -73,14 +82,16 @@ export async function sweepOnce(deps: ServiceDeps, options: SweepOptions): Promi
   if (!mayStart(deps)) throw new UnavailableError('the last sweep, under which the database stopped answering, has not ended yet; none starts before it');
   let givenUp = false;
   let ended = false;
-  const work = withoutQueryTimeout(deps.db, (db) => sweepChunks(deps, db, { ...options, stopped: () => givenUp || options.stopped?.() === true }));
+  const work = withoutQueryTimeout(deps.db, (db) => sweepChunks(deps, db, { ...options, stopped: () => givenUp || options.stopped?.() === true }), {
+    keepIdleLimit: true,
+  });
   // Registered before the freeze watch's race: a work that failed has set `ended` when the race ends.
   const settled = work.then(
     () => void (ended = true),
     () => void (ended = true),
   );
   try {
-    return await unlessTheDatabaseFreezes(deps.db, 'a sweep ran', () => work);
+    return await unlessTheDatabaseFreezes(options.watchedThrough ?? deps.db, 'a sweep ran', () => work);
   } catch (error) {
     if (!ended) {
       givenUp = true;
@@ -96,7 +107,7 @@ async function sweepChunks(deps: ServiceDeps, db: Db, options: SweepOptions): Pr
   // them no longer due): later chunks look past them. Were they looked at again, a chunk whose
   // candidates were all held would remove nothing and end the sweep with due batches behind them.
   const passedOver = new Set<string>();
-  const shape = await sweepShapeOf(deps.db);
+  const shape = await reading(() => sweepShapeOf(deps.db));
   for (;;) {
     if (options.stopped?.()) return total;
     const now = deps.now();

@@ -26,7 +26,17 @@ function knexLog(log?: Logger): Knex.Config['log'] {
 /** How long one SQLite statement waits, blocking, for a file another process holds. */
 const SQLITE_BUSY_SLICE_MS = 20;
 
-export type DbConfig = Pick<Config, 'DATABASE_URL' | 'SQLITE_PATH' | 'DB_POOL_SIZE' | 'DB_POOLER' | 'LOCK_TIMEOUT' | 'DB_QUERY_TIMEOUT'>;
+export type DbConfig = Pick<Config, 'DATABASE_URL' | 'SQLITE_PATH' | 'DB_POOL_SIZE' | 'DB_POOLER' | 'LOCK_TIMEOUT' | 'DB_QUERY_TIMEOUT'> & {
+  /**
+   * How long a transaction may sit idle before the server ends it (ms; 0: never). Not a setting of
+   * its own: DB_QUERY_TIMEOUT, also on a pool opened without that statement limit for a sweep
+   * (withoutQueryTimeout's `keepIdleLimit`).
+   */
+  idleTransactionLimitMs?: number;
+};
+
+/** How long a transaction of this pool may sit idle before the server ends it (0: never). */
+const idleLimitOf = (config: DbConfig): number => config.idleTransactionLimitMs ?? config.DB_QUERY_TIMEOUT;
 
 /**
  * The sql_mode of every MySQL connection, whatever the server's default. Without
@@ -92,7 +102,7 @@ async function prepareMysqlSession(conn: MysqlSession, config: DbConfig, causalR
   await run(conn, 'SET SESSION sql_mode = ?, innodb_lock_wait_timeout = ?, lock_wait_timeout = ?, autocommit = 1', [SAFE_SQL_MODE, seconds, seconds]);
   await readsCommitted(conn);
   await locksReadNewestRows(conn);
-  if (config.DB_QUERY_TIMEOUT > 0) await endsAbandonedTransactions(conn, config.DB_QUERY_TIMEOUT);
+  if (idleLimitOf(config) > 0) await endsAbandonedTransactions(conn, idleLimitOf(config));
   if (causalReads) await syncWaitOnGalera(conn);
 }
 
@@ -293,7 +303,8 @@ interface PostgresSession {
  */
 function postgresSettings(config: DbConfig, local: boolean): string[] {
   const calls = [`set_config('lock_timeout', '${Math.floor(config.LOCK_TIMEOUT)}ms', ${local})`];
-  if (config.DB_QUERY_TIMEOUT > 0) calls.push(`set_config('idle_in_transaction_session_timeout', '${Math.floor(config.DB_QUERY_TIMEOUT)}ms', ${local})`);
+  const idle = idleLimitOf(config);
+  if (idle > 0) calls.push(`set_config('idle_in_transaction_session_timeout', '${Math.floor(idle)}ms', ${local})`);
   return calls;
 }
 
@@ -407,12 +418,24 @@ export function openDb(config: DbConfig, log?: Logger): Db {
  * Runs `work` on a pool like `db` whose statements may take as long as they take: migrations (an
  * index built on a large table) and waiting for another replica's migration lock are slow by
  * nature, not a database that stopped answering. SQLite, in-process, has no such limit.
- * `minConnections`: the pool has at least that many, though DB_POOL_SIZE be smaller.
+ * `minConnections`: the pool has at least that many, though DB_POOL_SIZE be smaller. `keepIdleLimit`:
+ * the server still ends a transaction of that pool left idle for DB_QUERY_TIMEOUT, for work that
+ * never leaves one idle (a sweep's statements run back to back): one whose replica vanished
+ * mid-chunk (a partition, a host gone) held its batch rows and links, every request for them
+ * answered 503, until the server's TCP keepalive or wait_timeout gave up, hours later.
  */
-export async function withoutQueryTimeout<T>(db: Db, work: (db: Db) => Promise<T>, { minConnections = 1 } = {}): Promise<T> {
+export async function withoutQueryTimeout<T>(
+  db: Db,
+  work: (db: Db) => Promise<T>,
+  { minConnections = 1, keepIdleLimit = false }: { minConnections?: number; keepIdleLimit?: boolean } = {},
+): Promise<T> {
   const opened = openedWith.get(db);
   if (!opened || (opened.config.DB_QUERY_TIMEOUT === 0 && opened.config.DB_POOL_SIZE >= minConnections)) return work(db);
-  const unlimited = openDb({ ...opened.config, DB_QUERY_TIMEOUT: 0, DB_POOL_SIZE: Math.max(minConnections, opened.config.DB_POOL_SIZE) }, opened.log);
+  const idleTransactionLimitMs = keepIdleLimit ? idleLimitOf(opened.config) : 0;
+  const unlimited = openDb(
+    { ...opened.config, DB_QUERY_TIMEOUT: 0, idleTransactionLimitMs, DB_POOL_SIZE: Math.max(minConnections, opened.config.DB_POOL_SIZE) },
+    opened.log,
+  );
   try {
     return await work(unlimited);
   } finally {
