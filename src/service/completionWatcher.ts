@@ -47,7 +47,7 @@ export class CompletionWatcher {
   /** Set by release() (shutdown): from then on a wait answers with the state it reads, holding nothing. */
   private released = false;
   /** Reads of a batch for waits that ended unanswered, shared by those of the same moment (readAgain). */
-  private readonly rereads = new Map<string, Promise<BatchView>>();
+  private readonly rereads = new Map<string, { startedAt: number; read: Promise<BatchView> }>();
   /** Waits past their first read that have not yet been woken, timed out or abandoned (`waiting`). */
   private sleeping = 0;
 
@@ -123,6 +123,7 @@ export class CompletionWatcher {
     const deadline = performance.now() + timeoutMs;
     try {
       const now = await getBatch(this.deps, caller, batchId);
+      const readAt = performance.now();
       // A caller gone during that read is not waited for (its abort has fired: no listener would hear
       // it). Nor is one that came after release(): a shutdown waits for every answer, and a client
       // asking again at once (waitForCompletion) would otherwise be held to its timeout.
@@ -132,7 +133,7 @@ export class CompletionWatcher {
       ending.stop();
       if (completed) return toBatchView(completed);
       // A caller gone meanwhile reads nothing more: its place is free at once, and the answer goes nowhere.
-      return abandoned.aborted ? now : await this.readAgain(caller, now.id);
+      return abandoned.aborted ? now : await this.readAgain(caller, now.id, readAt);
     } finally {
       ending?.stop();
     }
@@ -182,21 +183,21 @@ export class CompletionWatcher {
    * The batch as it is now, for a wait that ended unanswered (its time ran out, the batch was
    * deleted, a shutdown): one read for all the waits of that batch and tenant ending at once. A
    * tenant's 5,000 waits on one batch (its half of WAIT_MAX), all ending together, made 5,000 reads
-   * at that moment, and every other request queued behind them for the pool.
+   * at that moment, and every other request queued behind them for the pool. Shared only by waits
+   * whose own first read ended before it began (`readAt`): one begun earlier may show an older state
+   * than such a wait had read already, its counts gone back.
    */
-  private readAgain(caller: Caller, batchId: string): Promise<BatchView> {
+  private readAgain(caller: Caller, batchId: string, readAt: number): Promise<BatchView> {
     const key = JSON.stringify([caller.tenant, batchId]);
-    let read = this.rereads.get(key);
-    if (!read) {
-      const shared = getBatch(this.deps, caller, batchId);
-      // Kept a moment after it is answered: waits started over a few milliseconds end over as many,
-      // and a read that quick (SQLite's) would be over before the next one's time ran out.
-      const forget = () => void setTimeout(() => this.rereads.get(key) === shared && this.rereads.delete(key), REREAD_SHARED_MS).unref();
-      shared.then(forget, forget);
-      this.rereads.set(key, shared);
-      read = shared;
-    }
-    return read;
+    const known = this.rereads.get(key);
+    if (known && known.startedAt >= readAt) return known.read;
+    const shared = { startedAt: performance.now(), read: getBatch(this.deps, caller, batchId) };
+    // Kept a moment after it is answered: waits started over a few milliseconds end over as many,
+    // and a read that quick (SQLite's) would be over before the next one's time ran out.
+    const forget = () => void setTimeout(() => this.rereads.get(key) === shared && this.rereads.delete(key), REREAD_SHARED_MS).unref();
+    shared.read.then(forget, forget);
+    this.rereads.set(key, shared);
+    return shared.read;
   }
 
   /** Answers every waiter now with the batch's current state, and every wait from now on at once (on shutdown). */

@@ -82,6 +82,21 @@ describeEachOrSkip(serverBackends())('a wait whose batch ends during its first r
     expect([res.status, batch.state, performance.now() - started < 10_000]).toEqual([200, 'complete', true]);
   });
 
+  it('when a wait times out while the batch is read again for one that timed out before it, then it is not answered with that older read', async () => {
+    const { id, ids } = await batchWith(svc.client, 5);
+    const first = fetch(`${svc.url}/v1/batches/${id}/wait?timeout=1`);
+    await realSleep(300); // its first read done: it waits
+    // Its read again, at its timeout, reaches the database (5 pending), and its answer is held.
+    const letGo = await svc.proxy.freezeConnectionSending(id);
+    await svc.client.ack(ids.slice(0, 2));
+    const second = fetch(`${svc.url}/v1/batches/${id}/wait?timeout=0.05`);
+    await realSleep(300); // its first read (3 pending) done, and its time up
+    await letGo();
+    const [a, b] = await Promise.all([first, second]);
+    expect(((await b.json()) as { pending: number }).pending).toBe(3); // it was 5: the counts went back
+    expect(((await a.json()) as { pending: number }).pending).toBe(5);
+  });
+
   it('when the wait’s first read is slow, then it is answered at its timeout from when it came, not a timeout after that read', async () => {
     const { id } = await batchWith(svc.client, 2);
     const readHeld = svc.proxy.freezeConnectionSending(id);
