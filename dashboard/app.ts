@@ -363,7 +363,7 @@ function showLogin(message: string): void {
   $('login').hidden = false;
   $('list').hidden = true;
   $('detail').hidden = true;
-  $('login-error').textContent = sessionStorage.getItem(TOKEN_KEY) ? message : '';
+  $('login-error').textContent = message;
 }
 
 /**
@@ -386,7 +386,7 @@ async function refresh(): Promise<void> {
     $('sign-out').hidden = !sessionStorage.getItem(TOKEN_KEY);
   } catch (error) {
     if (error instanceof Superseded) return;
-    if (error instanceof Unauthorized) return showLogin(error.message);
+    if (error instanceof Unauthorized) return signedOut(error.message);
     if (error instanceof Refused && error.code === 'batch_not_found' && open && view.openBatch === open) {
       // Deleted, or removed by the sweeper: its panel (and Cancel button) would stay, asked for every second.
       closeDetail(true);
@@ -411,6 +411,9 @@ async function refresh(): Promise<void> {
 function forgetShown(): void {
   scopes = null;
   notice = '';
+  // Outside the panels hidden below: a refused cancel's message stayed on the sign-in screen.
+  $('error').textContent = '';
+  $('live').style.opacity = '1';
   quietUntil = 0;
   $('sign-out').hidden = true;
   clearDetail();
@@ -428,6 +431,18 @@ function forgetShown(): void {
   delete rows.dataset.drawn;
   delete $('detail').dataset.drawn;
   $('detail').hidden = true;
+}
+
+/**
+ * Back to the sign-in, the token dropped and nothing it read left on the page: on Sign out, and when
+ * a read is refused (401, 403). Kept after a refusal, a token that may produce but not read stayed
+ * in the tab, the Sign out button hidden. `message` says why, if a token had been given.
+ */
+function signedOut(message: string): void {
+  const hadToken = sessionStorage.getItem(TOKEN_KEY) !== null;
+  sessionStorage.removeItem(TOKEN_KEY);
+  forgetShown();
+  showLogin(hadToken ? message : '');
 }
 
 function wire(): void {
@@ -473,10 +488,8 @@ function wire(): void {
     else void refresh();
   });
   $('sign-out').addEventListener('click', () => {
-    sessionStorage.removeItem(TOKEN_KEY);
-    forgetShown();
+    signedOut('');
     clearAddress();
-    showLogin('');
   });
   window.addEventListener('popstate', followAddress);
 }

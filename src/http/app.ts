@@ -9,7 +9,7 @@ import { ServiceDeps } from '../service/deps';
 import { SweepResult } from '../service/sweep';
 import type { ProbePool } from '../store/db';
 import { authenticate } from './auth';
-import { refuseCrossSiteWrites } from './crossSite';
+import { refuseCrossSite } from './crossSite';
 import { errorHandler } from './errorHandler';
 import { requireHostOnHttp11, requireUnrebindableHost } from './hostCheck';
 import { httpMetrics } from './httpMetrics';
@@ -55,6 +55,7 @@ export function createApp(deps: AppDeps): Express {
   app.set('query parser', strictQuery);
   const everyRequest = [
     requestContext(app, deps.log),
+    notSniffed,
     httpMetrics(deps.metrics),
     requireHostOnHttp11,
     ...(deps.hostCheck ? [requireUnrebindableHost(deps.hostCheck.boundToLoopback, deps.hostCheck.allowed)] : []),
@@ -65,7 +66,7 @@ export function createApp(deps: AppDeps): Express {
   const apiRequest = [
     authenticate(deps.tokens),
     requireJsonBody,
-    ...(deps.tokens ? [] : [refuseCrossSiteWrites()]),
+    ...(deps.tokens ? [] : [refuseCrossSite()]),
     ...(deps.tenantRate ? [deps.tenantRate] : []),
     readJsonBody(deps.bodyLimit),
   ];
@@ -74,6 +75,8 @@ export function createApp(deps: AppDeps): Express {
   app.post('/v1/acks', ...everyRequest, ...apiRequest, ...ackHandlers(deps.submitAck));
   app.use(everyRequest);
   app.use('/v1', answersNotStored, apiRequest);
+  // Answered to an admin token where not public: kept by no cache on the way, as /v1's answers.
+  app.use(['/metrics', '/openapi.json'], answersNotStored);
   // No route takes OPTIONS (there is no CORS: cross-site calls are refused). Without this, each
   // routes module's router answered it by itself, 200 text/plain with the methods it has, where
   // every other method no route takes is a 404 in the error shape.
@@ -96,6 +99,12 @@ export function createApp(deps: AppDeps): Express {
  * A read's answer (tenant metadata, failure reasons) is not kept in the browser's cache, where the
  * next user of a shared screen could find it. Writes are not cached by browsers; acks skip this.
  */
+/** No answer is read by a browser as another type than it says (a JSON error taken for a script or a page). */
+function notSniffed(_req: Request, res: Response, next: NextFunction): void {
+  res.setHeader('x-content-type-options', 'nosniff');
+  next();
+}
+
 function answersNotStored(req: Request, res: Response, next: NextFunction): void {
   if (req.method === 'GET' || req.method === 'HEAD') res.setHeader('cache-control', 'no-store');
   next();

@@ -196,8 +196,14 @@ describe.each(backends())('observability (%s)', (_name, backend) => {
     try {
       expect((await closed.api.get('/metrics')).status).toBe(401);
       expect((await closed.api.get('/metrics').set('Authorization', 'Bearer reader-token-012345678')).status).toBe(403);
-      expect((await closed.api.get('/metrics').set('Authorization', 'Bearer admin-token-0123456789')).status).toBe(200);
+      const metrics = await closed.api.get('/metrics').set('Authorization', 'Bearer admin-token-0123456789');
+      expect(metrics.status).toBe(200);
+      // An answer to a token is not kept by a cache on the way, and no answer is sniffed for another type.
+      expect(metrics.headers).toMatchObject({ 'cache-control': 'no-store', 'x-content-type-options': 'nosniff' });
       expect((await closed.api.get('/openapi.json')).status).toBe(200);
+      const read = await closed.api.get('/v1/batches').set('Authorization', 'Bearer reader-token-012345678');
+      expect(read.headers).toMatchObject({ 'cache-control': 'no-store', 'x-content-type-options': 'nosniff' });
+      expect((await closed.api.get('/v1/nothing-here')).headers).toMatchObject({ 'x-content-type-options': 'nosniff' });
     } finally {
       await closed.stop();
     }

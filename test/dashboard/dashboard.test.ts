@@ -558,6 +558,19 @@ describeWithBrowser.each(dashboardBackends)('the dashboard in a real browser (%s
       expect(await page.locator('#detail').textContent()).not.toContain('signed'); // the batch's metadata is gone from the page too
       expect(await page.locator('#sign-out').isHidden()).toBe(true);
       expect(await page.locator('#login-error').textContent()).toBe('');
+      expect(await page.locator('#error').textContent()).toBe(''); // the refused cancel's message is gone too
+    });
+  });
+
+  it('when a token that may not read is given, then the page says so, and the token leaves the tab', async () => {
+    const tokens = JSON.stringify([{ token: 'producer-only-1234567', tenant: 't1', scopes: ['produce'] }]);
+    await withService({ API_TOKENS: tokens }, async (_svc, url, page) => {
+      await page.goto(url);
+      await page.fill('#token', 'producer-only-1234567');
+      await page.click('#login-form button');
+      await page.waitForFunction(() => /lacks the read scope/.test(document.querySelector('#login-error')?.textContent ?? ''));
+      expect(await page.locator('#login').isVisible()).toBe(true);
+      expect(await page.evaluate(() => sessionStorage.getItem('rollcall.token'))).toBeNull();
     });
   });
 });

@@ -69,6 +69,20 @@ describe.each(backends())('requests a browser page could forge (%s)', (_name, ba
     expect(await count()).toBe(before);
   });
 
+  it.each([
+    ['Sec-Fetch-Site', 'cross-site'],
+    ['Sec-Fetch-Site', 'same-site'],
+    ['Origin', 'https://evil.example'],
+  ])(
+    'when a GET (an <img>, a no-cors fetch) carries %s: %s, then 403: a page of another site reads nothing, nor spends the rate budget',
+    async (header, value) => {
+      const read = await svc.api.get('/v1/batches').set(header, value);
+      expect([read.status, read.body.error?.code]).toEqual([403, 'forbidden']);
+      expect((await svc.api.get('/v1/batches').set('Sec-Fetch-Site', 'none')).status).toBe(200); // an address typed or bookmarked
+      expect((await svc.api.get('/v1/batches').set('Sec-Fetch-Site', 'same-origin')).status).toBe(200); // the dashboard's own
+    },
+  );
+
   it('when the dashboard itself writes (same origin), then it is served', async () => {
     const res = await svc.api
       .post('/v1/batches')
