@@ -267,6 +267,16 @@ export function onCitus(db: Db): Promise<boolean> {
   return check;
 }
 
+/**
+ * Makes `db` (plain PostgreSQL) take Citus's statement forms from now on, as onCitus would on a
+ * coordinator: the tests run them on every commit (test/store/citusForms.test.ts), where no Citus
+ * cluster runs. Only the forms: nothing is sharded, and Citus's own settings are not sent.
+ */
+export function useCitusForms(db: Db): void {
+  if (profileOf(db).name !== 'postgres') throw new Error('Citus forms are PostgreSQL statements');
+  citusChecks.set(db, Promise.resolve(true));
+}
+
 /** onGalera's answers once they came: for what must know at once (poolsStats). */
 const knownGalera = new WeakMap<Db, boolean>();
 

@@ -1,10 +1,10 @@
-import { backends } from '../helpers/backends';
+import { backends, withCitusForms } from '../helpers/backends';
 import { batchWith } from '../helpers/batches';
 import { chunks, shuffled, startService, TestService } from '../helpers/service';
 
 type Group = { id: string; size: number };
 
-describe.each(backends())('acking items (%s)', (_name, backend) => {
+describe.each(withCitusForms(backends()))('acking items (%s)', (_name, backend) => {
   let svc: TestService;
   beforeAll(async () => {
     svc = await startService(backend);

@@ -3,7 +3,7 @@ import { Webhook } from 'standardwebhooks';
 
 import { verifySignature } from '../../src/domain/delivery';
 import { PostCallback } from '../../src/service/postCallback';
-import { backends, describeEachOrSkip, serverBackends } from '../helpers/backends';
+import { backends, describeEachOrSkip, serverBackends, withCitusForms } from '../helpers/backends';
 import { batchWith } from '../helpers/batches';
 import { realSleep } from '../helpers/realTime';
 import { Receiver } from '../helpers/receiver';
@@ -12,7 +12,7 @@ import { startReplica, startService, TestApp, TestService } from '../helpers/ser
 
 const SECRET = 'test-secret-0123456789';
 
-describe.each(backends())('completion callbacks (%s)', (_name, backend) => {
+describe.each(withCitusForms(backends()))('completion callbacks (%s)', (_name, backend) => {
   let svc: TestService;
   let receiver: Receiver;
   beforeEach(async () => {

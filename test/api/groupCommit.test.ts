@@ -1,11 +1,11 @@
 import { callFromIds } from '../../src/domain/ackCall';
 import { AckCommitter } from '../../src/service/ackCommitter';
 import { profileOf } from '../../src/store/dialect';
-import { backends } from '../helpers/backends';
+import { backends, withCitusForms } from '../helpers/backends';
 import { batchWith } from '../helpers/batches';
 import { shuffled, startService, TestService } from '../helpers/service';
 
-describe.each(backends())('group commit of concurrent acks (%s)', (_name, backend) => {
+describe.each(withCitusForms(backends()))('group commit of concurrent acks (%s)', (_name, backend) => {
   let svc: TestService;
   beforeEach(async () => {
     svc = await startService(backend, { ACK_GROUP_COMMIT_WINDOW_MS: '20' });

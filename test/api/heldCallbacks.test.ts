@@ -1,5 +1,5 @@
 import { createRollcall } from '../../src/rollcall';
-import { backends } from '../helpers/backends';
+import { backends, withCitusForms } from '../helpers/backends';
 import { batchWith } from '../helpers/batches';
 import { Delivery, Receiver } from '../helpers/receiver';
 import { serve, startService, TestService } from '../helpers/service';
@@ -18,7 +18,7 @@ interface EventView {
  * for that one's next attempt, where operators see it, not due: left due, every read of due events
  * walked past each such event again (CallbackDispatcher.parkHeld).
  */
-describe.each(backends())('callbacks held back behind a retry (%s)', (_name, backend) => {
+describe.each(withCitusForms(backends()))('callbacks held back behind a retry (%s)', (_name, backend) => {
   let svc: TestService;
   let receiver: Receiver;
   const LEASE_MS = 5_000 + 5_000; // CALLBACK_TIMEOUT + what the lease adds

@@ -2,7 +2,7 @@ import { Knex } from 'knex';
 
 import { ChildOutcomeDispatcher } from '../../src/service/childOutcomeDispatcher';
 import { countChildOutcomes } from '../../src/store/childOutcomes';
-import { backends, describeEachOrSkip, isPostgresBackend, serverBackends } from '../helpers/backends';
+import { backends, describeEachOrSkip, isPostgresBackend, serverBackends, withCitusForms } from '../helpers/backends';
 import { BatchSetup, batchWith } from '../helpers/batches';
 import { Delivery, Receiver } from '../helpers/receiver';
 import { holdBatchRow, otherConnections, untilLockWaited } from '../helpers/rowLocks';
@@ -10,7 +10,7 @@ import { startReplica, startService, TestApp, TestService } from '../helpers/ser
 
 const MISSING = '0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b';
 
-describe.each(backends())('nested batches (%s)', (_name, backend) => {
+describe.each(withCitusForms(backends()))('nested batches (%s)', (_name, backend) => {
   let svc: TestService;
   beforeEach(async () => {
     svc = await startService(backend);
@@ -184,7 +184,7 @@ describe.each(backends())('nested batches (%s)', (_name, backend) => {
   });
 });
 
-describe.each(backends())('nested batches across replicas and levels, with callbacks (%s)', (_name, backend) => {
+describe.each(withCitusForms(backends()))('nested batches across replicas and levels, with callbacks (%s)', (_name, backend) => {
   jest.setTimeout(60_000);
   let svc: TestService;
   let receiver: Receiver;

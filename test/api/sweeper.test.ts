@@ -6,7 +6,7 @@ import pino from 'pino';
 import { sweepOnce } from '../../src/service/sweep';
 import { deleteBatchesWithGroups } from '../../src/store/removeBatches';
 import { inTransaction } from '../../src/store/transaction';
-import { backends, describeEachOrSkip, serverBackends } from '../helpers/backends';
+import { backends, describeEachOrSkip, serverBackends, withCitusForms } from '../helpers/backends';
 import { batchWith } from '../helpers/batches';
 import { realSleep } from '../helpers/realTime';
 import { Receiver } from '../helpers/receiver';
@@ -15,7 +15,7 @@ import { startService, TestService } from '../helpers/service';
 
 const DAY = 86_400_000;
 
-describe.each(backends())('sweeping stale batches (%s)', (_name, backend) => {
+describe.each(withCitusForms(backends()))('sweeping stale batches (%s)', (_name, backend) => {
   let svc: TestService;
   beforeEach(async () => {
     svc = await startService(backend, { OPEN_BATCH_TTL: '7d', COMPLETED_RETENTION: '1d', SWEEP_CHUNK: '2' });
@@ -253,7 +253,7 @@ describeEachOrSkip(serverBackends())('sweeps asked for at once (%s)', (_name, ba
   });
 });
 
-describeEachOrSkip(serverBackends())('sweeping past batches another connection holds (%s)', (_name, backend) => {
+describeEachOrSkip(withCitusForms(serverBackends()))('sweeping past batches another connection holds (%s)', (_name, backend) => {
   let svc: TestService;
   let holder: Knex;
   beforeAll(async () => {

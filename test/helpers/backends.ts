@@ -13,15 +13,17 @@ import { createCitusDatabase } from './citusCluster';
  * server named by TEST_MYSQL_URL or the PostgreSQL server named by TEST_PG_URL. `config` points the
  * service at it.
  */
-export type BackendName = 'sqlite' | 'mysql' | 'pg' | 'pgbouncer' | 'citus';
+export type BackendName = 'sqlite' | 'mysql' | 'pg' | 'pgbouncer' | 'citus' | 'pg-citus-forms';
 
-/** The backends that are PostgreSQL underneath: the server itself, PgBouncer in front of it, Citus. */
-export const isPostgresBackend = (name: string): boolean => name === 'pg' || name === 'pgbouncer' || name === 'citus';
+/** The backends that are PostgreSQL underneath: the server itself, PgBouncer in front of it, Citus, Citus's forms. */
+export const isPostgresBackend = (name: string): boolean => name === 'pg' || name === 'pgbouncer' || name === 'citus' || name === 'pg-citus-forms';
 
 export interface TestDatabase {
   name: BackendName;
   config: Config;
   drop(): Promise<void>;
+  /** The service on it takes Citus's statement forms (useCitusForms): `pg-citus-forms`. */
+  citusForms?: true;
 }
 
 export type Backend = { name: BackendName; create(overrides?: Record<string, string>): Promise<TestDatabase> };
@@ -111,6 +113,24 @@ const pgWith = (options = ''): Backend => ({
 });
 
 const pg = pgWith();
+
+/**
+ * Plain PostgreSQL whose service takes Citus's statement forms (useCitusForms: per-batch locking
+ * reads in the ack, the uncorrelated held-event and sweep checks, the per-batch question of held
+ * batches), so they run on every commit where no Citus cluster does. Only in the suites that ask
+ * for it (withCitusForms), through startService and its kin.
+ */
+const pgCitusForms: Backend = {
+  name: 'pg-citus-forms',
+  async create(overrides = {}) {
+    return { ...(await pg.create(overrides)), name: 'pg-citus-forms', citusForms: true };
+  },
+};
+
+/** `rows` and, where PostgreSQL runs, `pg-citus-forms`: for the suites of the paths whose statements differ on Citus. */
+export function withCitusForms(rows: Array<[name: string, backend: Backend]>): Array<[name: string, backend: Backend]> {
+  return pgUrl && !citusUrl ? [...rows, [pgCitusForms.name, pgCitusForms]] : rows;
+}
 
 /** PostgreSQL with databases in LATIN1, not UTF8 (made from template0, with a locale that takes any encoding). */
 export function latin1PgBackend(): Backend | null {

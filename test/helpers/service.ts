@@ -3,6 +3,7 @@ import request from 'supertest';
 import { RollcallClient } from '../../src/client';
 import { createServer } from '../../src/http/server';
 import { createRollcall, Rollcall, RollcallOptions } from '../../src/rollcall';
+import { useCitusForms } from '../../src/store/db';
 import { Backend, TestDatabase } from './backends';
 import { listen } from './listening';
 import { TcpProxy } from './tcpProxy';
@@ -47,7 +48,7 @@ export interface TestService extends TestApp {
 export async function startService(backend: Backend, env: Record<string, string> = {}, options: Omit<RollcallOptions, 'now'> = {}): Promise<TestService> {
   const database = await backend.create(env);
   const clock = { now: Date.UTC(2026, 10, 21, 12, 0, 0) };
-  const app = await serve(await createRollcall(database.config, { ...options, now: () => clock.now }));
+  const app = await serve(formsOf(database, await createRollcall(database.config, { ...options, now: () => clock.now })));
   return {
     ...app,
     database,
@@ -86,7 +87,13 @@ export function chunks<T>(items: T[], size: number): T[][] {
 
 /** A second app on the same database and clock: another replica, in-process. */
 export async function startReplica(svc: TestService): Promise<TestApp> {
-  return serve(await createRollcall(svc.database.config, { now: () => svc.clock.now }));
+  return serve(formsOf(svc.database, await createRollcall(svc.database.config, { now: () => svc.clock.now })));
+}
+
+/** `rollcall`, on Citus's statement forms where `database` asks for them (the `pg-citus-forms` backend). */
+function formsOf(database: TestDatabase, rollcall: Rollcall): Rollcall {
+  if (database.citusForms) useCitusForms(rollcall.db);
+  return rollcall;
 }
 
 /** An app whose database connections pass through a proxy the test controls (to hold, freeze or cut them). */
@@ -105,7 +112,7 @@ export async function startBehindProxy(backend: Backend, env: Record<string, str
   const proxy = new TcpProxy(url.hostname, Number(url.port));
   await proxy.open();
   url.host = `127.0.0.1:${proxy.port}`;
-  const app = await serve(await createRollcall({ ...database.config, DATABASE_URL: url.toString() }));
+  const app = await serve(formsOf(database, await createRollcall({ ...database.config, DATABASE_URL: url.toString() })));
   return {
     ...app,
     proxy,

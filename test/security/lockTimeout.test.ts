@@ -2,7 +2,7 @@ import { monitorEventLoopDelay } from 'node:perf_hooks';
 
 import { Knex } from 'knex';
 
-import { backends, describeEachOrSkip, isPostgresBackend, serverBackends } from '../helpers/backends';
+import { backends, describeEachOrSkip, isPostgresBackend, serverBackends, withCitusForms } from '../helpers/backends';
 import { batchWith, TestBatch } from '../helpers/batches';
 import { realSleep, until } from '../helpers/realTime';
 import { holdBatchRow, holdSqliteFile, otherConnections, untilLockWaited } from '../helpers/rowLocks';
@@ -21,7 +21,7 @@ function spelt(id: string, n: number): string {
   return id.replace(/[a-f]/g, (letter) => ((n >> bit++) & 1 ? letter.toUpperCase() : letter));
 }
 
-const servers = serverBackends();
+const servers = withCitusForms(serverBackends());
 const describeOnServers = describeEachOrSkip(servers);
 
 describeOnServers('a batch row held locked by another connection (%s)', (name, backend) => {
