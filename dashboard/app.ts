@@ -442,6 +442,8 @@ function signedOut(message: string): void {
   const hadToken = sessionStorage.getItem(TOKEN_KEY) !== null;
   sessionStorage.removeItem(TOKEN_KEY);
   forgetShown();
+  // A batch in the address was that token's: the next sign-in, a first one now, must not follow it.
+  if (hadToken) clearAddress(true);
   showLogin(hadToken ? message : '');
 }
 
@@ -487,10 +489,7 @@ function wire(): void {
     if (batchInAddress()) followAddress();
     else void refresh();
   });
-  $('sign-out').addEventListener('click', () => {
-    signedOut('');
-    clearAddress();
-  });
+  $('sign-out').addEventListener('click', () => signedOut(''));
   window.addEventListener('popstate', followAddress);
 }
 

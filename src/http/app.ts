@@ -95,16 +95,16 @@ export function createApp(deps: AppDeps): Express {
   return app;
 }
 
-/**
- * A read's answer (tenant metadata, failure reasons) is not kept in the browser's cache, where the
- * next user of a shared screen could find it. Writes are not cached by browsers; acks skip this.
- */
 /** No answer is read by a browser as another type than it says (a JSON error taken for a script or a page). */
 function notSniffed(_req: Request, res: Response, next: NextFunction): void {
   res.setHeader('x-content-type-options', 'nosniff');
   next();
 }
 
+/**
+ * A read's answer (tenant metadata, failure reasons) is not kept in the browser's cache, where the
+ * next user of a shared screen could find it. Writes are not cached by browsers; acks skip this.
+ */
 function answersNotStored(req: Request, res: Response, next: NextFunction): void {
   if (req.method === 'GET' || req.method === 'HEAD') res.setHeader('cache-control', 'no-store');
   next();

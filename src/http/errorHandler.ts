@@ -130,7 +130,7 @@ export function answerClientError(error: Error & { code?: string }, socket: Dupl
   const json = JSON.stringify(body(code, message));
   refused.add(socket);
   socket.end(
-    `HTTP/1.1 ${status} ${reason}\r\nContent-Type: application/json; charset=utf-8\r\nContent-Length: ${Buffer.byteLength(json)}\r\nConnection: close\r\n\r\n${json}`,
+    `HTTP/1.1 ${status} ${reason}\r\nContent-Type: application/json; charset=utf-8\r\nX-Content-Type-Options: nosniff\r\nContent-Length: ${Buffer.byteLength(json)}\r\nConnection: close\r\n\r\n${json}`,
   );
   // The server's sockets stay open for reading after their end, and Node times out no request it
   // has refused: a client that kept sending after a 408 held the body read so far for as long as it

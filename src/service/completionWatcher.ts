@@ -128,10 +128,14 @@ export class CompletionWatcher {
       // it). Nor is one that came after release(): a shutdown waits for every answer, and a client
       // asking again at once (waitForCompletion) would otherwise be held to its timeout.
       if (isFinished(now.state) || abandoned.aborted || this.released || !ending) return now;
-      this.startPolling();
-      const completed = await ending.heard(Math.max(0, deadline - performance.now()), abandoned);
+      const left = deadline - performance.now();
+      if (left > 0) this.startPolling();
+      const completed = await ending.heard(Math.max(0, left), abandoned);
       ending.stop();
       if (completed) return toBatchView(completed);
+      // One whose time ran out during that read has its answer: another read as slow would hold it
+      // longer still (and, begun after every read again under way, would share none).
+      if (left <= 0) return now;
       // A caller gone meanwhile reads nothing more: its place is free at once, and the answer goes nowhere.
       return abandoned.aborted ? now : await this.readAgain(caller, now.id, readAt);
     } finally {

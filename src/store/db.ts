@@ -269,8 +269,8 @@ export function onCitus(db: Db): Promise<boolean> {
 
 /**
  * Makes `db` (plain PostgreSQL) take Citus's statement forms from now on, as onCitus would on a
- * coordinator: the tests run them on every commit (test/store/citusForms.test.ts), where no Citus
- * cluster runs. Only the forms: nothing is sharded, and Citus's own settings are not sent.
+ * coordinator: the tests run them on every commit (the `pg-citus-forms` backend of
+ * test/helpers/backends.ts), where no Citus cluster runs. Only the forms: nothing is sharded, and Citus's own settings are not sent.
  */
 export function useCitusForms(db: Db): void {
   if (profileOf(db).name !== 'postgres') throw new Error('Citus forms are PostgreSQL statements');

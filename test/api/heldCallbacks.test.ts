@@ -2,7 +2,7 @@ import { createRollcall } from '../../src/rollcall';
 import { backends, withCitusForms } from '../helpers/backends';
 import { batchWith } from '../helpers/batches';
 import { Delivery, Receiver } from '../helpers/receiver';
-import { serve, startService, TestService } from '../helpers/service';
+import { formsOf, serve, startReplica, startService, TestService } from '../helpers/service';
 
 const eventOf = (d: Delivery) => d.headers['x-rollcall-event'] as string;
 
@@ -81,7 +81,9 @@ describe.each(withCitusForms(backends()))('callbacks held back behind a retry (%
     // Claimed by a replica whose CALLBACK_TIMEOUT, and so its lease, is longer than this one's.
     svc.clock.now = retryAt;
     receiver.script = ['hang'];
-    const patient = await serve(await createRollcall({ ...svc.database.config, CALLBACK_TIMEOUT: 60_000 }, { now: () => svc.clock.now }));
+    const patient = await serve(
+      formsOf(svc.database, await createRollcall({ ...svc.database.config, CALLBACK_TIMEOUT: 60_000 }, { now: () => svc.clock.now })),
+    );
     try {
       expect(await patient.rollcall.dispatcher.startDue()).toBe(1);
       await receiver.waitFor(2);
@@ -200,7 +202,7 @@ describe.each(withCitusForms(backends()))('callbacks held back behind a retry (%
     await svc.rollcall.childOutcomes.deliverDue();
     await svc.rollcall.childOutcomes.deliverDue();
     expect(await svc.rollcall.dispatcher.deliverDue()).toBe(1); // the child's, refused
-    const other = await serve(await createRollcall(svc.database.config, { now: () => svc.clock.now }));
+    const other = await startReplica(svc);
     try {
       // This replica reads the child's retry; the child is deleted; it parks the parent's event; the
       // other replica parks the grandparent's behind it; this one reads again and gives the parent's back.
@@ -283,7 +285,7 @@ describe.each(withCitusForms(backends()))('callbacks held back behind a retry (%
   it('when two replicas move the same held events at once, then each is moved once, to its first failure’s retry', async () => {
     const retryAt = svc.clock.now + 600_000 + 2_345;
     await heldRows(1_200, retryAt);
-    const other = await serve(await createRollcall(svc.database.config, { now: () => svc.clock.now }));
+    const other = await startReplica(svc);
     try {
       const moved = await Promise.all([svc.rollcall.dispatcher.parkHeld(), other.rollcall.dispatcher.parkHeld()]);
       expect(moved[0] + moved[1]).toBe(1_200);

@@ -104,10 +104,13 @@ describeEachOrSkip(serverBackends())('a wait whose batch ends during its first r
     const answer = fetch(`${svc.url}/v1/batches/${id}/wait?timeout=2`);
     const letGo = await readHeld;
     await new Promise((resolve) => setTimeout(resolve, 2_000)); // the read takes the whole timeout
+    const readsAfter = svc.proxy.countSending(id);
     await letGo();
     const res = await answer;
     const waited = performance.now() - started;
+    readsAfter.stop();
     expect([res.status, ((await res.json()) as { state: string }).state]).toEqual([200, 'sealed']);
     expect(waited).toBeLessThan(3_200); // it was 4 s: the timeout counted from the read's end
+    expect(readsAfter.seen()).toBe(0); // answered with that read: not read again, as slowly
   });
 });

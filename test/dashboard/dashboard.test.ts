@@ -237,6 +237,9 @@ describeWithBrowser.each(dashboardBackends)('the dashboard in a real browser (%s
       });
       expect(await page.locator('#batches tbody').textContent()).not.toContain('tenant-one-batch');
       expect(await page.locator('#detail').isHidden()).toBe(true);
+      // Nor its batch in the address, followed with the next tenant's token ("Batch … is gone").
+      expect(await page.evaluate(() => location.hash)).toBe('');
+      expect(await page.locator('#error').textContent()).toBe('');
 
       // Revoked again, on the list (one read a refresh): the first read made with that token is
       // answered only after its holder signed in again. Its 401 is the old token's, and asks nothing.

@@ -90,8 +90,8 @@ export async function startReplica(svc: TestService): Promise<TestApp> {
   return serve(formsOf(svc.database, await createRollcall(svc.database.config, { now: () => svc.clock.now })));
 }
 
-/** `rollcall`, on Citus's statement forms where `database` asks for them (the `pg-citus-forms` backend). */
-function formsOf(database: TestDatabase, rollcall: Rollcall): Rollcall {
+/** `rollcall`, on Citus's statement forms where `database` asks for them (the `pg-citus-forms` backend): for a replica made by hand. */
+export function formsOf(database: TestDatabase, rollcall: Rollcall): Rollcall {
   if (database.citusForms) useCitusForms(rollcall.db);
   return rollcall;
 }
